@@ -1,0 +1,221 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// Channel is the LISTEN/NOTIFY channel that wakes readers of the log. Its
+// notifications carry no payload: they only say "look again".
+const Channel = "event_log"
+
+// appendLockKey is the pg_advisory_xact_lock key producers queue on before
+// touching the counter row. Row-lock waiters are not served in arrival order
+// and each wake-up re-checks the tuple; the advisory lock's waiters queue
+// FIFO, which measured markedly better with many producers (ADR 0009).
+const appendLockKey int64 = 0x626f7468795f6c67 // "bothy_lg"
+
+// NotifyMode says where the producer sends NOTIFY event_log.
+type NotifyMode int
+
+const (
+	// NotifyAfterCommit (the default) sends NOTIFY from a separate statement
+	// after the producer's commit, coalescing concurrent producers into one
+	// notification in flight. A lost notification (crash right after commit)
+	// is covered by the consumers' poll.
+	NotifyAfterCommit NotifyMode = iota
+	// NotifyInTx sends NOTIFY inside the producer's transaction. Kept for the
+	// benchmark that justified the default: PostgreSQL's notify queue lock
+	// is held through the commit's WAL flush, serializing commits twice.
+	NotifyInTx
+	// NotifyNone sends nothing (benchmarks, tests of the poll path).
+	NotifyNone
+)
+
+// EventLogConfig configures an EventLog.
+type EventLogConfig struct {
+	// Notify chooses how readers are woken. Default NotifyAfterCommit.
+	Notify NotifyMode
+	// NoAdvisoryLock skips the FIFO lock in front of the counter (benchmark only).
+	NoAdvisoryLock bool
+	// Now is the clock for defaults of NewEvent. Default time.Now.
+	Now func() time.Time
+}
+
+// EventLog is the producer side and the reader side of event_log.
+type EventLog struct {
+	pool     *pgxpool.Pool
+	cfg      EventLogConfig
+	notifier *notifier
+}
+
+var _ sync.Producer = (*EventLog)(nil)
+var _ sync.EventSource = (*EventLog)(nil)
+
+// NewEventLog returns an EventLog on pool. Call Close to wait for the last
+// notification to be sent.
+func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
+	c := EventLogConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool)}
+}
+
+// Close waits for a notification in flight.
+func (l *EventLog) Close() { l.notifier.wait() }
+
+const appendSQL = `
+WITH c AS (
+    UPDATE event_seq SET last_seq = last_seq + $1 WHERE id
+    RETURNING last_seq, clock_timestamp() AS ts
+)
+INSERT INTO event_log (seq, committed_at, id, space, type, actor, occurred_at, data)
+SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred_at, e.data
+FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
+    WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
+RETURNING seq, committed_at`
+
+// Write implements sync.Producer. The lock, the counter update with the
+// event insert, and COMMIT go to the server as one pipeline, so the
+// serialized phase contains no client round trip.
+func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error) {
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("append: acquire: %w", err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("append: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	news, err := fn(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if len(news) == 0 {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("append: commit: %w", err)
+		}
+		committed = true
+		return nil, nil
+	}
+	now := l.cfg.Now()
+	n := len(news)
+	ids := make([]uuid.UUID, n)
+	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
+	occurred := make([]time.Time, n)
+	datas := make([]json.RawMessage, n)
+	for i := range news {
+		e := news[i]
+		if err := e.Normalize(now); err != nil {
+			return nil, fmt.Errorf("append event %d: %w", i, err)
+		}
+		ids[i], spaces[i], types[i], actors[i], occurred[i], datas[i] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
+	}
+
+	b := &pgx.Batch{}
+	if !l.cfg.NoAdvisoryLock {
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
+	}
+	out := make([]sync.Event, 0, n)
+	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas).Query(func(rows pgx.Rows) error {
+		i := 0
+		for rows.Next() {
+			var seq int64
+			var at time.Time
+			if err := rows.Scan(&seq, &at); err != nil {
+				return err
+			}
+			e := news[i]
+			out = append(out, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
+				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data})
+			i++
+		}
+		return rows.Err()
+	})
+	if l.cfg.Notify == NotifyInTx {
+		b.Queue(`SELECT pg_notify($1, '')`, Channel)
+	}
+	var tag string
+	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("append %d events: %w", n, mapAppendErr(err))
+	}
+	if tag != "COMMIT" {
+		// The transaction had failed before (an error fn swallowed); the
+		// server answered COMMIT with ROLLBACK.
+		return nil, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
+	}
+	committed = true
+	if l.cfg.Notify == NotifyAfterCommit {
+		l.notifier.signal()
+	}
+	return out, nil
+}
+
+func mapAppendErr(err error) error {
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) && pgErr.SQLState() == "23514" {
+		return fmt.Errorf("%w (no event_log partition covers now: is the maintenance job running?)", err)
+	}
+	return err
+}
+
+const eventsAfterSQL = `
+SELECT seq, committed_at, id, space, type, actor, occurred_at, data
+FROM event_log WHERE seq > $1 ORDER BY seq LIMIT $2`
+
+// EventsAfter implements sync.EventSource.
+func (l *EventLog) EventsAfter(ctx context.Context, tx pgx.Tx, p *sync.EventsAfterParams) ([]sync.Event, error) {
+	rows, err := tx.Query(ctx, eventsAfterSQL, p.AfterSeq, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanEvent)
+}
+
+func scanEvent(row pgx.CollectableRow) (sync.Event, error) {
+	var e sync.Event
+	err := row.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data)
+	return e, err
+}
+
+// LowSeq implements sync.EventSource.
+func (l *EventLog) LowSeq(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var low int64
+	err := tx.QueryRow(ctx, `SELECT low_seq FROM event_log_retention`).Scan(&low)
+	return low, err
+}
+
+// Head returns the newest seq handed out (0 for an empty log).
+func Head(ctx context.Context, db Querier) (int64, error) {
+	var head int64
+	err := db.QueryRow(ctx, `SELECT last_seq FROM event_seq`).Scan(&head)
+	return head, err
+}
+
+// Querier is what both *pgxpool.Pool and pgx.Tx offer.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

@@ -1,0 +1,129 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// testArgs is the job kind test consumers enqueue: one per event.
+type testArgs struct {
+	Consumer string `json:"consumer"`
+	Seq      int64  `json:"seq"`
+}
+
+func (testArgs) Kind() string { return "test.consumer" }
+
+// recordingConsumer enqueues one job per event and can be told to fail.
+type recordingConsumer struct {
+	name string
+	// hook, if set, runs inside Handle before the jobs are returned.
+	hook func(ctx context.Context, tx pgx.Tx, events []sync.Event) error
+	// lost collects HandleLost calls.
+	lost []sync.SeqRange
+}
+
+func (c *recordingConsumer) Name() string { return c.name }
+
+func (c *recordingConsumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
+	if c.hook != nil {
+		if err := c.hook(ctx, tx, events); err != nil {
+			return nil, err
+		}
+	}
+	jobs := make([]sync.Job, len(events))
+	for i, e := range events {
+		jobs[i] = sync.Job{Args: testArgs{Consumer: c.name, Seq: e.Seq}}
+	}
+	return jobs, nil
+}
+
+func (c *recordingConsumer) HandleLost(ctx context.Context, tx pgx.Tx, consumer string, lost sync.SeqRange) error {
+	c.lost = append(c.lost, lost)
+	return nil
+}
+
+type bundle struct {
+	db     *dbtest.DB
+	log    *postgres.EventLog
+	river  *river.Client[pgx.Tx]
+	rounds *sync.RoundRunner
+}
+
+func setup(t *testing.T, batch int) *bundle {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	require.NoError(t, err)
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{BatchSize: batch})
+	return &bundle{db: db, log: log, river: rc, rounds: rounds}
+}
+
+// appendN commits n events, one transaction each, in space "s1".
+func appendN(t testing.TB, log *postgres.EventLog, n int) []sync.Event {
+	t.Helper()
+	var out []sync.Event
+	for i := range n {
+		evs, err := log.Write(context.Background(), func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+			return []sync.NewEvent{{Space: "s1", Type: "item.created", Actor: "alice", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}}, nil
+		})
+		require.NoError(t, err)
+		out = append(out, evs...)
+	}
+	return out
+}
+
+// jobSeqs counts the test jobs per seq for a consumer.
+func jobSeqs(t testing.TB, db *dbtest.DB, consumer string) map[int64]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT (args->>'seq')::bigint, count(*) FROM river_job WHERE kind = 'test.consumer' AND args->>'consumer' = $1 GROUP BY 1`, consumer)
+	require.NoError(t, err)
+	out := map[int64]int{}
+	for rows.Next() {
+		var seq int64
+		var n int
+		require.NoError(t, rows.Scan(&seq, &n))
+		out[seq] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func cursorOf(t testing.TB, db *dbtest.DB, name string) int64 {
+	t.Helper()
+	var seq int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT last_seq FROM event_consumer_cursors WHERE name = $1`, name).Scan(&seq))
+	return seq
+}
+
+// addConsumer inserts a cursor row as a consumer's migration would, at 0.
+func addConsumer(t testing.TB, db *dbtest.DB, name string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO event_consumer_cursors (name, last_seq) VALUES ($1, 0)`, name)
+	require.NoError(t, err)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: "+msg, append([]any{d}, args...)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

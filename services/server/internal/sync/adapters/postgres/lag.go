@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ConsumerStatus is one consumer's position as the database sees it.
+type ConsumerStatus struct {
+	Name    string `json:"name"`
+	LastSeq int64  `json:"last_seq"`
+	Head    int64  `json:"head_seq"`
+	Lag     int64  `json:"lag"`
+	// PendingAge is the age of the oldest event after LastSeq; 0 when none.
+	PendingAge time.Duration `json:"-"`
+	// PendingAgeSeconds is PendingAge for JSON.
+	PendingAgeSeconds float64 `json:"pending_age_seconds"`
+	// LastRoundAt is the last successful round; nil before the first.
+	LastRoundAt *time.Time `json:"last_round_at"`
+}
+
+// The oldest pending event is the first one after the cursor that still
+// exists; each partition's (seq, committed_at) index answers it directly.
+const consumerStatusSQL = `
+SELECT c.name, c.last_seq, s.last_seq AS head, c.last_round_at,
+       coalesce(extract(epoch FROM (now() - (
+           SELECT e.committed_at FROM event_log e WHERE e.seq > c.last_seq ORDER BY e.seq LIMIT 1
+       ))), 0)::float8 AS pending_age
+FROM event_consumer_cursors c CROSS JOIN event_seq s
+ORDER BY c.name`
+
+// ConsumerStatuses reads every consumer's position, head and pending age.
+func ConsumerStatuses(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) ([]ConsumerStatus, error) {
+	rows, err := db.Query(ctx, consumerStatusSQL)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConsumerStatus, error) {
+		var s ConsumerStatus
+		err := row.Scan(&s.Name, &s.LastSeq, &s.Head, &s.LastRoundAt, &s.PendingAgeSeconds)
+		s.Lag = max(s.Head-s.LastSeq, 0)
+		s.PendingAgeSeconds = max(s.PendingAgeSeconds, 0)
+		s.PendingAge = time.Duration(s.PendingAgeSeconds * float64(time.Second))
+		return s, err
+	})
+}
+
+// LagCollector exports the consumer gauges computed from the database at
+// scrape time, so every role reports them (D-M2-01-5): a dead worker cannot
+// leave a stale, healthy-looking value behind.
+type LagCollector struct {
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	timeout time.Duration
+
+	lag, pendingAge, lastRound, head, up *prometheus.Desc
+}
+
+// NewLagCollector returns a collector to register on a registry.
+func NewLagCollector(pool *pgxpool.Pool, logger *slog.Logger) *LagCollector {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &LagCollector{
+		pool: pool, logger: logger, timeout: 5 * time.Second,
+		lag: prometheus.NewDesc("bothy_event_consumer_lag",
+			"Events committed but not yet processed by the consumer (head_seq - last_seq).", []string{"consumer"}, nil),
+		pendingAge: prometheus.NewDesc("bothy_event_consumer_pending_age_seconds",
+			"Age of the oldest event the consumer has not processed; 0 when none.", []string{"consumer"}, nil),
+		lastRound: prometheus.NewDesc("bothy_event_consumer_last_success_timestamp_seconds",
+			"Unix time of the consumer's last committed round; 0 before the first.", []string{"consumer"}, nil),
+		head: prometheus.NewDesc("bothy_event_log_head_seq",
+			"The newest seq handed out by the event log.", nil, nil),
+		up: prometheus.NewDesc("bothy_event_consumer_status_up",
+			"1 if the consumer gauges could be read from the database at this scrape, else 0.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *LagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.lag
+	ch <- c.pendingAge
+	ch <- c.lastRound
+	ch <- c.head
+	ch <- c.up
+}
+
+// Collect implements prometheus.Collector.
+func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	sts, err := ConsumerStatuses(ctx, c.pool)
+	if err != nil {
+		c.logger.Warn("read consumer status for metrics", slog.Any("error", err))
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	for i, s := range sts {
+		if i == 0 {
+			ch <- prometheus.MustNewConstMetric(c.head, prometheus.GaugeValue, float64(s.Head))
+		}
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(s.Lag), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, s.PendingAgeSeconds, s.Name)
+		var last float64
+		if s.LastRoundAt != nil {
+			last = float64(s.LastRoundAt.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(c.lastRound, prometheus.GaugeValue, last, s.Name)
+	}
+}

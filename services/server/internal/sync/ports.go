@@ -1,0 +1,108 @@
+package sync
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// WriteFunc does a producer's domain writes inside tx and returns the events
+// that describe them. It must not commit or roll back tx.
+type WriteFunc func(ctx context.Context, tx pgx.Tx) ([]NewEvent, error)
+
+// Producer appends events to the log inside the producer's own transaction.
+//
+// Write begins a transaction, runs fn, and then — as the last step before
+// COMMIT, so the serialized phase holds nothing else — takes the counter,
+// inserts the events with their seq and commits. Either the domain writes and
+// the events commit together or neither does. Readers are woken after the
+// commit. Write is safe for concurrent use. On context cancellation before
+// the commit is sent the transaction rolls back; an error after that point
+// may leave the outcome unknown, as with any COMMIT.
+type Producer interface {
+	Write(ctx context.Context, fn WriteFunc) ([]Event, error)
+}
+
+// Job is one River job a consumer wants enqueued in its round.
+type Job struct {
+	Args river.JobArgs
+	Opts *river.InsertOpts
+}
+
+// Consumer turns committed events into work. Implementations are registered
+// with a Worker under their Name, which must match a row in
+// event_consumer_cursors.
+type Consumer interface {
+	// Name is the consumer's cursor name, such as "webhooks".
+	Name() string
+
+	// Handle determines the receivers of events (in seq order, at least one)
+	// and returns the jobs to enqueue. It may also write rows through tx
+	// (delivery records); everything it writes commits or rolls back with the
+	// round, together with the cursor. It must not call anything outside the
+	// database (R-AR-07) and must not commit tx. It is called by one round at
+	// a time for a given consumer.
+	Handle(ctx context.Context, tx pgx.Tx, events []Event) ([]Job, error)
+}
+
+// ConsumerLossHandler is an optional capability of a Consumer, found by type
+// assertion. HandleLost is told, inside the round's transaction, the exact
+// range of seqs that retention removed before the consumer read them. What
+// it writes commits with the round that skips the range; an error rolls the
+// round back and the range is reported again by the next round.
+type ConsumerLossHandler interface {
+	HandleLost(ctx context.Context, tx pgx.Tx, consumer string, lost SeqRange) error
+}
+
+// Cursor is a consumer's position.
+type Cursor struct {
+	Name    string
+	LastSeq int64
+}
+
+// CursorStore reads and moves consumer cursors. All methods act inside the
+// round's transaction and are safe for concurrent use by separate
+// transactions.
+type CursorStore interface {
+	// Lock locks the consumer's row without waiting (FOR UPDATE SKIP LOCKED).
+	// It returns ErrCursorLocked when another transaction holds it and
+	// ErrUnknownConsumer when there is no row. The lock lasts until tx ends.
+	Lock(ctx context.Context, tx pgx.Tx, name string) (Cursor, error)
+	// Advance stores lastSeq and the round's time; it commits with tx.
+	Advance(ctx context.Context, tx pgx.Tx, name string, lastSeq int64) error
+}
+
+// EventsAfterParams selects events for a round.
+type EventsAfterParams struct {
+	// AfterSeq: only events with a larger seq.
+	AfterSeq int64
+	// Limit: at most this many, in seq order.
+	Limit int
+}
+
+// EventSource reads the log inside a round's transaction.
+type EventSource interface {
+	// EventsAfter returns up to Limit events after AfterSeq in seq order.
+	// Because the log is gapless and commit-ordered, a gap between AfterSeq
+	// and the first returned seq can only come from retention.
+	EventsAfter(ctx context.Context, tx pgx.Tx, params *EventsAfterParams) ([]Event, error)
+	// LowSeq returns the lowest seq retention has kept: every seq below it
+	// was removed.
+	LowSeq(ctx context.Context, tx pgx.Tx) (int64, error)
+}
+
+// JobSink inserts jobs inside the round's transaction, so they commit or
+// roll back with the cursor. It returns how many it inserted.
+type JobSink interface {
+	InsertJobs(ctx context.Context, tx pgx.Tx, jobs []Job) (int, error)
+}
+
+// TxBeginner starts the round's transaction; *pgxpool.Pool is one.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Clock lets tests control time.
+type Clock func() time.Time

@@ -1,0 +1,162 @@
+package sync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	gosync "sync"
+	"time"
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// PollInterval wakes every consumer even without a notification
+	// (consumer.poll_interval). Default 1s.
+	PollInterval time.Duration
+	// ErrorBackoff is the first wait after a failed round; it doubles up to
+	// PollInterval. Default 50ms.
+	ErrorBackoff time.Duration
+	// RoundTimeout bounds one round, so shutdown never hangs on a query.
+	// Default 30s.
+	RoundTimeout time.Duration
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics, if set, counts rounds.
+	Metrics *Metrics
+	// AfterRound, if set, is called after every round (tests synchronize on it).
+	AfterRound func(consumer string, res RoundResult, err error)
+}
+
+// Worker runs the rounds of every registered consumer, one goroutine each.
+// Several workers, in one process or many, may run the same consumers: the
+// cursor lock lets one round at a time through and the others end at once.
+type Worker struct {
+	rounds    *RoundRunner
+	consumers []Consumer
+	cfg       WorkerConfig
+
+	mu    gosync.Mutex
+	wakes []chan struct{}
+}
+
+// NewWorker creates a worker for consumers. Names must be unique.
+func NewWorker(rounds *RoundRunner, consumers []Consumer, cfg *WorkerConfig) (*Worker, error) {
+	c := WorkerConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 50*time.Millisecond)
+	c.RoundTimeout = cmp.Or(c.RoundTimeout, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	seen := map[string]bool{}
+	for _, con := range consumers {
+		if seen[con.Name()] {
+			return nil, fmt.Errorf("consumer %q registered twice", con.Name())
+		}
+		seen[con.Name()] = true
+		if c.Metrics != nil {
+			c.Metrics.init(con.Name())
+		}
+	}
+	w := &Worker{rounds: rounds, consumers: consumers, cfg: c}
+	for range consumers {
+		w.wakes = append(w.wakes, make(chan struct{}, 1))
+	}
+	return w, nil
+}
+
+// Wake asks every consumer to run a round soon. It never blocks; wake-ups
+// that arrive while one is pending merge into it. The LISTEN connection
+// calls it on every notification and after every reconnect.
+func (w *Worker) Wake() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.wakes {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run runs until ctx is cancelled, then waits for the rounds in flight to
+// finish or roll back and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	var wg gosync.WaitGroup
+	for i, c := range w.consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, c, w.wakes[i])
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
+	name := c.Name()
+	backoff := time.Duration(0)
+	timer := time.NewTimer(0) // first round at once
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-timer.C:
+		}
+		for {
+			res, err := w.runOnce(ctx, c)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				backoff = min(cmp.Or(backoff*2, w.cfg.ErrorBackoff), w.cfg.PollInterval)
+				w.cfg.Logger.ErrorContext(ctx, "consumer round failed", slog.String("consumer", name),
+					slog.Duration("retry_in", backoff), slog.Any("error", err))
+				resetTimer(timer, backoff)
+				break
+			}
+			backoff = 0
+			if res.Full {
+				continue // drain: more events are waiting
+			}
+			resetTimer(timer, w.cfg.PollInterval)
+			break
+		}
+	}
+}
+
+func (w *Worker) runOnce(ctx context.Context, c Consumer) (RoundResult, error) {
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.RoundTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := w.rounds.Run(rctx, c)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = nil // shutting down: the round rolled back, nothing to report
+		res = RoundResult{}
+		return res, ctx.Err()
+	}
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.observe(c.Name(), res, time.Since(start).Seconds(), err)
+	}
+	if w.cfg.AfterRound != nil {
+		w.cfg.AfterRound(c.Name(), res, err)
+	}
+	return res, err
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
