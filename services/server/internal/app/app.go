@@ -1,0 +1,311 @@
+// Package app composes bothy's roles from the configuration: the database
+// pool, River, the consumer worker with its LISTEN connection, the event log
+// maintenance, the HTTP server with /metrics, /healthz and /readyz, and the
+// feature modules (webhooks, push) that plug consumers, job workers and
+// routes into them. cmd/bothy is a thin shell around it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// Deps is what a module gets to build its parts.
+type Deps struct {
+	Config   *config.Config
+	Pool     *pgxpool.Pool
+	Log      *postgres.EventLog
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+	// River inserts jobs (outside rounds, e.g. from the API). In the worker
+	// role it also works them.
+	River *river.Client[pgx.Tx]
+}
+
+// Module is a feature that plugs into the roles. Methods are called once,
+// at start; any may return nothing.
+type Module interface {
+	// Consumers run in the worker role.
+	Consumers() []sync.Consumer
+	// RegisterWorkers adds River workers (worker role) and returns the
+	// queues they need.
+	RegisterWorkers(w *river.Workers) []string
+	// Routes mounts HTTP handlers on the api role's mux.
+	Routes(mux *http.ServeMux)
+}
+
+// ModuleFactory builds a module from its deps.
+type ModuleFactory func(d *Deps) (Module, error)
+
+// Server is a running "bothy server".
+type Server struct {
+	cfg      *config.Config
+	logger   *slog.Logger
+	modules  []ModuleFactory
+	registry *prometheus.Registry
+
+	// Addr is the HTTP listener's address once Run has started it.
+	addrCh chan net.Addr
+}
+
+// NewServer prepares a server; Run starts it.
+func NewServer(cfg *config.Config, logger *slog.Logger, modules []ModuleFactory) *Server {
+	return &Server{cfg: cfg, logger: logger, modules: modules, registry: prometheus.NewRegistry(), addrCh: make(chan net.Addr, 1)}
+}
+
+// Addr waits for the HTTP listener and returns its address.
+func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
+	select {
+	case a := <-s.addrCh:
+		s.addrCh <- a
+		return a, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Registry is the server's metrics registry.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// OpenPool connects to the configured database.
+func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	pc.MaxConns = int32(cfg.Database.MaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s: %w", pc.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+// RiverConfig is the River configuration every client of this process uses:
+// the same short FetchCooldown everywhere, because an inserting client paces
+// its insert notifications by its own cooldown.
+func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
+	return &river.Config{
+		FetchCooldown:     cfg.River.FetchCooldown,
+		FetchPollInterval: cfg.River.FetchPollInterval,
+		Logger:            logger,
+	}
+}
+
+// Run runs the configured role until ctx is cancelled, then stops every part
+// and returns once all goroutines have ended.
+func (s *Server) Run(ctx context.Context) error {
+	cfg := s.cfg
+	role := cfg.Server.Role
+	worker := role == "worker" || role == "all"
+	api := role == "api" || role == "all"
+
+	if cfg.Server.Migrate {
+		if err := Migrate(ctx, cfg, s.logger); err != nil {
+			return err
+		}
+	}
+	pool, err := OpenPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := ensurePartitions(ctx, pool, cfg); err != nil {
+		return err
+	}
+
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(postgres.NewLagCollector(pool, s.logger))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bothy_event_consumer_pending_alert_after_seconds",
+		Help: "The configured consumer.pending_alert_after; BothyEventConsumerLag compares pending age with it.",
+	}, func() float64 { return cfg.Consumer.PendingAlertAfter.Seconds() }))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bothy_event_retention_seconds",
+		Help: "The configured sync.event_retention.",
+	}, func() float64 { return cfg.Sync.EventRetention.Seconds() }))
+	roleInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bothy_server_role", Help: "Role this process runs (always 1)."}, []string{"role"})
+	roleInfo.WithLabelValues(role).Set(1)
+	s.registry.MustRegister(roleInfo)
+
+	eventLog := postgres.NewEventLog(pool, nil)
+	defer eventLog.Close()
+
+	workers := river.NewWorkers()
+	rcfg := RiverConfig(cfg, s.logger)
+	deps := &Deps{Config: cfg, Pool: pool, Log: eventLog, Logger: s.logger, Registry: s.registry}
+
+	var mods []Module
+	for _, f := range s.modules {
+		m, err := f(deps)
+		if err != nil {
+			return err
+		}
+		mods = append(mods, m)
+	}
+	queues := map[string]river.QueueConfig{}
+	var consumers []sync.Consumer
+	if worker {
+		river.AddWorker(workers, &maintainWorker{parts: postgres.NewPartitions(pool, &postgres.PartitionConfig{
+			Interval: cfg.Sync.EventPartitionInterval, Retention: cfg.Sync.EventRetention,
+		}), logger: s.logger})
+		queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: cfg.River.MaxWorkers}
+		for _, m := range mods {
+			for _, q := range m.RegisterWorkers(workers) {
+				queues[q] = river.QueueConfig{MaxWorkers: cfg.River.MaxWorkers}
+			}
+			consumers = append(consumers, m.Consumers()...)
+		}
+		rcfg.Queues = queues
+		rcfg.Workers = workers
+		rcfg.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sync.MaintenanceInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
+	if err != nil {
+		return fmt.Errorf("river: %w", err)
+	}
+	deps.River = rc
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context(), pool); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	if api {
+		for _, m := range mods {
+			m.Routes(mux)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.Server.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("server.listen_addr %s: %w", cfg.Server.ListenAddr, err)
+	}
+	s.addrCh <- ln.Addr()
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout)
+		defer cancel()
+		return httpSrv.Shutdown(sctx)
+	})
+	if worker {
+		metrics := sync.NewMetrics(s.registry)
+		rounds := sync.NewRoundRunner(pool, postgres.CursorStore{}, eventLog, postgres.NewJobSink(rc, nil),
+			&sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: s.logger})
+		w, err := sync.NewWorker(rounds, consumers, &sync.WorkerConfig{
+			PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: s.logger, Metrics: metrics,
+		})
+		if err != nil {
+			return err
+		}
+		if err := checkConsumers(ctx, pool, consumers); err != nil {
+			return err
+		}
+		listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: s.logger})
+		g.Go(func() error { return w.Run(gctx) })
+		g.Go(func() error { return listener.Run(gctx) })
+		if err := rc.Start(gctx); err != nil {
+			return fmt.Errorf("river start: %w", err)
+		}
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout)
+			defer cancel()
+			if err := rc.Stop(sctx); err != nil {
+				// In-flight jobs did not finish in time: cancel them; River
+				// retries them later, and deliveries are idempotent per webhook-id.
+				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer ccancel()
+				return rc.StopAndCancel(cctx)
+			}
+			return nil
+		})
+	}
+	s.logger.InfoContext(ctx, "bothy server started", slog.String("role", role), slog.String("addr", ln.Addr().String()),
+		slog.Int("consumers", len(consumers)))
+	err = g.Wait()
+	s.logger.InfoContext(context.WithoutCancel(ctx), "bothy server stopped", slog.String("role", role))
+	return err
+}
+
+// checkConsumers refuses to start a worker whose consumers lack a cursor
+// row: the migration adding them has not run.
+func checkConsumers(ctx context.Context, pool *pgxpool.Pool, consumers []sync.Consumer) error {
+	names, err := postgres.CursorNames(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("read consumer cursors: %w", err)
+	}
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	for _, c := range consumers {
+		if !have[c.Name()] {
+			return fmt.Errorf("consumer %q: %w", c.Name(), sync.ErrUnknownConsumer)
+		}
+	}
+	return nil
+}
+
+func ready(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := dbmigrate.GetStatus(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if !st.Current() {
+		return fmt.Errorf("%d migrations pending (run bothy migrate up)", len(st.Pending))
+	}
+	return nil
+}
+
+func ensurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := postgres.EnsurePartitions(ctx, tx, time.Now(), cfg.Sync.EventPartitionInterval, 3)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("event_log partitions (did migrations run? bothy migrate up): %w", err)
+	}
+	return nil
+}

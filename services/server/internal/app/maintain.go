@@ -1,0 +1,42 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// MaintainArgs is the periodic job that keeps event_log's partitions ahead
+// of time and applies retention. River runs periodic jobs on its elected
+// leader only, so one worker does it however many run.
+type MaintainArgs struct{}
+
+// Kind implements river.JobArgs.
+func (MaintainArgs) Kind() string { return "event_log.maintain" }
+
+// InsertOpts keeps at most one pending maintenance job.
+func (MaintainArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
+}
+
+type maintainWorker struct {
+	river.WorkerDefaults[MaintainArgs]
+	parts  *postgres.Partitions
+	logger *slog.Logger
+}
+
+func (w *maintainWorker) Work(ctx context.Context, job *river.Job[MaintainArgs]) error {
+	res, err := w.parts.Maintain(ctx, time.Now())
+	if err != nil {
+		return err
+	}
+	if len(res.Created) > 0 || len(res.Dropped) > 0 {
+		w.logger.InfoContext(ctx, "event_log maintenance", slog.Any("created", res.Created),
+			slog.Any("dropped", res.Dropped), slog.Int64("low_seq", res.LowSeq))
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+)
+
+// Migrate creates the configured database if it does not exist (a newcomer
+// needs nothing but a running PostgreSQL), then applies pending migrations
+// and creates the event_log partitions for now.
+func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	if err := createDatabase(ctx, cfg.Database.URL, logger); err != nil {
+		return err
+	}
+	pool, err := OpenPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := dbmigrate.Up(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, v := range res.RiverApplied {
+		logger.InfoContext(ctx, "applied river migration", slog.Int("version", v))
+	}
+	for _, m := range res.Applied {
+		logger.InfoContext(ctx, "applied migration", slog.Int("version", m.Version), slog.String("name", m.Name))
+	}
+	return ensurePartitions(ctx, pool, cfg)
+}
+
+func createDatabase(ctx context.Context, dbURL string, logger *slog.Logger) error {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return fmt.Errorf("database.url: %w", err)
+	}
+	name := u.Path
+	if len(name) > 0 && name[0] == '/' {
+		name = name[1:]
+	}
+	if name == "" || name == "postgres" {
+		return nil
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		return nil // no maintenance database access: let the real connect report the problem
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil || exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		var pgErr interface{ SQLState() string }
+		if errors.As(err, &pgErr) && pgErr.SQLState() == "42P04" {
+			return nil // another process created it a moment ago
+		}
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	logger.InfoContext(ctx, "created database", slog.String("name", name))
+	return nil
+}

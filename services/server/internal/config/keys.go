@@ -1,0 +1,219 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Key declares one configuration key.
+type Key struct {
+	// Name is the dotted key, such as consumer.batch_size.
+	Name string
+	// Default is the value when no source sets it.
+	Default string
+	// Range describes the accepted values, for errors and docs.
+	Range string
+	// Doc says what the key does.
+	Doc string
+	// Secret keys are never printed.
+	Secret bool
+	set    func(c *Config, v string) error
+}
+
+// Keys is every configuration key, in documentation order.
+var Keys = []Key{
+	{Name: "database.url", Default: "postgres://postgres@127.0.0.1:5432/bothy?sslmode=disable",
+		Range: "a postgres:// URL", Doc: "PostgreSQL to use; the database is created by migrate if it is missing.",
+		set: func(c *Config, v string) error { return str(&c.Database.URL, v, validDBURL) }},
+	{Name: "database.max_conns", Default: "20", Range: "2..1000",
+		Doc: "Connections in the pool of each process (the LISTEN connection comes on top).",
+		set: func(c *Config, v string) error { return intIn(&c.Database.MaxConns, v, 2, 1000) }},
+
+	{Name: "server.role", Default: "all", Range: "api, worker or all",
+		Doc: "What bothy server runs: api (HTTP API, metrics), worker (consumers, delivery jobs, maintenance) or all.",
+		set: func(c *Config, v string) error { return oneOf(&c.Server.Role, v, "api", "worker", "all") }},
+	{Name: "server.listen_addr", Default: "127.0.0.1:8080", Range: "host:port",
+		Doc: "Address of the HTTP server (/v1, /metrics, /healthz, /readyz).",
+		set: func(c *Config, v string) error { return str(&c.Server.ListenAddr, v, validAddr) }},
+	{Name: "server.shutdown_timeout", Default: "30s", Range: "1s..10m",
+		Doc: "How long a stopping server waits for in-flight work before it gives up.",
+		set: func(c *Config, v string) error { return dur(&c.Server.ShutdownTimeout, v, time.Second, 10*time.Minute) }},
+	{Name: "server.migrate", Default: "false", Range: "true or false",
+		Doc: "Apply pending migrations before starting.",
+		set: func(c *Config, v string) error { return boolean(&c.Server.Migrate, v) }},
+	{Name: "server.admin_token", Default: "", Range: "empty or at least 16 characters", Secret: true,
+		Doc: "Bearer token for the admin paths (River UI); empty disables them.",
+		set: func(c *Config, v string) error {
+			return str(&c.Server.AdminToken, v, func(s string) error {
+				if s != "" && len(s) < 16 {
+					return fmt.Errorf("too short")
+				}
+				return nil
+			})
+		}},
+
+	{Name: "consumer.batch_size", Default: "1000", Range: "1..100000",
+		Doc: "Most events one consumer round reads; rounds repeat at once while they read full batches.",
+		set: func(c *Config, v string) error { return intIn(&c.Consumer.BatchSize, v, 1, 100000) }},
+	{Name: "consumer.poll_interval", Default: "1s", Range: "10ms..1h",
+		Doc: "Rounds run at least this often even without a notification.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Consumer.PollInterval, v, 10*time.Millisecond, time.Hour)
+		}},
+	{Name: "consumer.round_timeout", Default: "30s", Range: "100ms..10m",
+		Doc: "A round that takes longer is cancelled and rolled back.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Consumer.RoundTimeout, v, 100*time.Millisecond, 10*time.Minute)
+		}},
+	{Name: "consumer.pending_alert_after", Default: "1h", Range: "1s..8760h, below sync.event_retention",
+		Doc: "BothyEventConsumerLag fires when the oldest unprocessed event is older than this.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Consumer.PendingAlertAfter, v, time.Second, 8760*time.Hour)
+		}},
+
+	{Name: "sync.event_retention", Default: "168h", Range: "1m..87600h",
+		Doc: "Partitions of event_log older than this are detached and dropped.",
+		set: func(c *Config, v string) error { return dur(&c.Sync.EventRetention, v, time.Minute, 87600*time.Hour) }},
+	{Name: "sync.event_partition_interval", Default: "24h", Range: "1m..720h, below sync.event_retention",
+		Doc: "Time span of one event_log partition (the unit retention drops).",
+		set: func(c *Config, v string) error {
+			return dur(&c.Sync.EventPartitionInterval, v, time.Minute, 720*time.Hour)
+		}},
+	{Name: "sync.maintenance_interval", Default: "10m", Range: "1s..24h",
+		Doc: "How often the worker creates partitions ahead and applies retention.",
+		set: func(c *Config, v string) error { return dur(&c.Sync.MaintenanceInterval, v, time.Second, 24*time.Hour) }},
+
+	{Name: "river.max_workers", Default: "50", Range: "1..10000",
+		Doc: "Delivery jobs one worker process runs at once, per queue.",
+		set: func(c *Config, v string) error { return intIn(&c.River.MaxWorkers, v, 1, 10000) }},
+	{Name: "river.fetch_cooldown", Default: "5ms", Range: "1ms..10s",
+		Doc: "River's FetchCooldown for every client, including insert-only ones (it also paces insert notifications).",
+		set: func(c *Config, v string) error {
+			return dur(&c.River.FetchCooldown, v, time.Millisecond, 10*time.Second)
+		}},
+	{Name: "river.fetch_poll_interval", Default: "50ms", Range: "1ms..1m, at least river.fetch_cooldown",
+		Doc: "River's FetchPollInterval: job pickup without a notification.",
+		set: func(c *Config, v string) error {
+			return dur(&c.River.FetchPollInterval, v, time.Millisecond, time.Minute)
+		}},
+
+	{Name: "webhooks.allow_private_targets", Default: "false", Range: "true or false",
+		Doc: "Allow webhook URLs on loopback and private addresses (local development and tests only).",
+		set: func(c *Config, v string) error { return boolean(&c.Webhooks.AllowPrivateTargets, v) }},
+	{Name: "webhooks.timeout", Default: "15s", Range: "100ms..2m",
+		Doc: "Bound on one delivery attempt, connect to last byte read.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Webhooks.Timeout, v, 100*time.Millisecond, 2*time.Minute)
+		}},
+	{Name: "webhooks.retry_budget", Default: "72h", Range: "1s..720h",
+		Doc: "How long a delivery is retried before its subscription is disabled as failing.",
+		set: func(c *Config, v string) error { return dur(&c.Webhooks.RetryBudget, v, time.Second, 720*time.Hour) }},
+	{Name: "webhooks.max_response_bytes", Default: "65536", Range: "0..10485760",
+		Doc: "At most this much of a receiver's response body is read (and 1 KiB of it recorded).",
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.MaxResponseBytes, v, 0, 10<<20) }},
+
+	{Name: "push.vapid_public_key", Default: "", Range: "base64url P-256 public key (bothy push vapid-keys)",
+		Doc: "VAPID public key; push delivery is off while it is empty.",
+		set: func(c *Config, v string) error { c.Push.VAPIDPublicKey = v; return nil }},
+	{Name: "push.vapid_private_key", Default: "", Range: "base64url P-256 private key", Secret: true,
+		Doc: "VAPID private key.",
+		set: func(c *Config, v string) error { c.Push.VAPIDPrivateKey = v; return nil }},
+	{Name: "push.vapid_subject", Default: "mailto:ops@bothy.invalid", Range: "mailto: or https: URL",
+		Doc: "Contact the push service may use (RFC 8292 sub claim).",
+		set: func(c *Config, v string) error {
+			return str(&c.Push.VAPIDSubject, v, func(s string) error {
+				if !strings.HasPrefix(s, "mailto:") && !strings.HasPrefix(s, "https://") {
+					return fmt.Errorf("must start with mailto: or https://")
+				}
+				return nil
+			})
+		}},
+	{Name: "push.ttl", Default: "24h", Range: "0s..672h",
+		Doc: "How long the push service keeps an undelivered message (TTL header).",
+		set: func(c *Config, v string) error { return dur(&c.Push.TTL, v, 0, 672*time.Hour) }},
+	{Name: "push.urgency", Default: "normal", Range: "very-low, low, normal or high",
+		Doc: "Urgency header of push messages (RFC 8030 5.3).",
+		set: func(c *Config, v string) error { return oneOf(&c.Push.Urgency, v, "very-low", "low", "normal", "high") }},
+	{Name: "push.allow_private_targets", Default: "false", Range: "true or false",
+		Doc: "Allow push endpoints on loopback and private addresses (load tests and local development only).",
+		set: func(c *Config, v string) error { return boolean(&c.Push.AllowPrivateTargets, v) }},
+
+	{Name: "perf.push_handoff_p95", Default: "25ms", Range: "1ms..1m",
+		Doc: "Budget for the p95 from producer commit to decrypted push message (perf/push_handoff).",
+		set: func(c *Config, v string) error { return dur(&c.Perf.PushHandoffP95, v, time.Millisecond, time.Minute) }},
+
+	{Name: "log.level", Default: "info", Range: "debug, info, warn or error",
+		Doc: "Lowest level logged.",
+		set: func(c *Config, v string) error { return oneOf(&c.Log.Level, v, "debug", "info", "warn", "error") }},
+	{Name: "log.format", Default: "text", Range: "text or json",
+		Doc: "Log line format on stderr.",
+		set: func(c *Config, v string) error { return oneOf(&c.Log.Format, v, "text", "json") }},
+}
+
+func str(dst *string, v string, check func(string) error) error {
+	if err := check(v); err != nil {
+		return err
+	}
+	*dst = v
+	return nil
+}
+
+func intIn(dst *int, v string, lo, hi int) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return fmt.Errorf("%q is not an integer in %d..%d", v, lo, hi)
+	}
+	*dst = n
+	return nil
+}
+
+func dur(dst *time.Duration, v string, lo, hi time.Duration) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		return fmt.Errorf("%q is not a duration in %s..%s (such as 500ms, 30s, 2h)", v, lo, hi)
+	}
+	*dst = d
+	return nil
+}
+
+func boolean(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", v)
+	}
+	*dst = b
+	return nil
+}
+
+func oneOf(dst *string, v string, allowed ...string) error {
+	if !slices.Contains(allowed, v) {
+		return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+	*dst = v
+	return nil
+}
+
+func validDBURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+		return fmt.Errorf("not a postgres://host/db URL")
+	}
+	return nil
+}
+
+func validAddr(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q has no valid port", s)
+	}
+	return nil
+}
