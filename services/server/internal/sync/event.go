@@ -111,9 +111,10 @@ type SeqRange struct {
 	From, To int64
 }
 
-// Len is the number of seqs in the range.
+// Len is the number of seqs in the range; the zero SeqRange (seqs start
+// at 1) is empty.
 func (r SeqRange) Len() int64 {
-	if r.To < r.From {
+	if r.From < 1 || r.To < r.From {
 		return 0
 	}
 	return r.To - r.From + 1

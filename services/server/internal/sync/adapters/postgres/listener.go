@@ -18,6 +18,9 @@ type ListenerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// BeforeConnect, if set, is called before each connection attempt
+	// (tests hold a reconnect back to commit events while nobody listens).
+	BeforeConnect func(ctx context.Context)
 	// OnConnect, if set, is called with the backend pid after each LISTEN
 	// succeeds (tests use it to terminate the connection).
 	OnConnect func(pid uint32)
@@ -67,6 +70,9 @@ func (l *Listener) Run(ctx context.Context) error {
 }
 
 func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
+	if l.cfg.BeforeConnect != nil {
+		l.cfg.BeforeConnect(ctx)
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.Connect(connectCtx, l.cfg.ConnString)
 	cancel()
