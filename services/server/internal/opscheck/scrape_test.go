@@ -1,0 +1,157 @@
+package opscheck
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// promtool returns the promtool binary. Without one the test fails in CI
+// (CI set) and is skipped elsewhere, saying how to install it.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err == nil {
+		return p
+	}
+	msg := "promtool not found in PATH: apt-get install -y --no-install-recommends prometheus"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// idleConsumer stands in for the real consumers (webhooks, push: their
+// cursor rows exist from migrations 0003 and 0004), so the worker runs
+// rounds and exports its per-consumer series.
+type idleConsumer struct{ name string }
+
+func (c idleConsumer) Name() string { return c.name }
+
+func (idleConsumer) Handle(context.Context, pgx.Tx, []sync.Event) ([]sync.Job, error) {
+	return nil, nil
+}
+
+type idleModule struct{}
+
+func (idleModule) Consumers() []sync.Consumer {
+	return []sync.Consumer{idleConsumer{"webhooks"}, idleConsumer{"push"}}
+}
+func (idleModule) RegisterWorkers(*river.Workers) []string { return nil }
+func (idleModule) Routes(*http.ServeMux)                   {}
+
+// scrape starts "bothy server" with role on a fresh database, waits until
+// its /metrics shows what the role exports and returns the exposition text.
+func scrape(t *testing.T, role string) string {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	cfg, err := config.Load("", nil, map[string]string{
+		"database.url":       db.URL,
+		"server.listen_addr": "127.0.0.1:0",
+		"server.role":        role,
+	})
+	require.NoError(t, err)
+	srv := app.NewServer(cfg, slog.New(slog.DiscardHandler),
+		[]app.ModuleFactory{func(*app.Deps) (app.Module, error) { return idleModule{}, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("server (%s): %v", role, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("server (%s) did not stop", role)
+		}
+	})
+
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	addr, err := srv.Addr(actx)
+	require.NoError(t, err)
+
+	// The worker registers its round metrics after the listener starts and
+	// initializes a consumer's series when its loop starts: wait for them.
+	want := []string{"bothy_event_consumer_lag{", "bothy_server_role{"}
+	if role != "api" {
+		want = append(want, `bothy_event_consumer_rounds_total{consumer="push"`, `bothy_event_consumer_rounds_total{consumer="webhooks"`)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, err := get(ctx, "http://"+addr.String()+"/metrics")
+		missing := ""
+		for _, w := range want {
+			if err == nil && !strings.Contains(body, w) {
+				missing = w
+			}
+		}
+		if err == nil && missing == "" {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics of role %s: error %v, missing %q", role, err, missing)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("server (%s) ended: %v", role, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", errors.New(resp.Status)
+	}
+	return string(b), nil
+}
+
+// TestMetricsLint pipes a real scrape of each role into
+// "promtool check metrics", the linter Prometheus ships.
+func TestMetricsLint(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	for _, role := range []string{"api", "worker"} {
+		t.Run(role, func(t *testing.T) {
+			t.Parallel()
+			body := scrape(t, role)
+			cmd := exec.Command(bin, "check", "metrics")
+			cmd.Stdin = strings.NewReader(body)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "promtool check metrics on role %s:\n%s", role, out)
+		})
+	}
+}
