@@ -1,0 +1,366 @@
+package push
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+
+	webpush "github.com/SherClockHolmes/webpush-go"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+// DeliverConfig configures a DeliverWorker.
+type DeliverConfig struct {
+	// VAPIDPublicKey and VAPIDPrivateKey sign every request (push.vapid_*).
+	// Required; CheckVAPIDKeys must accept them.
+	VAPIDPublicKey, VAPIDPrivateKey string
+	// VAPIDSubject is the contact in the JWT's sub claim, mailto: or
+	// https: (push.vapid_subject). Default "mailto:ops@bothy.invalid".
+	VAPIDSubject string
+	// TTL is how long the push service keeps an undelivered message
+	// (push.ttl); zero is meaningful (deliver now or drop), so there is no
+	// default. Retries stop once a message is older than TTL.
+	TTL time.Duration
+	// Urgency is very-low, low, normal or high (push.urgency). Default normal.
+	Urgency string
+	// AllowPrivateTargets lets requests reach loopback and private
+	// addresses and plain http (push.allow_private_targets). Default false.
+	AllowPrivateTargets bool
+	// Timeout bounds one request, connect to response headers. Default 10s.
+	Timeout time.Duration
+	// QueryTimeout bounds each database call of a delivery. Default 5s.
+	QueryTimeout time.Duration
+	// MaxRetryAfter caps how long a Retry-After can postpone a retry.
+	// Default 1h.
+	MaxRetryAfter time.Duration
+	// Transport, if set, replaces the guarded transport (tests only).
+	Transport http.RoundTripper
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics, if set, counts deliveries.
+	Metrics *Metrics
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *DeliverConfig) validate() error {
+	if err := CheckVAPIDKeys(c.VAPIDPublicKey, c.VAPIDPrivateKey); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(c.VAPIDSubject, "mailto:") && !strings.HasPrefix(c.VAPIDSubject, "https://") {
+		return fmt.Errorf("push.vapid_subject %q: must start with mailto: or https://", c.VAPIDSubject)
+	}
+	switch c.Urgency {
+	case "very-low", "low", "normal", "high":
+	default:
+		return fmt.Errorf("push.urgency %q: want very-low, low, normal or high", c.Urgency)
+	}
+	if c.TTL < 0 {
+		return fmt.Errorf("push.ttl %s: must not be negative", c.TTL)
+	}
+	return nil
+}
+
+// DeliverWorker is the River worker of push.deliver: it checks that the
+// device still exists, still wants the space and that its principal still
+// may read it (authz.ActionPushDeliver), then sends one encrypted message.
+// It holds no transaction while it talks to the push service.
+type DeliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+
+	db     authz.Querier
+	cfg    DeliverConfig
+	client *http.Client
+
+	// retryAt carries a Retry-After from Work to NextRetry, which River
+	// calls right after Work returns, in the same process, for the same job.
+	retryMu retryAfters
+}
+
+type retryAfters struct {
+	gosync.Mutex
+	at map[int64]time.Time
+}
+
+// NewDeliverWorker returns the worker; db is the pool it reads
+// registrations and rights from.
+func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, error) {
+	c := *cfg
+	c.VAPIDSubject = cmp.Or(c.VAPIDSubject, "mailto:ops@bothy.invalid")
+	c.Urgency = cmp.Or(c.Urgency, "normal")
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, 5*time.Second)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	rt := c.Transport
+	if rt == nil {
+		rt = newTransport(c.AllowPrivateTargets)
+	}
+	client := &http.Client{
+		Transport: rt,
+		Timeout:   c.Timeout,
+		// A push service answers; it does not redirect. Following one
+		// would send the message somewhere the subscription did not name.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &DeliverWorker{db: db, cfg: c, client: client, retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
+}
+
+// newTransport dials only public addresses unless allowPrivate, and keeps
+// enough idle connections per host: a handful of push services (one per
+// browser vendor) receive all messages.
+func newTransport(allowPrivate bool) *http.Transport {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guardDial(allowPrivate)}
+	return &http.Transport{
+		Proxy:                 nil, // a proxy would bypass the address guard
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
+	}
+}
+
+// Payload is what a device receives: where to look, not what changed. The
+// client fetches the event with its own rights.
+type Payload struct {
+	Space   string    `json:"space"`
+	Seq     int64     `json:"seq"`
+	EventID uuid.UUID `json:"event_id"`
+	Type    string    `json:"type"`
+}
+
+// target is a registration as a delivery needs it.
+type target struct {
+	principal    string
+	endpoint     string
+	p256dh, auth string
+	tokenID      *uuid.UUID
+	wants        bool
+}
+
+const targetSQL = `
+SELECT r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
+       NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = $2 AND NOT pp.notify)
+FROM push_registrations r WHERE r.id = $1`
+
+// Timeout bounds a whole job: two queries, the request, and removing a gone
+// registration.
+func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
+	return w.cfg.Timeout + 3*w.cfg.QueryTimeout
+}
+
+// Work implements river.Worker.
+func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	a := job.Args
+	now := w.cfg.Now()
+	if age := now.Sub(a.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
+		return w.cancel(resultExpired, fmt.Errorf("message for seq %d is %s old, past push.ttl %s", a.Seq, age.Round(time.Second), w.cfg.TTL))
+	}
+	t, err := w.target(ctx, a.RegistrationID, a.Space)
+	if errors.Is(err, ErrNotFound) {
+		return w.cancel(resultDenied, fmt.Errorf("registration %s was removed", a.RegistrationID))
+	}
+	if err != nil {
+		return w.retry(err)
+	}
+	if t.principal != a.Principal {
+		return w.cancel(resultDenied, fmt.Errorf("registration %s now belongs to another principal", a.RegistrationID))
+	}
+	if !t.wants {
+		return w.cancel(resultDenied, fmt.Errorf("principal %q muted space %q", a.Principal, a.Space))
+	}
+	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	dec, err := authz.Allowed(qctx, w.db, &authz.Request{
+		Action: authz.ActionPushDeliver, Principal: a.Principal, Token: t.tokenID, Space: a.Space, EventType: a.Type,
+	})
+	cancel()
+	if err != nil {
+		return w.retry(fmt.Errorf("authz: %w", err))
+	}
+	if !dec.Allowed {
+		return w.cancel(resultDenied, fmt.Errorf("push.deliver denied: %s", dec.Reason))
+	}
+
+	status, retryAfter, err := w.send(ctx, &a, t)
+	switch {
+	case err != nil:
+		if errors.Is(err, errPrivateTarget) {
+			return w.cancel(resultFailed, err)
+		}
+		return w.retry(err)
+	case status >= 200 && status < 300:
+		w.count(resultSent)
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.handoff.Observe(w.cfg.Now().Sub(a.CommittedAt).Seconds())
+		}
+		return nil
+	case status == http.StatusNotFound || status == http.StatusGone:
+		if err := w.remove(ctx, a.RegistrationID, t.endpoint); err != nil {
+			return w.retry(err)
+		}
+		w.cfg.Logger.InfoContext(ctx, "push subscription gone, registration removed",
+			slog.String("registration", a.RegistrationID.String()), slog.Int("status", status), slog.String("host", hostOf(t.endpoint)))
+		return w.cancel(resultGone, fmt.Errorf("push service answered %d: subscription gone, registration removed", status))
+	case status == http.StatusTooManyRequests || status >= 500:
+		if retryAfter > 0 {
+			w.retryMu.Lock()
+			w.retryMu.at[job.ID] = now.Add(min(retryAfter, w.cfg.MaxRetryAfter))
+			w.retryMu.Unlock()
+		}
+		return w.retry(fmt.Errorf("push service answered %d (retry after %s)", status, retryAfter))
+	default:
+		// 400 (bad request), 401/403 (VAPID key does not match the
+		// subscription), 413 (too large): trying again cannot help.
+		return w.cancel(resultFailed, fmt.Errorf("push service answered %d", status))
+	}
+}
+
+// NextRetry backs off exponentially from 1s up to 1h, with jitter, and
+// never earlier than a Retry-After the push service sent.
+func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	now := w.cfg.Now()
+	n := max(job.Attempt, 1)
+	backoff := time.Hour
+	if n <= 12 {
+		backoff = min(time.Second<<(n-1), time.Hour)
+	}
+	backoff = backoff - backoff/10 + rand.N(backoff/5+1)
+	next := now.Add(backoff)
+	w.retryMu.Lock()
+	at, ok := w.retryMu.at[job.ID]
+	delete(w.retryMu.at, job.ID)
+	w.retryMu.Unlock()
+	if ok && at.After(next) {
+		next = at
+	}
+	return next
+}
+
+func (w *DeliverWorker) target(ctx context.Context, id uuid.UUID, space string) (target, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	defer cancel()
+	var t target
+	err := w.db.QueryRow(ctx, targetSQL, id, space).Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	if err != nil {
+		return t, fmt.Errorf("read registration %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// remove deletes a gone registration, unless it was registered again with
+// another endpoint meanwhile.
+func (w *DeliverWorker) remove(ctx context.Context, id uuid.UUID, endpoint string) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := w.db.Exec(ctx, `DELETE FROM push_registrations WHERE id = $1 AND endpoint = $2`, id, endpoint); err != nil {
+		return fmt.Errorf("remove gone registration %s: %w", id, err)
+	}
+	return nil
+}
+
+// send encrypts and posts the message, and returns the status and any
+// Retry-After. No database transaction is open while it runs.
+func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int, time.Duration, error) {
+	payload, err := json.Marshal(Payload{Space: a.Space, Seq: a.Seq, EventID: a.EventID, Type: a.Type})
+	if err != nil {
+		return 0, 0, err
+	}
+	sub := &webpush.Subscription{Endpoint: t.endpoint, Keys: webpush.Keys{P256dh: t.p256dh, Auth: t.auth}}
+	start := time.Now()
+	resp, err := webpush.SendNotificationWithContext(ctx, payload, sub, &webpush.Options{
+		HTTPClient: w.client,
+		// webpush-go v1.4.0 prefixes "mailto:" to any subject that is not
+		// an https: URL, so the configured mailto: must go in without it.
+		Subscriber:      strings.TrimPrefix(w.cfg.VAPIDSubject, "mailto:"),
+		TTL:             int(w.cfg.TTL / time.Second),
+		Urgency:         webpush.Urgency(w.cfg.Urgency),
+		VAPIDPublicKey:  w.cfg.VAPIDPublicKey,
+		VAPIDPrivateKey: w.cfg.VAPIDPrivateKey,
+	})
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.send.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL carries the subscription's capability path: keep it out of errors
+		}
+		if errors.Is(err, errPrivateTarget) {
+			return 0, 0, err
+		}
+		return 0, 0, fmt.Errorf("push to %s: %w", hostOf(t.endpoint), err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+	resp.Body.Close()
+	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
+}
+
+func (w *DeliverWorker) cancel(result string, err error) error {
+	w.count(result)
+	return river.JobCancel(err)
+}
+
+func (w *DeliverWorker) retry(err error) error {
+	w.count(resultRetry)
+	return err
+}
+
+func (w *DeliverWorker) count(result string) {
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.deliveries.WithLabelValues(result).Inc()
+	}
+}
+
+// hostOf names an endpoint in logs without its path, which is the
+// subscription's capability.
+func hostOf(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Host
+}

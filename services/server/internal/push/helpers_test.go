@@ -1,0 +1,221 @@
+package push_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx and net/http keep these briefly after Close.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+// bundle is what a push test works with: a database with the push tables,
+// the real round for the consumer, a real River client with the push.deliver
+// worker, and a local push service that decrypts what it gets.
+type bundle struct {
+	db       *dbtest.DB
+	log      *postgres.EventLog
+	river    *river.Client[pgx.Tx]
+	rounds   *sync.RoundRunner
+	consumer *push.Consumer
+	registry *push.Registry
+	rcv      *pushtest.Receiver
+	vapid    push.VAPIDKeys
+	started  bool
+}
+
+type setupOpts struct {
+	respond func(device string) pushtest.Response
+	// deliverCfg adjusts the worker's configuration.
+	deliverCfg func(*push.DeliverConfig)
+}
+
+func setup(t *testing.T, opts *setupOpts) *bundle {
+	t.Helper()
+	if opts == nil {
+		opts = &setupOpts{}
+	}
+	db := dbtest.NewDB(t)
+	vapid, err := push.GenerateVAPIDKeys()
+	require.NoError(t, err)
+	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public, Respond: opts.respond})
+	t.Cleanup(rcv.Close)
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dc := &push.DeliverConfig{
+		VAPIDPublicKey: vapid.Public, VAPIDPrivateKey: vapid.Private, VAPIDSubject: "mailto:ops@bothy.invalid",
+		TTL: time.Hour, Urgency: "high", AllowPrivateTargets: true, Logger: logger,
+		Metrics: push.NewMetrics(prometheus.NewRegistry()),
+	}
+	if opts.deliverCfg != nil {
+		opts.deliverCfg(dc)
+	}
+	worker, err := push.NewDeliverWorker(db.Pool, dc)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{push.Queue: {MaxWorkers: 10}},
+		Workers:           workers,
+		FetchCooldown:     time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            logger,
+	})
+	require.NoError(t, err)
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: logger})
+	b := &bundle{db: db, log: log, river: rc, rounds: rounds, consumer: push.NewConsumer(nil),
+		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true}), rcv: rcv, vapid: vapid}
+	t.Cleanup(func() {
+		if b.started {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, rc.Stop(ctx))
+		}
+	})
+	return b
+}
+
+// start starts working push.deliver jobs.
+func (b *bundle) start(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.river.Start(context.Background()))
+	b.started = true
+}
+
+// member creates a principal with a right on a space.
+func (b *bundle) member(t *testing.T, principal, space string, right authz.Right) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, principal, authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: space, Principal: principal, Right: right}))
+}
+
+// device registers a new device of principal with the local push service.
+func (b *bundle) device(t *testing.T, principal, name string) (push.Registration, *pushtest.Device) {
+	t.Helper()
+	d, endpoint, err := b.rcv.AddDevice(name)
+	require.NoError(t, err)
+	var s push.Subscription
+	s.Endpoint, s.Keys.P256dh, s.Keys.Auth = endpoint, d.P256dh(), d.Auth()
+	reg, err := b.registry.Register(context.Background(), b.db.Pool, &push.RegisterParams{Principal: principal, Subscription: s})
+	require.NoError(t, err)
+	return reg, d
+}
+
+// write commits one event.
+func (b *bundle) write(t *testing.T, space, actor string) sync.Event {
+	t.Helper()
+	evs, err := b.log.Write(context.Background(), func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+		return []sync.NewEvent{{Space: space, Type: "item.created", Actor: actor, Data: json.RawMessage(`{"secret":"not in the push"}`)}}, nil
+	})
+	require.NoError(t, err)
+	return evs[0]
+}
+
+// round runs one round of the push consumer.
+func (b *bundle) round(t *testing.T) sync.RoundResult {
+	t.Helper()
+	res, err := b.rounds.Run(context.Background(), b.consumer)
+	require.NoError(t, err)
+	require.False(t, res.Locked)
+	return res
+}
+
+type jobRow struct {
+	ID          int64
+	State       string
+	Args        push.DeliverArgs
+	Errors      []string
+	ScheduledAt time.Time
+	Attempt     int
+}
+
+func (b *bundle) jobs(t testing.TB) []jobRow {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(),
+		`SELECT id, state::text, args, coalesce((SELECT array_agg(e->>'error') FROM unnest(errors) e), '{}'), scheduled_at, attempt
+		 FROM river_job WHERE kind = 'push.deliver' ORDER BY id`)
+	require.NoError(t, err)
+	var out []jobRow
+	for rows.Next() {
+		var j jobRow
+		var args []byte
+		require.NoError(t, rows.Scan(&j.ID, &j.State, &args, &j.Errors, &j.ScheduledAt, &j.Attempt))
+		require.NoError(t, json.Unmarshal(args, &j.Args))
+		out = append(out, j)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// waitJobs polls until every push.deliver job is in one of the final or
+// waiting states given, or fails after the deadline.
+func (b *bundle) waitJobs(t *testing.T, want int, states ...string) []jobRow {
+	t.Helper()
+	var jobs []jobRow
+	eventually(t, 10*time.Second, func() bool {
+		jobs = b.jobs(t)
+		if len(jobs) != want {
+			return false
+		}
+		for _, j := range jobs {
+			ok := false
+			for _, s := range states {
+				ok = ok || j.State == s
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}, "jobs %+v not all in %v", &jobs, states)
+	return jobs
+}
+
+func (b *bundle) registrationExists(t *testing.T, reg push.Registration) bool {
+	t.Helper()
+	_, err := b.registry.Get(context.Background(), b.db.Pool, reg.ID)
+	if err == push.ErrNotFound {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %s", d, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,47 @@
+package push
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Delivery results, the values of the result label.
+const (
+	resultSent    = "sent"    // the push service accepted the message
+	resultGone    = "gone"    // 404/410: the registration was removed
+	resultDenied  = "denied"  // authz said no, the device was removed or muted, or changed hands
+	resultExpired = "expired" // older than push.ttl
+	resultRetry   = "retry"   // 429, 5xx or a network error: tried again later
+	resultFailed  = "failed"  // another answer: the job is cancelled
+)
+
+var results = []string{resultSent, resultGone, resultDenied, resultExpired, resultRetry, resultFailed}
+
+// Metrics are the push delivery metrics.
+type Metrics struct {
+	deliveries *prometheus.CounterVec
+	send       prometheus.Histogram
+	handoff    prometheus.Histogram
+}
+
+// NewMetrics registers the push metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bothy_push_deliveries_total",
+			Help: "push.deliver job runs by result: sent, gone, denied, expired, retry, failed.",
+		}, []string{"result"}),
+		send: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bothy_push_send_duration_seconds",
+			Help:    "Duration of one request to a push service, encryption included.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bothy_push_handoff_seconds",
+			Help:    "Time from the event's commit to the push service accepting the message (perf.push_handoff_p95 bounds its p95).",
+			Buckets: []float64{.0025, .005, .01, .015, .025, .05, .1, .25, .5, 1, 5, 30, 300},
+		}),
+	}
+	reg.MustRegister(m.deliveries, m.send, m.handoff)
+	for _, r := range results {
+		m.deliveries.WithLabelValues(r)
+	}
+	return m
+}
