@@ -1,0 +1,635 @@
+package webhooks
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// Queue is the River queue of delivery jobs.
+const Queue = "webhooks"
+
+// KindDeliver is the job kind of deliveries.
+const KindDeliver = "webhook_out.deliver"
+
+// DeliverArgs is a delivery job. It asks for the pending deliveries of one
+// subscription to be sent, in seq order; Seq is the lowest seq the round
+// that created the job added, for logs only (D-M2-26-2).
+type DeliverArgs struct {
+	SubscriptionID uuid.UUID `json:"subscription_id"`
+	Seq            int64     `json:"seq"`
+}
+
+// Kind implements river.JobArgs.
+func (DeliverArgs) Kind() string { return KindDeliver }
+
+// InsertOpts puts delivery jobs on their own queue. Retries of a failing
+// receiver are snoozes and do not count as attempts; MaxAttempts only
+// bounds database trouble.
+func (DeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, MaxAttempts: 25}
+}
+
+// DeliverConfig configures a Deliverer.
+type DeliverConfig struct {
+	// AllowPrivateTargets lets connections reach loopback and private
+	// addresses (webhooks.allow_private_targets). Default false.
+	AllowPrivateTargets bool
+	// Timeout bounds one attempt, connect to last byte read
+	// (webhooks.timeout). Default 15s.
+	Timeout time.Duration
+	// RetryBudget is how long a delivery is retried before its
+	// subscription is disabled as failing (webhooks.retry_budget). Default 72h.
+	RetryBudget time.Duration
+	// MaxResponseBytes is the most of a response body read
+	// (webhooks.max_response_bytes). Default 64 KiB.
+	MaxResponseBytes int
+	// RetryBase is the first retry's wait; it doubles per attempt, with
+	// jitter. Default 5s.
+	RetryBase time.Duration
+	// RetryMax caps one wait, also one asked for by Retry-After. Default 1h.
+	RetryMax time.Duration
+	// Slice is how long one job keeps sending a subscription's backlog
+	// before it yields its worker slot to other subscriptions. Default 5s.
+	Slice time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for retry decisions. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *DeliverConfig) withDefaults() DeliverConfig {
+	out := *c
+	out.Timeout = cmp.Or(out.Timeout, 15*time.Second)
+	out.RetryBudget = cmp.Or(out.RetryBudget, 72*time.Hour)
+	out.MaxResponseBytes = cmp.Or(out.MaxResponseBytes, 64<<10)
+	out.RetryBase = cmp.Or(out.RetryBase, 5*time.Second)
+	out.RetryMax = cmp.Or(out.RetryMax, time.Hour)
+	out.Slice = cmp.Or(out.Slice, 5*time.Second)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *DeliverConfig) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return errors.New("webhooks deliver config: Timeout must not be negative")
+	case c.RetryBudget < 0:
+		return errors.New("webhooks deliver config: RetryBudget must not be negative")
+	case c.MaxResponseBytes < 0:
+		return errors.New("webhooks deliver config: MaxResponseBytes must not be negative")
+	case c.RetryBase < 0 || c.RetryMax < c.RetryBase:
+		return errors.New("webhooks deliver config: RetryBase must be between 0 and RetryMax")
+	}
+	return nil
+}
+
+// excerptBytes is how much of a response body is recorded with an attempt.
+const excerptBytes = 1 << 10
+
+// dbTimeout bounds every short transaction of a delivery.
+const dbTimeout = 10 * time.Second
+
+// leaseMargin is added to a sender's claim beyond the attempt's timeout.
+const leaseMargin = 30 * time.Second
+
+// Deliverer is the River worker of webhook_out.deliver. A job becomes the
+// one sender of its subscription (pump_job_id), sends the lowest pending
+// delivery, records the outcome and goes on to the next one in the same
+// transaction, until nothing is pending, a retry has to wait (the job
+// snoozes) or its slice is used up (it snoozes for 0 and is picked up
+// again). Jobs that find another live sender end at once: that sender will
+// see their deliveries. No transaction is open during an HTTP request.
+type Deliverer struct {
+	river.WorkerDefaults[DeliverArgs]
+	pool    *pgxpool.Pool
+	client  *http.Client
+	metrics *Metrics
+	cfg     DeliverConfig
+}
+
+// NewDeliverer returns the delivery worker. metrics may be nil.
+func NewDeliverer(pool *pgxpool.Pool, metrics *Metrics, cfg *DeliverConfig) (*Deliverer, error) {
+	c := DeliverConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	return &Deliverer{pool: pool, client: NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c}, nil
+}
+
+// Timeout implements river.Worker: a job may use its slice plus one attempt.
+func (d *Deliverer) Timeout(*river.Job[DeliverArgs]) time.Duration {
+	return d.cfg.Slice + d.cfg.Timeout + leaseMargin
+}
+
+// claim is what a send needs, read in the claiming transaction.
+type claim struct {
+	subID          uuid.UUID
+	seq            int64
+	eventID        uuid.UUID
+	url            string
+	secret         string
+	previousSecret string
+	body           []byte
+}
+
+// result kinds of one send.
+type resultKind int
+
+const (
+	resultDelivered resultKind = iota
+	resultRetry
+	resultGone
+)
+
+// outcome of one send, recorded in the next transaction.
+type outcome struct {
+	claim      *claim
+	kind       resultKind
+	statusCode int
+	duration   time.Duration
+	err        string
+	excerpt    string
+	retryAfter time.Duration
+}
+
+// next says what Work does after a step.
+type next struct {
+	send   *claim
+	snooze *time.Duration
+}
+
+// Work implements river.Worker.
+func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	start := time.Now()
+	var prev *outcome
+	for {
+		n, err := d.step(ctx, job.ID, job.Args.SubscriptionID, prev, time.Since(start) < d.cfg.Slice)
+		if err != nil {
+			return err
+		}
+		if n.snooze != nil {
+			return river.JobSnooze(*n.snooze)
+		}
+		if n.send == nil {
+			return nil
+		}
+		prev = d.send(ctx, n.send)
+	}
+}
+
+// subRow is the subscription as a step reads it, locked.
+type subRow struct {
+	owner, space, url, secret, prevSecret string
+	tokenID                               *uuid.UUID
+	status                                string
+	pumpJobID                             *int64
+	pumpLive                              bool
+	now                                   time.Time
+}
+
+const lockSubSQL = `
+SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
+       token_id, status, pump_job_id, coalesce(pump_until > now(), false), now()
+FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
+
+const headSQL = `
+SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
+WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1`
+
+const eventSQL = `
+SELECT seq, committed_at, id, space, type, actor, occurred_at, data FROM event_log WHERE seq = $1`
+
+const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3 WHERE id = $1`
+
+const startAttemptSQL = `
+UPDATE webhook_deliveries SET first_attempt_at = coalesce(first_attempt_at, now())
+WHERE subscription_id = $1 AND event_seq = $2`
+
+const deadSQL = `
+UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
+WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending'`
+
+const attemptSQL = `
+INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error, response_excerpt)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, ''))`
+
+// maxRefusalsPerStep bounds how many refused deliveries one transaction
+// works through before the job yields.
+const maxRefusalsPerStep = 500
+
+// step runs one short transaction: record prev's outcome, then decide what
+// comes next and, if it is a send, claim it.
+func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev *outcome, mayContinue bool) (n next, err error) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	var results []string // metric results, counted after commit
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return n, fmt.Errorf("deliver %s: begin: %w", subID, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	commit := func() error {
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("deliver %s: commit: %w", subID, err)
+		}
+		for _, r := range results {
+			d.metrics.delivery(r)
+		}
+		return nil
+	}
+
+	var s subRow
+	err = tx.QueryRow(ctx, lockSubSQL, subID).Scan(&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID,
+		&s.status, &s.pumpJobID, &s.pumpLive, &s.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+		return n, commit() // deleted
+	}
+	if err != nil {
+		return n, fmt.Errorf("deliver %s: lock subscription: %w", subID, err)
+	}
+	mine := s.pumpJobID != nil && *s.pumpJobID == jobID
+
+	if prev != nil {
+		r, wait, err := d.record(ctx, tx, prev, s.now)
+		if err != nil {
+			return n, err
+		}
+		results = append(results, r)
+		if wait != nil {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(*wait+d.cfg.Timeout+leaseMargin)); err != nil {
+				return n, fmt.Errorf("deliver %s: keep sender: %w", subID, err)
+			}
+			n.snooze = wait
+			return n, commit()
+		}
+		if r != resultName(resultDelivered) { // gone or dead: the subscription may have been disabled
+			if err := tx.QueryRow(ctx, `SELECT status FROM webhook_subscriptions WHERE id = $1`, subID).Scan(&s.status); err != nil {
+				return n, fmt.Errorf("deliver %s: reread status: %w", subID, err)
+			}
+		}
+	}
+
+	if s.status != StatusActive {
+		if mine {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil); err != nil {
+				return n, err
+			}
+		}
+		return n, commit()
+	}
+	if !mine && s.pumpJobID != nil && s.pumpLive {
+		return n, commit() // another job is sending; it will reach our deliveries
+	}
+
+	release := func() error {
+		_, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil)
+		return err
+	}
+	for range maxRefusalsPerStep {
+		var seq int64
+		var eventID uuid.UUID
+		var nextAt *time.Time
+		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if err := release(); err != nil {
+				return n, err
+			}
+			return n, commit()
+		}
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: find head: %w", subID, err)
+		}
+		if nextAt != nil && nextAt.After(s.now) {
+			// The head waits for its retry. Whoever gets here (the job that
+			// snoozed, or one that found the claim expired) waits with it.
+			wait := nextAt.Sub(s.now)
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, nextAt.Add(d.cfg.Timeout+leaseMargin)); err != nil {
+				return n, err
+			}
+			n.snooze = &wait
+			return n, commit()
+		}
+		if !mayContinue {
+			// Slice used up: keep the claim briefly and come back at once,
+			// behind the jobs of other subscriptions.
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(leaseMargin)); err != nil {
+				return n, err
+			}
+			zero := time.Duration(0)
+			n.snooze = &zero
+			return n, commit()
+		}
+
+		rows, err := tx.Query(ctx, eventSQL, seq)
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
+		}
+		ev, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (sync.Event, error) {
+			var e sync.Event
+			err := row.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data)
+			return e, err
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Gap at the head: retention removed the event before it was
+			// delivered. Order can no longer be kept; the owner must
+			// resynchronize and enable the subscription again.
+			detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
+			if _, err := tx.Exec(ctx, deadSQL, subID, seq, detail); err != nil {
+				return n, err
+			}
+			if _, err := tx.Exec(ctx, disableSQL, subID, CauseGap, detail); err != nil {
+				return n, err
+			}
+			results = append(results, "gap")
+			d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
+				slog.String("subscription", subID.String()), slog.Int64("seq", seq))
+			return n, commit()
+		}
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
+		}
+
+		dec, err := authz.Allowed(ctx, tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
+			Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: authz: %w", subID, err)
+		}
+		if !dec.Allowed {
+			// Dead without any request (R-AZ-11).
+			msg := "not allowed: " + dec.Reason
+			if _, err := tx.Exec(ctx, attemptSQL, subID, seq, nil, 0.0, msg, ""); err != nil {
+				return n, err
+			}
+			if _, err := tx.Exec(ctx, deadSQL, subID, seq, msg); err != nil {
+				return n, err
+			}
+			results = append(results, "dead")
+			continue
+		}
+
+		body, err := json.Marshal(ev.Envelope())
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: envelope %d: %w", subID, seq, err)
+		}
+		if _, err := tx.Exec(ctx, startAttemptSQL, subID, seq); err != nil {
+			return n, err
+		}
+		if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(d.cfg.Timeout+leaseMargin)); err != nil {
+			return n, err
+		}
+		n.send = &claim{subID: subID, seq: seq, eventID: eventID, url: s.url, secret: s.secret, previousSecret: s.prevSecret, body: body}
+		return n, commit()
+	}
+	// Many refusals in a row: yield and come back.
+	if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(leaseMargin)); err != nil {
+		return n, err
+	}
+	zero := time.Duration(0)
+	n.snooze = &zero
+	return n, commit()
+}
+
+func resultName(k resultKind) string {
+	switch k {
+	case resultDelivered:
+		return "delivered"
+	case resultGone:
+		return "gone"
+	}
+	return "retry"
+}
+
+// record stores prev's attempt and applies its outcome. It returns the
+// metric result and, for a retry within budget, how long to wait.
+func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome, now time.Time) (string, *time.Duration, error) {
+	c := o.claim
+	var code *int
+	if o.statusCode != 0 {
+		code = &o.statusCode
+	}
+	if _, err := tx.Exec(ctx, attemptSQL, c.subID, c.seq, code, o.duration.Seconds(), o.err, o.excerpt); err != nil {
+		return "", nil, fmt.Errorf("deliver %s: record attempt %d: %w", c.subID, c.seq, err)
+	}
+	switch o.kind {
+	case resultDelivered:
+		_, err := tx.Exec(ctx, `
+WITH d AS (
+    UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL, next_attempt_at = NULL
+    WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' RETURNING event_seq
+)
+UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, $2)
+WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`, c.subID, c.seq)
+		if err != nil {
+			return "", nil, fmt.Errorf("deliver %s: mark %d delivered: %w", c.subID, c.seq, err)
+		}
+		return "delivered", nil, nil
+	case resultGone:
+		msg := fmt.Sprintf("receiver answered %d Gone", o.statusCode)
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET attempts = attempts + 1 WHERE subscription_id = $1 AND event_seq = $2`, c.subID, c.seq); err != nil {
+			return "", nil, err
+		}
+		if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
+			return "", nil, err
+		}
+		if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseGone, msg); err != nil {
+			return "", nil, err
+		}
+		return "gone", nil, nil
+	}
+
+	var attempts int
+	var first *time.Time
+	err := tx.QueryRow(ctx, `
+UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $3
+WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending'
+RETURNING attempts, first_attempt_at`, c.subID, c.seq, o.err).Scan(&attempts, &first)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "retry", nil, nil // no longer pending (skipped meanwhile)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("deliver %s: mark %d for retry: %w", c.subID, c.seq, err)
+	}
+	if first != nil && now.Sub(*first) >= d.cfg.RetryBudget {
+		msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", d.cfg.RetryBudget, attempts, o.err)
+		if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
+			return "", nil, err
+		}
+		if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseFailing, msg); err != nil {
+			return "", nil, err
+		}
+		d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: failing",
+			slog.String("subscription", c.subID.String()), slog.Int64("seq", c.seq), slog.Int("attempts", attempts))
+		return "dead", nil, nil
+	}
+	wait := d.backoff(attempts, o.retryAfter)
+	if first != nil {
+		// Never wait past the budget's end by more than needed to notice it.
+		wait = min(wait, max(first.Add(d.cfg.RetryBudget).Sub(now), time.Millisecond))
+	}
+	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE subscription_id = $1 AND event_seq = $2`,
+		c.subID, c.seq, now.Add(wait)); err != nil {
+		return "", nil, err
+	}
+	return "retry", &wait, nil
+}
+
+// backoff is the wait before retry number attempts: RetryBase doubled per
+// attempt, capped at RetryMax, with jitter over its upper half, and at
+// least what the receiver asked for with Retry-After (capped likewise).
+func (d *Deliverer) backoff(attempts int, retryAfter time.Duration) time.Duration {
+	w := d.cfg.RetryBase
+	for i := 1; i < attempts && w < d.cfg.RetryMax; i++ {
+		w *= 2
+	}
+	w = min(w, d.cfg.RetryMax)
+	if w > 1 {
+		w = w/2 + rand.N(w/2+1)
+	}
+	return max(w, min(retryAfter, d.cfg.RetryMax))
+}
+
+// send makes one attempt. It holds no transaction and no connection of the
+// pool.
+func (d *Deliverer) send(ctx context.Context, c *claim) *outcome {
+	o := &outcome{claim: c}
+	msgID := c.eventID.String()
+	ts := time.Now()
+	sig, err := signature(c.secret, msgID, ts, c.body)
+	if err == nil && c.previousSecret != "" {
+		var old string
+		if old, err = signature(c.previousSecret, msgID, ts, c.body); err == nil {
+			sig += " " + old
+		}
+	}
+	if err != nil {
+		o.kind, o.err = resultRetry, "signing: "+err.Error() // the error of a bad key names no key
+		return o
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(c.body))
+	if err != nil {
+		o.kind, o.err = resultRetry, "request: "+scrubURL(err)
+		return o
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "bothy-webhooks/1")
+	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+
+	start := time.Now()
+	resp, err := d.client.Do(req)
+	if err != nil {
+		o.duration = time.Since(start)
+		d.metrics.attempt(o.duration)
+		o.kind, o.err = resultRetry, scrubURL(err)
+		return o
+	}
+	head := make([]byte, 0, excerptBytes)
+	buf := bytes.NewBuffer(head)
+	_, rerr := io.Copy(buf, io.LimitReader(resp.Body, int64(min(excerptBytes, d.cfg.MaxResponseBytes))))
+	if rerr == nil && d.cfg.MaxResponseBytes > excerptBytes {
+		_, rerr = io.Copy(io.Discard, io.LimitReader(resp.Body, int64(d.cfg.MaxResponseBytes-excerptBytes)))
+	}
+	_ = resp.Body.Close()
+	o.duration = time.Since(start)
+	d.metrics.attempt(o.duration)
+	o.statusCode = resp.StatusCode
+	o.excerpt = strings.ToValidUTF8(buf.String(), "\uFFFD")
+	for !utf8.ValidString(o.excerpt) {
+		o.excerpt = o.excerpt[:len(o.excerpt)-1]
+	}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		o.kind = resultDelivered // a body cut off by the cap does not undo a 2xx
+	case resp.StatusCode == http.StatusGone:
+		o.kind = resultGone
+	default:
+		o.kind = resultRetry
+		o.err = fmt.Sprintf("receiver answered %s", resp.Status)
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			o.err += " (redirects are not followed)"
+		}
+		o.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		if rerr != nil {
+			o.err += "; reading body: " + scrubURL(rerr)
+		}
+	}
+	return o
+}
+
+// signature returns the v1 signature of the Standard Webhooks scheme.
+func signature(secret, msgID string, ts time.Time, body []byte) (string, error) {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return "", errors.New("invalid signing secret")
+	}
+	return wh.Sign(msgID, ts, body)
+}
+
+// scrubURL returns err's text without the target URL: URLs often carry
+// credentials (tokens in paths or queries), which must not reach the
+// attempt record, logs or metrics.
+func scrubURL(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout") {
+		return "timeout: " + err.Error()
+	}
+	return err.Error()
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 if absent or bad.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(30*24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

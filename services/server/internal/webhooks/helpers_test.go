@@ -1,0 +1,277 @@
+package webhooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// bundle is a test's database, River client (not started until start),
+// round runner and metrics registry.
+type bundle struct {
+	db       *dbtest.DB
+	log      *postgres.EventLog
+	river    *river.Client[pgx.Tx]
+	rounds   *sync.RoundRunner
+	consumer *webhooks.Consumer
+	reg      *prometheus.Registry
+	started  bool
+}
+
+// fastRetries makes retries quick enough for tests.
+func fastRetries() *webhooks.DeliverConfig {
+	return &webhooks.DeliverConfig{AllowPrivateTargets: true, Timeout: 2 * time.Second, RetryBase: 10 * time.Millisecond,
+		RetryMax: 40 * time.Millisecond, RetryBudget: time.Hour, Logger: quiet}
+}
+
+func setup(t testing.TB, cfg *webhooks.DeliverConfig) *bundle {
+	t.Helper()
+	if cfg == nil {
+		cfg = fastRetries()
+	}
+	db := dbtest.NewDB(t)
+	reg := prometheus.NewRegistry()
+	metrics := webhooks.NewMetrics(reg, db.Pool, quiet)
+	del, err := webhooks.NewDeliverer(db.Pool, metrics, cfg)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, del)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 20}},
+		Workers:           workers,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            quiet,
+	})
+	require.NoError(t, err)
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(), reg: reg,
+		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
+	t.Cleanup(func() {
+		if b.started {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = rc.Stop(ctx)
+		}
+	})
+	ctx := context.Background()
+	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
+	return b
+}
+
+// start starts River: delivery jobs run from now on.
+func (b *bundle) start(t testing.TB) {
+	t.Helper()
+	require.NoError(t, b.river.Start(context.Background()))
+	b.started = true
+}
+
+// subscribe creates a subscription of alice on s1 (loopback allowed).
+func (b *bundle) subscribe(t testing.TB, p *webhooks.CreateParams) (*webhooks.Subscription, string) {
+	t.Helper()
+	if p.Owner == "" {
+		p.Owner = "alice"
+	}
+	if p.Space == "" {
+		p.Space = "s1"
+	}
+	p.AllowPrivateTargets = true
+	s, secret, err := webhooks.Create(context.Background(), b.db.Pool, p)
+	require.NoError(t, err)
+	return s, secret
+}
+
+// emit commits n events of type item.created in space, in one transaction.
+func (b *bundle) emit(t testing.TB, space string, n int) []sync.Event {
+	t.Helper()
+	evs, err := b.log.Write(context.Background(), func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+		out := make([]sync.NewEvent, n)
+		for i := range out {
+			out[i] = sync.NewEvent{Space: space, Type: "item.created", Actor: "bob", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+		}
+		return out, nil
+	})
+	require.NoError(t, err)
+	return evs
+}
+
+// round runs the webhooks consumer until it has read everything.
+func (b *bundle) round(t testing.TB) sync.RoundResult {
+	t.Helper()
+	var total sync.RoundResult
+	for {
+		res, err := b.rounds.Run(context.Background(), b.consumer)
+		require.NoError(t, err)
+		total.Events += res.Events
+		total.Jobs += res.Jobs
+		if res.Lost.Len() > 0 {
+			total.Lost = res.Lost
+		}
+		if !res.Full {
+			return total
+		}
+	}
+}
+
+func (b *bundle) sub(t testing.TB, id uuid.UUID) *webhooks.Subscription {
+	t.Helper()
+	s, err := webhooks.Get(context.Background(), b.db.Pool, id)
+	require.NoError(t, err)
+	return s
+}
+
+func (b *bundle) deliveryStatus(t testing.TB, id uuid.UUID, seq int64) string {
+	t.Helper()
+	var st string
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT status FROM webhook_deliveries WHERE subscription_id = $1 AND event_seq = $2`, id, seq).Scan(&st)
+	require.NoError(t, err)
+	return st
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: "+msg, append([]any{d}, args...)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// request is what a receiver saw.
+type request struct {
+	Seq      int64
+	ID       string
+	Header   http.Header
+	Body     []byte
+	Status   int
+	Verified error
+	At       time.Time
+}
+
+// receiver is a real HTTP server that records requests and answers with
+// respond (200 if nil). If secret is set it verifies every request with
+// the Standard Webhooks library, independently of the sender's code.
+type receiver struct {
+	srv     *httptest.Server
+	mu      gosync.Mutex
+	reqs    []request
+	respond func(r request, n int) (status int, header map[string]string)
+	secret  string
+	// perSeq counts requests per seq.
+	perSeq map[int64]int
+}
+
+func newReceiver(t testing.TB, respond func(r request, n int) (int, map[string]string)) *receiver {
+	t.Helper()
+	rv := &receiver{respond: respond, perSeq: map[int64]int{}}
+	rv.srv = httptest.NewServer(http.HandlerFunc(rv.serve))
+	t.Cleanup(rv.srv.Close)
+	return rv
+}
+
+func (rv *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var env sync.Envelope
+	_ = json.Unmarshal(body, &env)
+	req := request{Seq: env.Seq, ID: r.Header.Get("webhook-id"), Header: r.Header.Clone(), Body: body, At: time.Now()}
+	rv.mu.Lock()
+	if rv.secret != "" {
+		wh, err := standardwebhooks.NewWebhook(rv.secret)
+		if err == nil {
+			err = wh.Verify(body, r.Header)
+		}
+		req.Verified = err
+	}
+	rv.perSeq[env.Seq]++
+	n := rv.perSeq[env.Seq]
+	status, hdr := http.StatusOK, map[string]string(nil)
+	if rv.respond != nil {
+		status, hdr = rv.respond(req, n)
+	}
+	req.Status = status
+	rv.reqs = append(rv.reqs, req)
+	rv.mu.Unlock()
+	for k, v := range hdr {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (rv *receiver) requests() []request {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return append([]request(nil), rv.reqs...)
+}
+
+func (rv *receiver) count() int {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return len(rv.reqs)
+}
+
+func (rv *receiver) url() string { return rv.srv.URL + "/hook" }
+
+func seqsOf(rs []request) []int64 {
+	out := make([]int64, len(rs))
+	for i, r := range rs {
+		out[i] = r.Seq
+	}
+	return out
+}
+
+// counter reads bothy_webhook_deliveries_total{result}.
+func (b *bundle) counter(t testing.TB, result string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "bothy_webhook_deliveries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// waitCounter waits for the counter to reach want (it is counted right
+// after the commit that made the outcome visible).
+func (b *bundle) waitCounter(t testing.TB, result string, want float64) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() bool { return b.counter(t, result) >= want }, "counter %s reaches %v", result, want)
+	require.Equal(t, want, b.counter(t, result))
+}

@@ -1,0 +1,365 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+// Status of a subscription.
+const (
+	StatusActive   = "active"
+	StatusDisabled = "disabled"
+)
+
+// Causes of a disabled subscription.
+const (
+	// CauseGap: events the subscription should have received left the log
+	// (retention) before they were delivered or even read.
+	CauseGap = "gap"
+	// CauseFailing: a delivery kept failing for the whole retry budget.
+	CauseFailing = "failing"
+	// CauseGone: the receiver answered 410 Gone.
+	CauseGone = "gone"
+	// CauseManual: the owner or an operator disabled it.
+	CauseManual = "manual"
+)
+
+// Delivery statuses.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryDead      = "dead"
+	DeliverySkipped   = "skipped"
+)
+
+var (
+	// ErrNotFound is returned for an unknown subscription.
+	ErrNotFound = errors.New("webhook subscription not found")
+	// ErrInvalid is returned for a malformed field of a new subscription.
+	ErrInvalid = errors.New("invalid webhook subscription")
+	// ErrForbidden is returned when the owner may not manage webhooks on
+	// the space.
+	ErrForbidden = errors.New("not allowed")
+)
+
+// Subscription is a stored subscription, without its secrets.
+type Subscription struct {
+	ID               uuid.UUID
+	Owner            string
+	Space            string
+	URL              string
+	EventTypes       []string
+	TokenID          *uuid.UUID
+	Status           string
+	DisabledCause    string
+	DisabledDetail   string
+	DisabledAt       *time.Time
+	ResumeAfterSeq   int64
+	LastDeliveredSeq int64
+	CreatedAt        time.Time
+	// Pending is the number of pending deliveries.
+	Pending int64
+}
+
+// NewSecret returns a fresh signing secret in the Standard Webhooks form:
+// "whsec_" and 32 random bytes in standard base64.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(b), nil
+}
+
+// CreateParams describes a new subscription.
+type CreateParams struct {
+	// Owner is the principal the deliveries act for; its rights are checked
+	// at every delivery.
+	Owner string
+	Space string
+	URL   string
+	// EventTypes filter what is delivered: exact types ("item.created"),
+	// prefixes ("item.*") or "*". Empty delivers every type.
+	EventTypes []string
+	// TokenID, if set, is the token the subscription was created with; its
+	// current scopes bound every delivery. Nil: the owner's full rights.
+	TokenID *uuid.UUID
+	// Secret, if set, is used instead of a generated one (whsec_ form).
+	Secret string
+	// AllowPrivateTargets accepts loopback and private addresses
+	// (webhooks.allow_private_targets).
+	AllowPrivateTargets bool
+	// Resolver for the target host. Default net.DefaultResolver.
+	Resolver Resolver
+}
+
+var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?)$`)
+
+// Create validates and stores a subscription and returns it with its
+// signing secret (shown once). It starts at the head of the log: only
+// events committed after it was created are delivered. The owner must be
+// allowed webhooks.manage on the space (with the token's scopes, if one is
+// given).
+func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscription, string, error) {
+	res := p.Resolver
+	if res == nil {
+		res = defaultResolver
+	}
+	u, err := ValidateTarget(ctx, res, p.URL, p.AllowPrivateTargets)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, t := range p.EventTypes {
+		if !typeFilter.MatchString(t) {
+			return nil, "", fmt.Errorf("%w: event type filter %q: want item.created, item.* or *", ErrInvalid, t)
+		}
+	}
+	d, err := authz.Allowed(ctx, q, &authz.Request{Action: authz.ActionWebhookManage, Principal: p.Owner, Space: p.Space, Token: p.TokenID})
+	if err != nil {
+		return nil, "", err
+	}
+	if !d.Allowed {
+		return nil, "", fmt.Errorf("%w: %s", ErrForbidden, d.Reason)
+	}
+	secret := p.Secret
+	if secret == "" {
+		if secret, err = NewSecret(); err != nil {
+			return nil, "", fmt.Errorf("webhook secret: %w", err)
+		}
+	} else if _, err := base64.StdEncoding.DecodeString(secret[min(len(secret), len("whsec_")):]); err != nil || len(secret) < len("whsec_")+8 || secret[:6] != "whsec_" {
+		return nil, "", fmt.Errorf("%w: secret must be whsec_ followed by base64", ErrInvalid)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, "", err
+	}
+	types := p.EventTypes
+	if types == nil {
+		types = []string{}
+	}
+	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive}
+	err = q.QueryRow(ctx, `
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq)
+SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq FROM event_seq
+RETURNING resume_after_seq, last_delivered_seq, created_at`,
+		id, p.Owner, p.Space, s.URL, secret, types, p.TokenID).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+	if err != nil {
+		return nil, "", fmt.Errorf("create webhook subscription: %w", err)
+	}
+	return s, secret, nil
+}
+
+const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
+coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
+(SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending')`
+
+func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
+	s := &Subscription{}
+	err := row.Scan(&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
+		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending)
+	return s, err
+}
+
+// Get reads one subscription.
+func Get(ctx context.Context, q authz.Querier, id uuid.UUID) (*Subscription, error) {
+	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM webhook_subscriptions s WHERE s.id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read webhook subscription %s: %w", id, err)
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return s, err
+}
+
+// ListParams filters List; zero values match everything.
+type ListParams struct {
+	Owner string
+	Space string
+}
+
+// List returns subscriptions in creation order.
+func List(ctx context.Context, q authz.Querier, p *ListParams) ([]*Subscription, error) {
+	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM webhook_subscriptions s
+WHERE ($1 = '' OR s.owner = $1) AND ($2 = '' OR s.space = $2) ORDER BY s.created_at, s.id`, p.Owner, p.Space)
+	if err != nil {
+		return nil, fmt.Errorf("list webhook subscriptions: %w", err)
+	}
+	return pgx.CollectRows(rows, scanSubscription)
+}
+
+// disableSQL disables one active subscription and releases its sender.
+const disableSQL = `
+UPDATE webhook_subscriptions
+SET status = 'disabled', disabled_cause = $2, disabled_detail = $3, disabled_at = now(), updated_at = now(),
+    pump_job_id = NULL, pump_until = NULL
+WHERE id = $1 AND status = 'active'`
+
+// Disable disables an active subscription by hand. Disabling a disabled
+// one changes nothing and is not an error.
+func Disable(ctx context.Context, q authz.Querier, id uuid.UUID, detail string) error {
+	if _, err := Get(ctx, q, id); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, disableSQL, id, CauseManual, detail); err != nil {
+		return fmt.Errorf("disable webhook subscription %s: %w", id, err)
+	}
+	return nil
+}
+
+// EnableResult says where an enabled subscription resumes.
+type EnableResult struct {
+	// WasCause is why it had been disabled ("" if it was active).
+	WasCause string
+	// ResumeAfterSeq: events up to it are not delivered; the next event
+	// after the current head is.
+	ResumeAfterSeq int64
+	// Skipped is how many pending deliveries were given up.
+	Skipped int64
+	// NotDelivered is the range of seqs after the last delivered one up to
+	// the head that the subscription will never receive (Len 0: none).
+	NotDeliveredFrom, NotDeliveredTo int64
+}
+
+// Enable re-activates a subscription. It always resumes from the current
+// head of the log (D-M2-26-4): pending deliveries are marked skipped, and
+// the result says which range will never be delivered, so the owner can
+// resynchronize from the source of truth.
+func Enable(ctx context.Context, q authz.Querier, id uuid.UUID) (*EnableResult, error) {
+	res := &EnableResult{}
+	var last int64
+	err := q.QueryRow(ctx, `
+WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR UPDATE),
+up AS (
+    UPDATE webhook_subscriptions s
+    SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
+        resume_after_seq = (SELECT last_seq FROM event_seq), pump_job_id = NULL, pump_until = NULL
+    WHERE s.id = $1 AND s.status = 'disabled'
+    RETURNING s.resume_after_seq
+),
+skip AS (
+    UPDATE webhook_deliveries d SET status = 'skipped', finished_at = now(), last_error = 'skipped: subscription re-enabled at the head'
+    WHERE d.subscription_id = $1 AND d.status = 'pending' AND EXISTS (SELECT 1 FROM up)
+    RETURNING 1
+)
+SELECT old.cause, old.last_delivered_seq, coalesce((SELECT resume_after_seq FROM up), -1), (SELECT count(*) FROM skip) FROM old`,
+		id).Scan(&res.WasCause, &last, &res.ResumeAfterSeq, &res.Skipped)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("enable webhook subscription %s: %w", id, err)
+	}
+	if res.ResumeAfterSeq < 0 { // was active
+		res.WasCause = ""
+		res.ResumeAfterSeq = 0
+		return res, nil
+	}
+	if res.ResumeAfterSeq > last {
+		res.NotDeliveredFrom, res.NotDeliveredTo = last+1, res.ResumeAfterSeq
+	}
+	return res, nil
+}
+
+// RotateSecret gives the subscription a new signing secret and returns it.
+// The old one stays valid for overlap: every request carries signatures
+// with both until then, so receivers can switch without losing a delivery.
+func RotateSecret(ctx context.Context, q authz.Querier, id uuid.UUID, overlap time.Duration) (string, error) {
+	secret, err := NewSecret()
+	if err != nil {
+		return "", err
+	}
+	ct, err := q.Exec(ctx, `
+UPDATE webhook_subscriptions
+SET previous_secret = CASE WHEN $3 > 0 THEN secret END,
+    previous_secret_until = CASE WHEN $3 > 0 THEN now() + make_interval(secs => $3) END,
+    secret = $2, updated_at = now()
+WHERE id = $1`, id, secret, overlap.Seconds())
+	if err != nil {
+		return "", fmt.Errorf("rotate secret of %s: %w", id, err)
+	}
+	if ct.RowsAffected() == 0 {
+		return "", fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return secret, nil
+}
+
+// Delivery is one stored delivery with its latest attempt.
+type Delivery struct {
+	SubscriptionID uuid.UUID
+	Seq            int64
+	EventID        uuid.UUID
+	Status         string
+	Attempts       int
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	NextAttemptAt  *time.Time
+	LastError      string
+}
+
+// Attempt is one recorded request (or refusal before a request).
+type Attempt struct {
+	Seq          int64
+	At           time.Time
+	StatusCode   *int
+	Duration     time.Duration
+	Error        string
+	ResponseHead string
+}
+
+// DeliveriesParams selects deliveries of one subscription.
+type DeliveriesParams struct {
+	SubscriptionID uuid.UUID
+	// Status filters; "" for all.
+	Status string
+	// Limit: newest first, at most this many. Default 50.
+	Limit int
+}
+
+// Deliveries lists a subscription's deliveries, newest first.
+func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]Delivery, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	rows, err := q.Query(ctx, `
+SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
+FROM webhook_deliveries WHERE subscription_id = $1 AND ($2 = '' OR status = $2)
+ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries of %s: %w", p.SubscriptionID, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError)
+		return d, err
+	})
+}
+
+// Attempts lists the recorded attempts of one delivery, oldest first.
+func Attempts(ctx context.Context, q authz.Querier, id uuid.UUID, seq int64) ([]Attempt, error) {
+	rows, err := q.Query(ctx, `
+SELECT event_seq, attempted_at, status_code, duration_seconds, coalesce(error, ''), coalesce(response_excerpt, '')
+FROM webhook_attempts WHERE subscription_id = $1 AND event_seq = $2 ORDER BY id`, id, seq)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of %s/%d: %w", id, seq, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		var secs float64
+		err := row.Scan(&a.Seq, &a.At, &a.StatusCode, &secs, &a.Error, &a.ResponseHead)
+		a.Duration = time.Duration(secs * float64(time.Second))
+		return a, err
+	})
+}
