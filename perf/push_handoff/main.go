@@ -1,0 +1,30 @@
+// Command push_handoff is the push hand-off load test (build ticket M3-24):
+// p95 from a producer's commit to the decrypted push message, judged against
+// perf.push_handoff_p95.
+//
+//	go run ./perf/push_handoff [--rate 500/s] [--duration 30s] [--devices N] [--short]
+//	    [--variants 5ms/50ms,1ms/20ms] [--segment 5s] [--out perf/out]
+//
+// It exits 1 when the p95 is over budget, messages were lost or did not
+// decrypt, or the run failed. See package pushhandoff for what it does.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/bothy/bothy/services/server/loadtest/pushhandoff"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := pushhandoff.Run(ctx, os.Args[1:], os.Stdout, os.Environ())
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "push_handoff:", err)
+		os.Exit(1)
+	}
+}

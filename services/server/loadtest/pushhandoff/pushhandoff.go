@@ -1,0 +1,623 @@
+// Package pushhandoff is the load test of build ticket M3-24: it measures
+// the time from a producer's commit to the decrypted push message arriving
+// at the device, and fails when its p95 is above perf.push_handoff_p95.
+// The command perf/push_handoff only calls Run; the code lives here because
+// Go lets only packages under services/server import the server's internal
+// packages.
+//
+//	go run ./perf/push_handoff [--rate 500/s] [--duration 30s] [--devices N] [--short]
+//	    [--variants 5ms/50ms,1ms/20ms] [--segment 5s] [--out perf/out]
+//
+// It creates a scratch database on the local server (or the one
+// BOTHY_DATABASE_URL names), migrates it, starts a local push service on
+// 127.0.0.1 that checks VAPID and decrypts every message with the device's
+// private key, registers the devices, runs the worker role in this process
+// (app.Server with the push module, exactly what "bothy server --role=worker"
+// runs), appends events at the given rate through the producer API
+// (postgres.EventLog.Write) and drops the database at the end.
+//
+// --variants compares River fetch settings (river.fetch_cooldown /
+// river.fetch_poll_interval): the run is cut into --segment slices that
+// alternate the variants, restarting the worker between slices, so machine
+// noise hits every variant alike. The first variant is the one judged
+// against the budget; by default it is the configuration's own.
+//
+// It writes push_handoff.txt (the summary) and push_handoff.png (latency
+// histograms) into --out.
+package pushhandoff
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+var (
+	// ErrOverBudget is returned when the judged variant failed: its p95 is
+	// above the budget, or messages were lost or did not decrypt.
+	ErrOverBudget = errors.New("push hand-off over budget")
+	// ErrP95OverBudget is returned (wrapping ErrOverBudget) when the p95 was
+	// the only failure: every message arrived and decrypted.
+	ErrP95OverBudget = fmt.Errorf("%w: p95 only", ErrOverBudget)
+)
+
+type variant struct {
+	Cooldown, Poll time.Duration
+}
+
+func (v variant) String() string { return v.Cooldown.String() + "/" + v.Poll.String() }
+
+type options struct {
+	rate      float64
+	duration  time.Duration
+	devices   int
+	fanout    int
+	producers int
+	segment   time.Duration
+	variants  []variant
+	out       string
+	config    string
+	short     bool
+	keep      bool
+	profile   string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("push_handoff", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	rate := fs.String("rate", "500/s", "events appended per second")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "measured load time (all variants together)")
+	fs.IntVar(&o.devices, "devices", 100, "registered devices, one per principal")
+	fs.IntVar(&o.fanout, "fanout", 1, "receiving devices per event (members per space)")
+	fs.IntVar(&o.producers, "producers", 16, "concurrent producer goroutines")
+	fs.DurationVar(&o.segment, "segment", 5*time.Second, "length of one slice when variants alternate")
+	vs := fs.String("variants", "", "comma-separated river.fetch_cooldown/river.fetch_poll_interval pairs to alternate, e.g. 5ms/50ms,1ms/20ms (default: the configuration's)")
+	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for push_handoff.txt and push_handoff.png")
+	fs.StringVar(&o.config, "config", "", "bothy configuration file (perf.push_handoff_p95, river.*, push.*)")
+	fs.BoolVar(&o.short, "short", false, "a few seconds, for CI: --duration 3s --devices 20 unless given")
+	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database for inspection")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured load to this file")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.short {
+		if !set["duration"] {
+			o.duration = 3 * time.Second
+		}
+		if !set["devices"] {
+			o.devices = 20
+		}
+	}
+	r, err := strconv.ParseFloat(strings.TrimSuffix(*rate, "/s"), 64)
+	if err != nil || r <= 0 || r > 20000 {
+		return nil, fmt.Errorf("--rate %q: want events per second such as 500/s", *rate)
+	}
+	o.rate = r
+	if o.devices < 1 || o.fanout < 1 || o.fanout > o.devices {
+		return nil, fmt.Errorf("--devices %d --fanout %d: want 1 <= fanout <= devices", o.devices, o.fanout)
+	}
+	if o.duration <= 0 || o.segment <= 0 || o.producers < 1 {
+		return nil, errors.New("--duration, --segment and --producers must be positive")
+	}
+	if *vs != "" {
+		for _, p := range strings.Split(*vs, ",") {
+			c, pi, ok := strings.Cut(strings.TrimSpace(p), "/")
+			cd, err1 := time.ParseDuration(c)
+			pd, err2 := time.ParseDuration(pi)
+			if !ok || err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("--variants %q: want COOLDOWN/POLL pairs such as 5ms/50ms", p)
+			}
+			o.variants = append(o.variants, variant{Cooldown: cd, Poll: pd})
+		}
+	}
+	return o, nil
+}
+
+// harness is one run's shared state.
+type harness struct {
+	opts    *options
+	logger  *slog.Logger
+	dbURL   string
+	pool    *pgxpool.Pool
+	log     *postgres.EventLog
+	rcv     *pushtest.Receiver
+	vapid   push.VAPIDKeys
+	spaces  []string
+	baseCfg map[string]string
+
+	mu       gosync.Mutex
+	commits  map[uuid.UUID]time.Time
+	arrivals map[uuid.UUID][]time.Time
+}
+
+// Run runs the load test with command-line args, writing the summary to
+// stdout. It returns an error wrapping ErrOverBudget when the judged
+// variant misses the budget, and other errors when the run could not be
+// done; the scratch database is dropped in every case.
+func Run(ctx context.Context, args []string, stdout io.Writer, environ []string) error {
+	o, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(o.config, environ, nil)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if len(o.variants) == 0 {
+		o.variants = []variant{{Cooldown: cfg.River.FetchCooldown, Poll: cfg.River.FetchPollInterval}}
+	}
+	budget := cfg.Perf.PushHandoffP95
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	h := &harness{opts: o, logger: logger, commits: map[uuid.UUID]time.Time{}, arrivals: map[uuid.UUID][]time.Time{}}
+	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
+		return err
+	}
+	scratch, err := scratchURL(cfg.Database.URL)
+	if err != nil {
+		return err
+	}
+	h.dbURL = scratch
+	h.baseCfg = map[string]string{
+		"database.url": scratch, "server.role": "worker", "server.listen_addr": "127.0.0.1:0",
+		"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private,
+		"push.allow_private_targets": "true", "log.level": "warn",
+	}
+	mcfg, err := h.config(o.variants[0], environ)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", dbName(scratch))
+	if !o.keep {
+		defer dropDatabase(context.WithoutCancel(ctx), scratch)
+	}
+	if err := app.Migrate(ctx, mcfg, logger); err != nil {
+		return fmt.Errorf("migrate scratch database: %w", err)
+	}
+	pc, err := pgxpool.ParseConfig(scratch)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = int32(o.producers + 4)
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return err
+	}
+	defer h.pool.Close()
+	h.log = postgres.NewEventLog(h.pool, nil)
+	defer h.log.Close()
+	h.rcv = pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: h.vapid.Public, OnMessage: h.arrived})
+	defer h.rcv.Close()
+	if err := h.seed(ctx); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+
+	// Slices alternate the variants; each variant gets duration/len(variants).
+	per := o.duration / time.Duration(len(o.variants))
+	slices := max(1, int((per+o.segment-1)/o.segment))
+	slice := per / time.Duration(slices)
+	results := make([]*result, len(o.variants))
+	for i, v := range o.variants {
+		results[i] = &result{Variant: v}
+	}
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	for s := range slices {
+		for i, v := range o.variants {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ids, err := h.segment(ctx, v, slice, environ)
+			if err != nil {
+				return fmt.Errorf("variant %s slice %d: %w", v, s+1, err)
+			}
+			results[i].add(h, ids, slice)
+		}
+	}
+	for _, r := range results {
+		r.finish()
+	}
+	verdict, onlyP95 := judge(results[0], budget, len(h.rcv.Errors()))
+	sum := summary(&summaryParams{opts: o, results: results, budget: budget, verdict: verdict,
+		decryptErrors: h.rcv.Errors(), wall: time.Since(start)})
+	fmt.Fprint(stdout, sum)
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "push_handoff.txt"), []byte(sum), 0o644); err != nil {
+		return err
+	}
+	if err := writeHistogram(filepath.Join(o.out, "push_handoff.png"), results, budget); err != nil {
+		return fmt.Errorf("histogram: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(o.out, "push_handoff.txt"), filepath.Join(o.out, "push_handoff.png"))
+	if onlyP95 {
+		return fmt.Errorf("%w: %s", ErrP95OverBudget, verdict)
+	}
+	if verdict != "" {
+		return fmt.Errorf("%w: %s", ErrOverBudget, verdict)
+	}
+	return nil
+}
+
+// config builds the worker's configuration for a variant: the caller's
+// configuration (file, environment) with the harness's own keys on top.
+func (h *harness) config(v variant, environ []string) (*config.Config, error) {
+	flags := map[string]string{
+		"river.fetch_cooldown": v.Cooldown.String(), "river.fetch_poll_interval": v.Poll.String(),
+	}
+	for k, val := range h.baseCfg {
+		flags[k] = val
+	}
+	return config.Load(h.opts.config, environ, flags)
+}
+
+// seed creates the writer, one principal per device with read on its
+// space, and registers every device with the local push service.
+func (h *harness) seed(ctx context.Context) error {
+	o := h.opts
+	if err := authz.CreatePrincipal(ctx, h.pool, "perf-writer", authz.KindApp); err != nil {
+		return err
+	}
+	reg := push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true})
+	nspaces := o.devices / o.fanout
+	for i := range nspaces {
+		h.spaces = append(h.spaces, fmt.Sprintf("space-%04d", i))
+	}
+	for i := range nspaces * o.fanout {
+		principal := fmt.Sprintf("user-%04d", i)
+		space := h.spaces[i/o.fanout]
+		if err := authz.CreatePrincipal(ctx, h.pool, principal, authz.KindUser); err != nil {
+			return err
+		}
+		if err := authz.Grant(ctx, h.pool, &authz.GrantParams{Space: space, Principal: principal, Right: authz.RightRead}); err != nil {
+			return err
+		}
+		d, endpoint, err := h.rcv.AddDevice(principal)
+		if err != nil {
+			return err
+		}
+		var s push.Subscription
+		s.Endpoint, s.Keys.P256dh, s.Keys.Auth = endpoint, d.P256dh(), d.Auth()
+		if _, err := reg.Register(ctx, h.pool, &push.RegisterParams{Principal: principal, Subscription: s, UserAgent: "push_handoff"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// arrived records a decrypted message (called by the receiver).
+func (h *harness) arrived(m pushtest.Message) {
+	var p push.Payload
+	if err := json.Unmarshal(m.Payload, &p); err != nil {
+		return // counted as lost
+	}
+	h.mu.Lock()
+	h.arrivals[p.EventID] = append(h.arrivals[p.EventID], m.At)
+	h.mu.Unlock()
+}
+
+// segment starts a worker with v's River settings, warms it up, appends
+// events at the rate for d, waits for their messages and stops the worker.
+// It returns the ids of the measured events.
+func (h *harness) segment(ctx context.Context, v variant, d time.Duration, environ []string) ([]uuid.UUID, error) {
+	cfg, err := h.config(v, environ)
+	if err != nil {
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	srv := app.NewServer(cfg, h.logger, []app.ModuleFactory{push.NewModule})
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = srv.Addr(actx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("worker did not start: %w", err)
+	}
+
+	// Warm-up: connections, River's producer and the listener settle.
+	warm, err := h.load(ctx, 500*time.Millisecond, min(h.opts.rate, 200))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.await(ctx, warm, done); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	ids, err := h.load(ctx, d, h.opts.rate)
+	if err != nil {
+		return nil, err
+	}
+	_ = h.await(ctx, ids, done) // a miss is reported as lost messages
+	return ids, nil
+}
+
+// load appends events at rate for d, open loop: event i is due at
+// start + i/rate whatever happened to the ones before, so a slow producer
+// shows up as backlog instead of as a lower offered rate.
+func (h *harness) load(ctx context.Context, d time.Duration, rate float64) ([]uuid.UUID, error) {
+	n := int(d.Seconds() * rate)
+	due := make(chan int, n)
+	var (
+		wg       gosync.WaitGroup
+		mu       gosync.Mutex
+		ids      []uuid.UUID
+		firstErr error
+	)
+	for range h.opts.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range due {
+				id, err := h.write(ctx, i)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					ids = append(ids, id)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		due <- i
+	}
+	close(due)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return ids, firstErr
+}
+
+// write commits one event through the producer API and records the moment
+// the commit was acknowledged.
+func (h *harness) write(ctx context.Context, i int) (uuid.UUID, error) {
+	space := h.spaces[i%len(h.spaces)]
+	id, err := uuid.NewV7()
+	if err != nil {
+		return id, err
+	}
+	_, err = h.log.Write(ctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+		return []sync.NewEvent{{ID: id, Space: space, Type: "item.updated", Actor: "perf-writer", Data: []byte(`{"n":1}`)}}, nil
+	})
+	at := time.Now()
+	if err != nil {
+		return id, err
+	}
+	h.mu.Lock()
+	h.commits[id] = at
+	h.mu.Unlock()
+	return id, nil
+}
+
+// await waits until every event has its fanout messages, at most 10s after
+// the call; it returns early if the worker stopped.
+func (h *harness) await(ctx context.Context, ids []uuid.UUID, done <-chan error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		missing := 0
+		h.mu.Lock()
+		for _, id := range ids {
+			if len(h.arrivals[id]) < h.opts.fanout {
+				missing++
+			}
+		}
+		h.mu.Unlock()
+		if missing == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d events still without their messages after 10s", missing, len(ids))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-done:
+			return fmt.Errorf("worker stopped: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// scratchURL points base at a new database name on the same server.
+func scratchURL(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("database.url: %w", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	u.Path = "/bothy_perf_" + hex.EncodeToString(b)
+	return u.String(), nil
+}
+
+func dbName(u string) string {
+	pu, _ := url.Parse(u)
+	return strings.TrimPrefix(pu.Path, "/")
+}
+
+func dropDatabase(ctx context.Context, scratch string) {
+	u, err := url.Parse(scratch)
+	if err != nil {
+		return
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	u.Path = "/postgres"
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "push_handoff: could not drop %s: %v\n", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+		fmt.Fprintf(os.Stderr, "push_handoff: could not drop %s: %v\n", name, err)
+	}
+}
+
+// result gathers one variant's latencies.
+type result struct {
+	Variant   variant
+	Latencies []time.Duration // commit to decrypted message, one per message
+	Events    int
+	Lost      int // messages expected but not received
+	Measured  time.Duration
+	P50, P95  time.Duration
+	P99, Max  time.Duration
+	// Throughput is decrypted messages per second of measured load.
+	Throughput float64
+}
+
+func (r *result) add(h *harness, ids []uuid.UUID, d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		c := h.commits[id]
+		got := h.arrivals[id]
+		r.Lost += max(0, h.opts.fanout-len(got))
+		for _, at := range got {
+			r.Latencies = append(r.Latencies, at.Sub(c))
+		}
+	}
+	r.Events += len(ids)
+	r.Measured += d
+}
+
+func (r *result) finish() {
+	slices.Sort(r.Latencies)
+	r.P50, r.P95, r.P99 = quantile(r.Latencies, .50), quantile(r.Latencies, .95), quantile(r.Latencies, .99)
+	if n := len(r.Latencies); n > 0 {
+		r.Max = r.Latencies[n-1]
+	}
+	if r.Measured > 0 {
+		r.Throughput = float64(len(r.Latencies)) / r.Measured.Seconds()
+	}
+}
+
+// quantile is the nearest-rank quantile of sorted values.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// judge returns why the judged variant fails, or "", and whether the p95
+// was the only reason.
+func judge(r *result, budget time.Duration, decryptErrors int) (string, bool) {
+	var why []string
+	if len(r.Latencies) == 0 {
+		why = append(why, "no message arrived")
+	}
+	slow := r.P95 > budget
+	if slow {
+		why = append(why, fmt.Sprintf("p95 %s above perf.push_handoff_p95 %s", ms(r.P95), ms(budget)))
+	}
+	if r.Lost > 0 {
+		why = append(why, fmt.Sprintf("%d messages lost", r.Lost))
+	}
+	if decryptErrors > 0 {
+		why = append(why, fmt.Sprintf("%d messages failed VAPID or decryption", decryptErrors))
+	}
+	return strings.Join(why, "; "), slow && len(why) == 1
+}
+
+type summaryParams struct {
+	opts          *options
+	results       []*result
+	budget        time.Duration
+	verdict       string
+	decryptErrors []error
+	wall          time.Duration
+}
+
+func summary(p *summaryParams) string {
+	var b strings.Builder
+	o := p.opts
+	fmt.Fprintf(&b, "push_handoff (M3-24): producer commit -> decrypted push message\n")
+	fmt.Fprintf(&b, "date %s, %s, %d CPUs, GOMAXPROCS %d\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&b, "rate %.0f events/s, %s measured, %d devices, fanout %d, %d producers, slices of %s alternating %d variant(s); wall %s\n",
+		o.rate, o.duration, o.devices, o.fanout, o.producers, o.segment, len(p.results), p.wall.Round(time.Second))
+	fmt.Fprintf(&b, "budget perf.push_handoff_p95 = %s, judged on the first variant\n\n", ms(p.budget))
+	fmt.Fprintf(&b, "%-22s %8s %8s %8s %8s %8s %8s %6s %10s\n", "fetch_cooldown/poll", "events", "msgs", "p50", "p95", "p99", "max", "lost", "msgs/s")
+	for _, r := range p.results {
+		fmt.Fprintf(&b, "%-22s %8d %8d %8s %8s %8s %8s %6d %10.1f\n", r.Variant, r.Events, len(r.Latencies),
+			ms(r.P50), ms(r.P95), ms(r.P99), ms(r.Max), r.Lost, r.Throughput)
+	}
+	fmt.Fprintf(&b, "\ndecryption or VAPID failures: %d\n", len(p.decryptErrors))
+	for i, err := range p.decryptErrors {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(&b, "  %v\n", err)
+	}
+	if p.verdict == "" {
+		fmt.Fprintf(&b, "PASS: p95 %s <= %s\n", ms(p.results[0].P95), ms(p.budget))
+	} else {
+		fmt.Fprintf(&b, "FAIL: %s\n", p.verdict)
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
