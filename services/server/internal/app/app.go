@@ -149,6 +149,14 @@ func (s *Server) Run(ctx context.Context) error {
 		Name: "bothy_event_retention_seconds",
 		Help: "The configured sync.event_retention.",
 	}, func() float64 { return cfg.Sync.EventRetention.Seconds() }))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bothy_event_consumer_poll_interval_seconds",
+		Help: "The configured consumer.poll_interval: an idle consumer still makes a round this often.",
+	}, func() float64 { return cfg.Consumer.PollInterval.Seconds() }))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bothy_event_consumer_round_timeout_seconds",
+		Help: "The configured consumer.round_timeout: the longest a round may take before it is rolled back.",
+	}, func() float64 { return cfg.Consumer.RoundTimeout.Seconds() }))
 	roleInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bothy_server_role", Help: "Role this process runs (always 1)."}, []string{"role"})
 	roleInfo.WithLabelValues(role).Set(1)
 	s.registry.MustRegister(roleInfo)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -126,8 +127,9 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
 	occurred := make([]time.Time, n)
 	datas := make([]json.RawMessage, n)
+	news = slices.Clone(news) // Normalize fills defaults; leave the caller's slice alone
 	for i := range news {
-		e := news[i]
+		e := &news[i]
 		if err := e.Normalize(now); err != nil {
 			return nil, fmt.Errorf("append event %d: %w", i, err)
 		}

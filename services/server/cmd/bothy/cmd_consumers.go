@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+func init() {
+	register(command{Name: "consumers status", Summary: "per consumer: last_seq, head, lag, pending age, last successful round [--json]", Run: runConsumersStatus})
+}
+
+func runConsumersStatus(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("consumers status", e)
+	asJSON := fs.Bool("json", false, "print JSON")
+	load := configFlags(fs, e)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := load()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	pool, err := app.OpenPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	sts, err := postgres.ConsumerStatuses(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sts)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tLAST_SEQ\tHEAD\tLAG\tPENDING_AGE\tLAST_ROUND")
+	for _, s := range sts {
+		last := "never"
+		if s.LastRoundAt != nil {
+			last = fmt.Sprintf("%s (%s ago)", s.LastRoundAt.UTC().Format(time.RFC3339), time.Since(*s.LastRoundAt).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.LastSeq, s.Head, s.Lag, s.PendingAge.Round(time.Millisecond), last)
+	}
+	return tw.Flush()
+}
