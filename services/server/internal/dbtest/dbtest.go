@@ -217,7 +217,12 @@ func NewDB(tb testing.TB) *DB {
 	}
 	u := withDatabase(admin, name)
 	tb.Cleanup(func() { dropDatabase(admin, name) })
-	pool, err := pgxpool.New(ctx, u)
+	pc, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		tb.Fatalf("dbtest: %v", err)
+	}
+	pc.MaxConns = 16 // the default (4 on this machine) starves concurrent producers and River
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
