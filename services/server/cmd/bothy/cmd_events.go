@@ -138,4 +138,3 @@ func runEventsEmit(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "appended %d events to space %s (head seq %d) in %s, %.0f/s\n", *count, *space, last.Load(), el.Round(time.Millisecond), float64(*count)/el.Seconds())
 	return nil
 }
-
