@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,11 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	pc.MaxConns = int32(cfg.Database.MaxConns)
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set {
+		// Operators (and the soak's fault injector) tell processes apart in
+		// pg_stat_activity by it.
+		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -248,7 +254,8 @@ func (s *Server) Run(ctx context.Context) error {
 		if err := checkConsumers(ctx, pool, consumers); err != nil {
 			return err
 		}
-		listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: s.logger})
+		listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: s.logger,
+			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", role, os.Getpid())})
 		g.Go(func() error { return w.Run(gctx) })
 		g.Go(func() error { return listener.Run(gctx) })
 		if err := rc.Start(gctx); err != nil {

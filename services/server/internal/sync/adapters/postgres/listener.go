@@ -14,6 +14,8 @@ import (
 type ListenerConfig struct {
 	// ConnString is the database to listen on. Required.
 	ConnString string
+	// ApplicationName, if set, names the connection in pg_stat_activity.
+	ApplicationName string
 	// MinBackoff and MaxBackoff bound the reconnect delay. Defaults 50ms, 5s.
 	MinBackoff, MaxBackoff time.Duration
 	// Logger. Default slog.Default().
@@ -73,8 +75,15 @@ func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
 	if l.cfg.BeforeConnect != nil {
 		l.cfg.BeforeConnect(ctx)
 	}
+	cc, err := pgx.ParseConfig(l.cfg.ConnString)
+	if err != nil {
+		return false, err
+	}
+	if l.cfg.ApplicationName != "" {
+		cc.RuntimeParams["application_name"] = l.cfg.ApplicationName
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.Connect(connectCtx, l.cfg.ConnString)
+	conn, err := pgx.ConnectConfig(connectCtx, cc)
 	cancel()
 	if err != nil {
 		return false, err
