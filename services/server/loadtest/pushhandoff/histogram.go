@@ -58,7 +58,7 @@ func drawPanel(img *image.RGBA, area image.Rectangle, margin int, r *result, bud
 	binW := xmax / bins
 	counts := make([]int, bins+1) // the last bin holds everything at or above xmax
 	for _, l := range r.Latencies {
-		counts[min(int(l/binW), bins)]++
+		counts[min(int(max(l, 0)/binW), bins)]++
 	}
 	top := 1
 	for _, c := range counts {
