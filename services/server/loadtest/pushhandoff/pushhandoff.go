@@ -256,6 +256,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	}
 	for _, r := range results {
 		r.finish()
+		if err := r.stages(ctx, h); err != nil {
+			return fmt.Errorf("read stages: %w", err)
+		}
 	}
 	verdict, onlyP95 := judge(results[0], budget, len(h.rcv.Errors()))
 	sum := summary(&summaryParams{opts: o, results: results, budget: budget, verdict: verdict,
@@ -530,6 +533,50 @@ type result struct {
 	P99, Max  time.Duration
 	// Throughput is decrypted messages per second of measured load.
 	Throughput float64
+	// Stages splits the latency at the round's transaction start (the
+	// job's created_at) and River's fetch (attempted_at).
+	Stages []stage
+
+	ids []uuid.UUID
+}
+
+// stage is one part of the hand-off.
+type stage struct {
+	Name          string
+	P50, P95, P99 time.Duration
+}
+
+const stagesSQL = `
+SELECT e.committed_at, j.created_at, j.attempted_at
+FROM river_job j JOIN event_log e ON e.seq = (j.args->>'seq')::bigint
+WHERE j.kind = 'push.deliver' AND e.id = ANY($1) AND j.attempted_at IS NOT NULL`
+
+// stages reads where the time went from the jobs' timestamps.
+func (r *result) stages(ctx context.Context, h *harness) error {
+	rows, err := h.pool.Query(ctx, stagesSQL, r.ids)
+	if err != nil {
+		return err
+	}
+	var round, pickup []time.Duration
+	for rows.Next() {
+		var committed, created, attempted time.Time
+		if err := rows.Scan(&committed, &created, &attempted); err != nil {
+			return err
+		}
+		round = append(round, created.Sub(committed))
+		pickup = append(pickup, attempted.Sub(created))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, st := range []struct {
+		name string
+		d    []time.Duration
+	}{{"commit -> round start", round}, {"round start -> River fetch", pickup}} {
+		slices.Sort(st.d)
+		r.Stages = append(r.Stages, stage{Name: st.name, P50: quantile(st.d, .5), P95: quantile(st.d, .95), P99: quantile(st.d, .99)})
+	}
+	return nil
 }
 
 func (r *result) add(h *harness, ids []uuid.UUID, d time.Duration) {
@@ -544,6 +591,7 @@ func (r *result) add(h *harness, ids []uuid.UUID, d time.Duration) {
 		}
 	}
 	r.Events += len(ids)
+	r.ids = append(r.ids, ids...)
 	r.Measured += d
 }
 
@@ -608,6 +656,13 @@ func summary(p *summaryParams) string {
 	for _, r := range p.results {
 		fmt.Fprintf(&b, "%-22s %8d %8d %8s %8s %8s %8s %6d %10.1f\n", r.Variant, r.Events, len(r.Latencies),
 			ms(r.P50), ms(r.P95), ms(r.P99), ms(r.Max), r.Lost, r.Throughput)
+	}
+	fmt.Fprintf(&b, "\nwhere the time went (from River's job timestamps; the rest is fetch -> worker -> push service -> decrypted):\n")
+	fmt.Fprintf(&b, "%-22s %-28s %8s %8s %8s\n", "fetch_cooldown/poll", "stage", "p50", "p95", "p99")
+	for _, r := range p.results {
+		for _, st := range r.Stages {
+			fmt.Fprintf(&b, "%-22s %-28s %8s %8s %8s\n", r.Variant, st.Name, ms(st.P50), ms(st.P95), ms(st.P99))
+		}
 	}
 	fmt.Fprintf(&b, "\ndecryption or VAPID failures: %d\n", len(p.decryptErrors))
 	for i, err := range p.decryptErrors {
