@@ -223,18 +223,25 @@ SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN c
        token_id, status, pump_job_id, coalesce(pump_until > now(), false), now()
 FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
 
+// headSQL reads the subscription's lowest pending delivery with its event;
+// a NULL event means retention removed it (a gap at the head).
 const headSQL = `
-SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
-WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1`
-
-const eventSQL = `
-SELECT seq, committed_at, id, space, type, actor, occurred_at, data FROM event_log WHERE seq = $1`
+SELECT d.event_seq, d.event_id, d.next_attempt_at,
+       e.seq, e.committed_at, e.id, e.space, e.type, e.actor, e.occurred_at, e.data
+FROM (SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
+      WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1) d
+LEFT JOIN event_log e ON e.seq = d.event_seq`
 
 const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3 WHERE id = $1`
 
-const startAttemptSQL = `
-UPDATE webhook_deliveries SET first_attempt_at = coalesce(first_attempt_at, now())
-WHERE subscription_id = $1 AND event_seq = $2`
+// claimSQL starts an attempt: the retry budget counts from the first one,
+// and the job becomes the subscription's sender until $4.
+const claimSQL = `
+WITH a AS (
+    UPDATE webhook_deliveries SET first_attempt_at = coalesce(first_attempt_at, now())
+    WHERE subscription_id = $1 AND event_seq = $2
+)
+UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4 WHERE id = $1`
 
 const deadSQL = `
 UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
@@ -325,7 +332,13 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 		var seq int64
 		var eventID uuid.UUID
 		var nextAt *time.Time
-		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt)
+		var evSeq *int64
+		var committedAt, occurredAt *time.Time
+		var evID *uuid.UUID
+		var space, typ, actor *string
+		var data []byte
+		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt,
+			&evSeq, &committedAt, &evID, &space, &typ, &actor, &occurredAt, &data)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if err := release(); err != nil {
 				return n, err
@@ -356,16 +369,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 			return n, commit()
 		}
 
-		rows, err := tx.Query(ctx, eventSQL, seq)
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
-		}
-		ev, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (sync.Event, error) {
-			var e sync.Event
-			err := row.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data)
-			return e, err
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
+		if evSeq == nil {
 			// Gap at the head: retention removed the event before it was
 			// delivered. Order can no longer be kept; the owner must
 			// resynchronize and enable the subscription again.
@@ -381,9 +385,8 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 				slog.String("subscription", subID.String()), slog.Int64("seq", seq))
 			return n, commit()
 		}
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
-		}
+		ev := sync.Event{Seq: *evSeq, CommittedAt: *committedAt, ID: *evID, Space: *space, Type: *typ, Actor: *actor,
+			OccurredAt: *occurredAt, Data: data}
 
 		dec, err := authz.Allowed(ctx, tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
 			Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
@@ -407,11 +410,8 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 		if err != nil {
 			return n, fmt.Errorf("deliver %s: envelope %d: %w", subID, seq, err)
 		}
-		if _, err := tx.Exec(ctx, startAttemptSQL, subID, seq); err != nil {
-			return n, err
-		}
-		if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(d.cfg.Timeout+leaseMargin)); err != nil {
-			return n, err
+		if _, err := tx.Exec(ctx, claimSQL, subID, seq, jobID, s.now.Add(d.cfg.Timeout+leaseMargin)); err != nil {
+			return n, fmt.Errorf("deliver %s: claim %d: %w", subID, seq, err)
 		}
 		n.send = &claim{subID: subID, seq: seq, eventID: eventID, url: s.url, secret: s.secret, previousSecret: s.prevSecret, body: body}
 		return n, commit()
@@ -443,23 +443,26 @@ func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome, now time.
 	if o.statusCode != 0 {
 		code = &o.statusCode
 	}
-	if _, err := tx.Exec(ctx, attemptSQL, c.subID, c.seq, code, o.duration.Seconds(), o.err, o.excerpt); err != nil {
-		return "", nil, fmt.Errorf("deliver %s: record attempt %d: %w", c.subID, c.seq, err)
-	}
-	switch o.kind {
-	case resultDelivered:
+	if o.kind == resultDelivered {
 		_, err := tx.Exec(ctx, `
-WITH d AS (
+WITH a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, response_excerpt)
+    VALUES ($1, $2, $3, $4, NULLIF($5, ''))
+), d AS (
     UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL, next_attempt_at = NULL
     WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' RETURNING event_seq
 )
 UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, $2)
-WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`, c.subID, c.seq)
+WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`, c.subID, c.seq, code, o.duration.Seconds(), o.excerpt)
 		if err != nil {
 			return "", nil, fmt.Errorf("deliver %s: mark %d delivered: %w", c.subID, c.seq, err)
 		}
 		return "delivered", nil, nil
-	case resultGone:
+	}
+	if _, err := tx.Exec(ctx, attemptSQL, c.subID, c.seq, code, o.duration.Seconds(), o.err, o.excerpt); err != nil {
+		return "", nil, fmt.Errorf("deliver %s: record attempt %d: %w", c.subID, c.seq, err)
+	}
+	if o.kind == resultGone {
 		msg := fmt.Sprintf("receiver answered %d Gone", o.statusCode)
 		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET attempts = attempts + 1 WHERE subscription_id = $1 AND event_seq = $2`, c.subID, c.seq); err != nil {
 			return "", nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -49,10 +50,25 @@ func fastRetries() *webhooks.DeliverConfig {
 
 func setup(t testing.TB, cfg *webhooks.DeliverConfig) *bundle {
 	t.Helper()
+	return setupConns(t, cfg, 0)
+}
+
+// setupConns is setup with a pool of maxConns connections (0: dbtest's).
+func setupConns(t testing.TB, cfg *webhooks.DeliverConfig, maxConns int32) *bundle {
+	t.Helper()
 	if cfg == nil {
 		cfg = fastRetries()
 	}
 	db := dbtest.NewDB(t)
+	if maxConns > 0 {
+		pc, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		pc.MaxConns = maxConns
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		db = &dbtest.DB{Pool: pool, URL: db.URL, Name: db.Name}
+	}
 	reg := prometheus.NewRegistry()
 	metrics := webhooks.NewMetrics(reg, db.Pool, quiet)
 	del, err := webhooks.NewDeliverer(db.Pool, metrics, cfg)
