@@ -94,6 +94,7 @@ func BenchmarkAppend(b *testing.B) {
 		"counter":             postgres.NewEventLog(pool, nil),
 		"counter-nolock":      postgres.NewEventLog(pool, &postgres.EventLogConfig{NoAdvisoryLock: true}),
 		"counter-notify-intx": postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
+		"counter-flush-inlock": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
 	}
 	defer func() {
 		for _, l := range logs {
@@ -114,7 +115,7 @@ func BenchmarkAppend(b *testing.B) {
 				})
 			})
 		})
-		for _, name := range []string{"counter", "counter-nolock", "counter-notify-intx"} {
+		for _, name := range []string{"counter", "counter-flush-inlock", "counter-nolock", "counter-notify-intx"} {
 			l := logs[name]
 			b.Run(fmt.Sprintf("producers=%d/%s", c, name), func(b *testing.B) {
 				runConcurrent(b, c, func(ctx context.Context, i int) error {

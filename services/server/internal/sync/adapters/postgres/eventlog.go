@@ -49,6 +49,11 @@ type EventLogConfig struct {
 	Notify NotifyMode
 	// NoAdvisoryLock skips the FIFO lock in front of the counter (benchmark only).
 	NoAdvisoryLock bool
+	// FlushInLock makes the producer's COMMIT wait for its WAL flush while it
+	// still holds the counter (benchmark only). By default the COMMIT is
+	// asynchronous and the flush is forced right after, outside the lock;
+	// see Write.
+	FlushInLock bool
 	// Now is the clock for defaults of NewEvent. Default time.Now.
 	Now func() time.Time
 }
@@ -93,6 +98,16 @@ RETURNING seq, committed_at`
 // Write implements sync.Producer. The lock, the counter update with the
 // event insert, and COMMIT go to the server as one pipeline, so the
 // serialized phase contains no client round trip.
+//
+// The COMMIT inside the lock window is asynchronous (synchronous_commit off
+// for this transaction only): the counter is released as soon as the commit
+// is visible, without waiting for the disk. The same pipeline then forces
+// the flush, outside the window, before Write returns, so a caller that got
+// nil holds a durable commit. Readers may see the events a moment before
+// they are durable; that is safe because anything a consumer does with them
+// commits synchronously, which flushes the WAL past the producer's commit
+// record first. If the server crashes in between, the lost commits are the
+// newest ones, in seq order, so the log stays gapless (ADR 0009).
 func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error) {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -137,6 +152,9 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	}
 
 	b := &pgx.Batch{}
+	if !l.cfg.FlushInLock {
+		b.Queue(`SET LOCAL synchronous_commit = off`)
+	}
 	if !l.cfg.NoAdvisoryLock {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
@@ -161,7 +179,24 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	}
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if !l.cfg.FlushInLock {
+		// A tiny transaction with an xid commits synchronously and so
+		// flushes the WAL up to its own commit record, which lies after the
+		// producer's: once it returns, the producer's commit is durable.
+		// Concurrent producers' flushes share one fsync (group commit),
+		// which a flush inside the counter's lock window cannot.
+		b.Queue(`SELECT pg_current_xact_id()`)
+	}
+	err = conn.SendBatch(ctx, b).Close()
+	if tag == "COMMIT" {
+		committed = true
+	}
+	if err != nil {
+		if committed {
+			// The commit is visible but its flush was not confirmed, as when a
+			// connection drops during a plain COMMIT: the outcome is unknown.
+			return nil, fmt.Errorf("append %d events: committed, durability unconfirmed: %w", n, err)
+		}
 		return nil, fmt.Errorf("append %d events: %w", n, mapAppendErr(err))
 	}
 	if tag != "COMMIT" {
@@ -169,7 +204,6 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		// server answered COMMIT with ROLLBACK.
 		return nil, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
 	}
-	committed = true
 	if l.cfg.Notify == NotifyAfterCommit {
 		l.notifier.signal()
 	}
