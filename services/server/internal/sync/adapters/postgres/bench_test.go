@@ -91,9 +91,9 @@ func BenchmarkAppend(b *testing.B) {
 		return []sync.NewEvent{{Space: "bench", Type: "item.created", Actor: "bench", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}}
 	}
 	logs := map[string]*postgres.EventLog{
-		"counter":             postgres.NewEventLog(pool, nil),
-		"counter-nolock":      postgres.NewEventLog(pool, &postgres.EventLogConfig{NoAdvisoryLock: true}),
-		"counter-notify-intx": postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
+		"counter":              postgres.NewEventLog(pool, nil),
+		"counter-nolock":       postgres.NewEventLog(pool, &postgres.EventLogConfig{NoAdvisoryLock: true}),
+		"counter-notify-intx":  postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
 		"counter-flush-inlock": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
 	}
 	defer func() {
