@@ -1,0 +1,13 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a worker, listener or notifier goroutine
+// outlives the tests that started it.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
