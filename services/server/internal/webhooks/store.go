@@ -240,7 +240,7 @@ func Enable(ctx context.Context, q authz.Querier, id uuid.UUID) (*EnableResult, 
 	res := &EnableResult{}
 	var last int64
 	err := q.QueryRow(ctx, `
-WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR UPDATE),
+WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE),
 up AS (
     UPDATE webhook_subscriptions s
     SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
