@@ -1,0 +1,19 @@
+package webhooks_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a River client, receiver or HTTP transport
+// goroutine outlives the tests that started it. Idle keep-alive connections
+// of the delivery client close with their transport's idle timeout, so
+// those are ignored.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
