@@ -1,0 +1,211 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+const adminToken = "admin-token-for-tests-0123456789"
+
+// testBundle is a running server (role all, real database) and what the
+// tests need to talk to it.
+type testBundle struct {
+	db   *dbtest.DB
+	base string
+}
+
+// setup starts the real server, as "bothy server" builds it, on a fresh
+// database and stops it when the test ends.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	cfg, err := config.Load("", nil, map[string]string{
+		"database.url":                   db.URL,
+		"server.listen_addr":             "127.0.0.1:0",
+		"server.admin_token":             adminToken,
+		"webhooks.allow_private_targets": "true",
+		"consumer.poll_interval":         "100ms",
+		"river.fetch_cooldown":           "20ms",
+		"river.fetch_poll_interval":      "100ms",
+		"server.shutdown_timeout":        "5s",
+	})
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := app.NewServer(cfg, logger, []app.ModuleFactory{webhooks.NewModule, push.NewModule, httpapi.NewModule})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+	defer acancel()
+	addr, err := srv.Addr(actx)
+	require.NoError(t, err)
+	return &testBundle{db: db, base: "http://" + addr.String()}
+}
+
+// principal creates a principal with a right on a space and returns a
+// bearer token with scopes.
+func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space string, scopes ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, id, authz.KindUser))
+	if right != "" {
+		require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
+	}
+	if scopes == nil {
+		scopes = []string{}
+	}
+	_, bearer, err := authz.CreateToken(ctx, b.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: scopes})
+	require.NoError(t, err)
+	return bearer
+}
+
+// response is an answer read whole.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r *response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &v), "body: %s", r.body)
+	return v
+}
+
+// problem checks that r is a problem document with status and returns its
+// detail.
+func (r *response) problem(t *testing.T, status int) string {
+	t.Helper()
+	require.Equal(t, status, r.status, "body: %s", r.body)
+	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+	p := r.json(t)
+	require.EqualValues(t, status, p["status"])
+	require.NotEmpty(t, p["type"])
+	require.NotEmpty(t, p["title"])
+	d, _ := p["detail"].(string)
+	require.NotEmpty(t, d)
+	return d
+}
+
+// do sends a request; body "" sends none. A JSON body gets its
+// Content-Type.
+func (b *testBundle) do(t *testing.T, method, path, token, body string) *response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, b.base+path, rd)
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return send(t, req)
+}
+
+func send(t *testing.T, req *http.Request) *response {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return &response{status: res.StatusCode, header: res.Header, body: body}
+}
+
+// receiver is a webhook receiver that verifies every request with the
+// Standard Webhooks library and keeps the verified bodies.
+type receiver struct {
+	srv    *httptest.Server
+	mu     gosync.Mutex
+	secret string
+	got    []map[string]any
+	bad    int
+	notify chan struct{}
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rv := &receiver{notify: make(chan struct{}, 100)}
+	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rv.mu.Lock()
+		defer rv.mu.Unlock()
+		wh, err := standardwebhooks.NewWebhook(rv.secret)
+		if err == nil {
+			err = wh.Verify(body, r.Header)
+		}
+		if err != nil {
+			rv.bad++
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var env map[string]any
+		_ = json.Unmarshal(body, &env)
+		rv.got = append(rv.got, env)
+		w.WriteHeader(http.StatusNoContent)
+		rv.notify <- struct{}{}
+	}))
+	t.Cleanup(rv.srv.Close)
+	return rv
+}
+
+func (rv *receiver) setSecret(s string) {
+	rv.mu.Lock()
+	rv.secret = s
+	rv.mu.Unlock()
+}
+
+// waitFor waits until n verified deliveries arrived and returns them.
+func (rv *receiver) waitFor(t *testing.T, n int) []map[string]any {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		rv.mu.Lock()
+		if len(rv.got) >= n {
+			out := append([]map[string]any(nil), rv.got...)
+			rv.mu.Unlock()
+			return out
+		}
+		rv.mu.Unlock()
+		select {
+		case <-rv.notify:
+		case <-deadline:
+			rv.mu.Lock()
+			have, bad := len(rv.got), rv.bad
+			rv.mu.Unlock()
+			t.Fatalf("waited for %d verified deliveries, have %d (%d failed verification)", n, have, bad)
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+//go:embed openapi/bothy.json
+var openAPIDoc []byte
+
+// AdminPrefix is where the River UI is mounted when server.admin_token is
+// set.
+const AdminPrefix = "/admin/river"
+
+// Config configures the API.
+type Config struct {
+	// MaxBodyBytes bounds every request body. Default 1 MiB.
+	MaxBodyBytes int64
+	// AllowPrivateWebhookTargets accepts webhook URLs on loopback and
+	// private addresses (webhooks.allow_private_targets). Default false.
+	AllowPrivateWebhookTargets bool
+	// AllowPrivatePushEndpoints accepts push endpoints on private
+	// addresses (push.allow_private_targets). Default false.
+	AllowPrivatePushEndpoints bool
+	// AdminToken guards AdminPrefix (server.admin_token); empty: no admin
+	// paths. Default "".
+	AdminToken string
+	// Logger receives server-side errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Producer is the event log's write port as the API uses it
+// (postgres.EventLog implements it).
+type Producer interface {
+	// Write runs fn in a transaction and appends the events it returns,
+	// all or none (sync.Producer).
+	Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error)
+}
+
+// API serves /v1 and the admin paths. It is safe for concurrent use.
+type API struct {
+	pool     *pgxpool.Pool
+	log      Producer
+	river    func() *river.Client[pgx.Tx]
+	registry *push.Registry
+	cfg      Config
+}
+
+// New builds the API on pool. riverClient is read when the routes are
+// mounted (the server sets it after building its modules); it may return
+// nil, and then the River UI is not mounted.
+func New(pool *pgxpool.Pool, log Producer, riverClient func() *river.Client[pgx.Tx], cfg *Config) *API {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &API{pool: pool, log: log, river: riverClient, cfg: c,
+		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints})}
+}
+
+// module adapts API to app.Module: it has no consumers or workers.
+type module struct{ api *API }
+
+// NewModule is the app.ModuleFactory of the HTTP API.
+func NewModule(d *app.Deps) (app.Module, error) {
+	api := New(d.Pool, d.Log, func() *river.Client[pgx.Tx] { return d.River }, &Config{
+		AllowPrivateWebhookTargets: d.Config.Webhooks.AllowPrivateTargets,
+		AllowPrivatePushEndpoints:  d.Config.Push.AllowPrivateTargets,
+		AdminToken:                 d.Config.Server.AdminToken,
+		Logger:                     d.Logger,
+	})
+	return module{api: api}, nil
+}
+
+func (module) Consumers() []sync.Consumer              { return nil }
+func (module) RegisterWorkers(*river.Workers) []string { return nil }
+func (m module) Routes(mux *http.ServeMux)             { m.api.Routes(mux) }
+
+// route is one endpoint: "METHOD /path" as a ServeMux pattern.
+type route struct {
+	pattern string
+	// public routes need no token.
+	public  bool
+	handler func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
+}
+
+// routes is every /v1 endpoint of this package; the OpenAPI document must
+// list exactly these (plus routes other modules mount under /v1).
+func (a *API) routes() []route {
+	return []route{
+		{pattern: "GET /v1/openapi.json", public: true, handler: a.openAPI},
+
+		{pattern: "POST /v1/spaces/{space}/events", handler: a.appendEvents},
+
+		{pattern: "GET /v1/webhooks", handler: a.listWebhooks},
+		{pattern: "POST /v1/webhooks", handler: a.createWebhook},
+		{pattern: "GET /v1/webhooks/{id}", handler: a.getWebhook},
+		{pattern: "PATCH /v1/webhooks/{id}", handler: a.updateWebhook},
+		{pattern: "POST /v1/webhooks/{id}/disable", handler: a.disableWebhook},
+		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
+		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},
+		{pattern: "GET /v1/webhooks/{id}/deliveries", handler: a.listDeliveries},
+
+		{pattern: "GET /v1/push/registrations", handler: a.listRegistrations},
+		{pattern: "POST /v1/push/registrations", handler: a.createRegistration},
+		{pattern: "GET /v1/push/registrations/{id}", handler: a.getRegistration},
+		{pattern: "DELETE /v1/push/registrations/{id}", handler: a.deleteRegistration},
+		{pattern: "GET /v1/spaces/{space}/push-preference", handler: a.getPreference},
+		{pattern: "PUT /v1/spaces/{space}/push-preference", handler: a.putPreference},
+	}
+}
+
+// Patterns lists the ServeMux patterns Routes mounts under /v1.
+func (a *API) Patterns() []string {
+	var out []string
+	for _, rt := range a.routes() {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+// Routes mounts the API on mux, and the River UI if an admin token is set.
+func (a *API) Routes(mux *http.ServeMux) {
+	for _, rt := range a.routes() {
+		mux.Handle(rt.pattern, a.wrap(rt))
+	}
+	// Anything else under /v1 is a problem document too, not the mux's
+	// plain-text 404.
+	probe := http.NewServeMux()
+	for _, rt := range a.routes() {
+		probe.Handle(rt.pattern, http.NotFoundHandler())
+	}
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if _, p := probe.Handler(&http.Request{Method: m, URL: r.URL, Host: r.Host}); p != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeProblem(w, r, errorf(http.StatusMethodNotAllowed, kindMethodNotAllowed, "%s %s: allowed methods are %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		writeProblem(w, r, errorf(http.StatusNotFound, kindNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
+	})
+	if a.cfg.AdminToken != "" {
+		a.mountAdmin(mux)
+	}
+}
+
+func (a *API) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var subj *authz.Subject
+		if !rt.public {
+			s, err := a.authenticate(r)
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			subj = s
+		}
+		if err := rt.handler(w, r, subj); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return nil, errorf(http.StatusUnauthorized, kindUnauthenticated, "send Authorization: Bearer <token> (create one with bothy authz token create)")
+	}
+	scheme, cred, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(cred) == "" {
+		return nil, errorf(http.StatusUnauthorized, kindUnauthenticated, "Authorization: want the Bearer scheme")
+	}
+	s, err := authz.Authenticate(r.Context(), a.pool, strings.TrimSpace(cred))
+	if errors.Is(err, authz.ErrUnauthenticated) {
+		return nil, errorf(http.StatusUnauthorized, kindUnauthenticated, "the bearer token is unknown, revoked or expired, or its principal is disabled")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// fail writes err as a problem; an error that is not an *apiError is an
+// internal one, logged with the request and answered without its text.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			return // the client left
+		}
+		a.cfg.Logger.ErrorContext(r.Context(), "http api", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.Any("error", err))
+		ae = errorf(http.StatusInternalServerError, kindInternal, "internal error; the server log has the cause")
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	}
+	writeProblem(w, r, ae)
+}
+
+func (a *API) openAPI(w http.ResponseWriter, r *http.Request, _ *authz.Subject) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPIDoc)
+	return nil
+}
+
+// mountAdmin serves the River UI behind the admin token, accepted as a
+// bearer token (scripts) or as the password of HTTP Basic authentication
+// (browsers, which prompt for it).
+func (a *API) mountAdmin(mux *http.ServeMux) {
+	var rc *river.Client[pgx.Tx]
+	if a.river != nil {
+		rc = a.river()
+	}
+	if rc == nil {
+		// Without the server's client (tests that build the API alone),
+		// an insert-only one on the same pool does.
+		var err error
+		rc, err = river.NewClient(riverpgxv5.New(a.pool), &river.Config{Logger: a.cfg.Logger})
+		if err != nil {
+			a.cfg.Logger.Error("river ui disabled", slog.Any("error", err))
+			return
+		}
+	}
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(rc, nil),
+		Logger:    a.cfg.Logger,
+		Prefix:    AdminPrefix,
+	})
+	if err != nil {
+		a.cfg.Logger.Error("river ui disabled", slog.Any("error", fmt.Errorf("riverui: %w", err)))
+		return
+	}
+	guarded := a.adminOnly(ui)
+	mux.Handle(AdminPrefix+"/", guarded)
+	mux.Handle(AdminPrefix, http.RedirectHandler(AdminPrefix+"/", http.StatusMovedPermanently))
+}
+
+func (a *API) adminOnly(next http.Handler) http.Handler {
+	want := []byte(a.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var got string
+		if _, pw, ok := r.BasicAuth(); ok {
+			got = pw
+		} else if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			got = strings.TrimSpace(cred)
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="bothy admin", charset="UTF-8"`)
+			writeProblem(w, r, errorf(http.StatusUnauthorized, kindUnauthenticated, "admin paths need server.admin_token (as bearer token, or as the password of HTTP Basic)"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

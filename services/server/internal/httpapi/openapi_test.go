@@ -1,0 +1,85 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/push"
+)
+
+type openAPI struct {
+	OpenAPI string                                `json:"openapi"`
+	Paths   map[string]map[string]json.RawMessage `json:"paths"`
+}
+
+var param = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// TestOpenAPI_MatchesRoutes holds openapi/bothy.json and the mux together:
+// every route of this package is documented, and every documented
+// operation reaches exactly the route of the same pattern in a mux built
+// as the api role builds it (with the push module's route too).
+func TestOpenAPI_MatchesRoutes(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("openapi/bothy.json")
+	require.NoError(t, err)
+	var doc openAPI
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+
+	cfg, err := config.Load("", nil, nil)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mux := http.NewServeMux()
+	api := httpapi.New(nil, nil, nil, nil)
+	api.Routes(mux)
+	pm, err := push.NewModule(&app.Deps{Config: cfg, Logger: logger})
+	require.NoError(t, err)
+	pm.Routes(mux)
+
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method == "parameters" {
+				continue
+			}
+			pattern := strings.ToUpper(method) + " " + path
+			documented = append(documented, pattern)
+			concrete := param.ReplaceAllString(path, "0199c0de-0000-7000-8000-000000000000")
+			req := &http.Request{Method: strings.ToUpper(method), URL: &url.URL{Path: concrete}, Host: "x"}
+			_, got := mux.Handler(req)
+			require.Equal(t, pattern, got, "documented %s is not routed", pattern)
+		}
+	}
+	for _, p := range api.Patterns() {
+		require.True(t, slices.Contains(documented, p), "route %s is not documented in openapi/bothy.json", p)
+	}
+}
+
+// TestOpenAPI_ServedDocumentIsTheFile checks /v1/openapi.json serves the
+// committed document unchanged.
+func TestOpenAPI_ServedDocumentIsTheFile(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("openapi/bothy.json")
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	httpapi.New(nil, nil, nil, nil).Routes(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	require.Equal(t, string(raw), rec.Body.String())
+}

@@ -1,0 +1,384 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+type subscriptionJSON struct {
+	ID               uuid.UUID  `json:"id"`
+	Owner            string     `json:"owner"`
+	Space            string     `json:"space"`
+	URL              string     `json:"url"`
+	EventTypes       []string   `json:"event_types"`
+	Status           string     `json:"status"`
+	DisabledCause    string     `json:"disabled_cause,omitempty"`
+	DisabledDetail   string     `json:"disabled_detail,omitempty"`
+	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
+	ResumeAfterSeq   int64      `json:"resume_after_seq"`
+	LastDeliveredSeq int64      `json:"last_delivered_seq"`
+	Pending          int64      `json:"pending"`
+	CreatedAt        time.Time  `json:"created_at"`
+	// Secret is only set in the answers that create it.
+	Secret string `json:"secret,omitempty"`
+}
+
+func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
+	types := s.EventTypes
+	if types == nil {
+		types = []string{}
+	}
+	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, Status: s.Status,
+		DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt}
+}
+
+// webhookError maps the webhooks package's errors to problems.
+func webhookError(err error) error {
+	switch {
+	case errors.Is(err, webhooks.ErrNotFound):
+		return errorf(http.StatusNotFound, kindNotFound, "no such webhook subscription")
+	case errors.Is(err, webhooks.ErrForbidden):
+		return errorf(http.StatusForbidden, kindForbidden, "%v", err)
+	case errors.Is(err, webhooks.ErrInvalid), errors.Is(err, webhooks.ErrTargetRefused):
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "%v", err)
+	}
+	return err
+}
+
+// allow checks action on space for the subject with its token's scopes and
+// turns a denial into 403.
+func (a *API) allow(r *http.Request, s *authz.Subject, action authz.Action, space string) error {
+	d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: action, Principal: s.Principal, Scopes: scopesOf(s), Space: space})
+	if err != nil {
+		return err
+	}
+	if !d.Allowed {
+		return errorf(http.StatusForbidden, kindForbidden, "%s: %s", action, d.Reason)
+	}
+	return nil
+}
+
+// scopesOf returns the token's scopes, never nil: nil would mean "the
+// principal's full rights" to authz.Allowed.
+func scopesOf(s *authz.Subject) []string {
+	if s.Scopes == nil {
+		return []string{}
+	}
+	return s.Scopes
+}
+
+func pathID(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return uuid.Nil, errorf(http.StatusNotFound, kindNotFound, "%q is not an ID", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+// subscription loads the subscription named in the path if the subject may
+// manage it: its owner, or an admin of its space, with webhooks:manage on
+// the space. Others get 404, so IDs cannot be probed.
+func (a *API) subscription(r *http.Request, s *authz.Subject) (*webhooks.Subscription, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := webhooks.Get(r.Context(), a.pool, id)
+	if err != nil {
+		return nil, webhookError(err)
+	}
+	if sub.Owner != s.Principal {
+		right, err := authz.RightOn(r.Context(), a.pool, sub.Space, s.Principal)
+		if err != nil {
+			return nil, err
+		}
+		if !right.Includes(authz.RightAdmin) {
+			return nil, errorf(http.StatusNotFound, kindNotFound, "no such webhook subscription")
+		}
+	}
+	if err := a.allow(r, s, authz.ActionWebhookManage, sub.Space); err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	space := r.URL.Query().Get("space")
+	p := &webhooks.ListParams{Owner: s.Principal, Space: space}
+	if space != "" {
+		if err := a.allow(r, s, authz.ActionWebhookManage, space); err != nil {
+			return err
+		}
+		right, err := authz.RightOn(r.Context(), a.pool, space, s.Principal)
+		if err != nil {
+			return err
+		}
+		if right.Includes(authz.RightAdmin) {
+			p.Owner = "" // an admin sees every subscription on the space
+		}
+	}
+	subs, err := webhooks.List(r.Context(), a.pool, p)
+	if err != nil {
+		return err
+	}
+	out := []subscriptionJSON{}
+	allowed := map[string]bool{}
+	for _, sub := range subs {
+		ok, seen := allowed[sub.Space]
+		if !seen {
+			d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: authz.ActionWebhookManage,
+				Principal: s.Principal, Scopes: scopesOf(s), Space: sub.Space})
+			if err != nil {
+				return err
+			}
+			ok, allowed[sub.Space] = d.Allowed, d.Allowed
+		}
+		if ok {
+			out = append(out, subscriptionOut(sub))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"subscriptions": out})
+	return nil
+}
+
+type createWebhookRequest struct {
+	Space      string   `json:"space"`
+	URL        string   `json:"url"`
+	EventTypes []string `json:"event_types"`
+	// Secret, if set, is used instead of a generated one (whsec_ form).
+	Secret string `json:"secret"`
+}
+
+func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	var req createWebhookRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
+		return err
+	}
+	if req.Space == "" || req.URL == "" {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "space and url are required")
+	}
+	// webhooks.Create checks webhooks.manage itself, with the token's
+	// current scopes, and stores the token so deliveries keep to them.
+	tokenID := s.TokenID
+	sub, secret, err := webhooks.Create(r.Context(), a.pool, &webhooks.CreateParams{
+		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
+		Secret: req.Secret, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets,
+	})
+	if err != nil {
+		return webhookError(err)
+	}
+	out := subscriptionOut(sub)
+	out.Secret = secret
+	w.Header().Set("Location", "/v1/webhooks/"+sub.ID.String())
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (a *API) getWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	return nil
+}
+
+type updateWebhookRequest struct {
+	URL        *string   `json:"url"`
+	EventTypes *[]string `json:"event_types"`
+}
+
+func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	var req updateWebhookRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
+		return err
+	}
+	if req.URL == nil && req.EventTypes == nil {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url and/or event_types")
+	}
+	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
+		URL: req.URL, EventTypes: req.EventTypes, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets,
+	})
+	if err != nil {
+		return webhookError(err)
+	}
+	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	return nil
+}
+
+type disableWebhookRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (a *API) disableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	var req disableWebhookRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
+		return err
+	}
+	if len(req.Reason) > 500 {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "reason: %d bytes, at most 500", len(req.Reason))
+	}
+	if err := webhooks.Disable(r.Context(), a.pool, sub.ID, req.Reason); err != nil {
+		return webhookError(err)
+	}
+	if sub, err = webhooks.Get(r.Context(), a.pool, sub.ID); err != nil {
+		return webhookError(err)
+	}
+	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	return nil
+}
+
+type enableWebhookResponse struct {
+	Subscription subscriptionJSON `json:"subscription"`
+	// WasCause is why it had been disabled ("" if it was active).
+	WasCause       string `json:"was_cause"`
+	ResumeAfterSeq int64  `json:"resume_after_seq"`
+	Skipped        int64  `json:"skipped"`
+	// NotDelivered is the range of seqs that will never be delivered, or
+	// null.
+	NotDelivered *seqRange `json:"not_delivered"`
+}
+
+type seqRange struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &struct{}{}, true); err != nil {
+		return err
+	}
+	res, err := webhooks.Enable(r.Context(), a.pool, sub.ID)
+	if err != nil {
+		return webhookError(err)
+	}
+	if sub, err = webhooks.Get(r.Context(), a.pool, sub.ID); err != nil {
+		return webhookError(err)
+	}
+	out := enableWebhookResponse{Subscription: subscriptionOut(sub), WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped}
+	if res.NotDeliveredTo > 0 {
+		out.NotDelivered = &seqRange{From: res.NotDeliveredFrom, To: res.NotDeliveredTo}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type rotateSecretRequest struct {
+	// OverlapSeconds is how long the old secret still signs as well.
+	// Default 86400; 0 stops it at once.
+	OverlapSeconds *int64 `json:"overlap_seconds"`
+}
+
+// maxOverlap bounds how long a replaced secret keeps signing.
+const maxOverlap = 30 * 24 * time.Hour
+
+func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	var req rotateSecretRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
+		return err
+	}
+	overlap := 24 * time.Hour
+	if req.OverlapSeconds != nil {
+		if *req.OverlapSeconds < 0 || *req.OverlapSeconds > int64(maxOverlap/time.Second) {
+			return errorf(http.StatusUnprocessableEntity, kindInvalid, "overlap_seconds: want 0..%d", int64(maxOverlap/time.Second))
+		}
+		overlap = time.Duration(*req.OverlapSeconds) * time.Second
+	}
+	secret, err := webhooks.RotateSecret(r.Context(), a.pool, sub.ID, overlap)
+	if err != nil {
+		return webhookError(err)
+	}
+	out := map[string]any{"secret": secret, "overlap_seconds": int64(overlap / time.Second)}
+	if overlap > 0 {
+		out["previous_secret_until"] = time.Now().Add(overlap).UTC().Truncate(time.Second)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type deliveryJSON struct {
+	Seq           int64         `json:"seq"`
+	EventID       uuid.UUID     `json:"event_id"`
+	Status        string        `json:"status"`
+	Attempts      int           `json:"attempts"`
+	CreatedAt     time.Time     `json:"created_at"`
+	FinishedAt    *time.Time    `json:"finished_at,omitempty"`
+	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
+	LastError     string        `json:"last_error,omitempty"`
+	AttemptList   []attemptJSON `json:"attempt_list"`
+}
+
+type attemptJSON struct {
+	At              time.Time `json:"at"`
+	StatusCode      *int      `json:"status_code"`
+	DurationSeconds float64   `json:"duration_seconds"`
+	Error           string    `json:"error,omitempty"`
+	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
+}
+
+var deliveryStatuses = map[string]bool{"": true, webhooks.DeliveryPending: true, webhooks.DeliveryDelivered: true,
+	webhooks.DeliveryDead: true, webhooks.DeliverySkipped: true}
+
+func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	status := q.Get("status")
+	if !deliveryStatuses[status] {
+		return errorf(http.StatusBadRequest, kindBadRequest, "status %q: want pending, delivered, dead or skipped", status)
+	}
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return errorf(http.StatusBadRequest, kindBadRequest, "limit %q: want 1..500", v)
+		}
+		limit = n
+	}
+	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status, Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := make([]deliveryJSON, 0, len(ds))
+	for _, d := range ds {
+		atts, err := webhooks.Attempts(r.Context(), a.pool, sub.ID, d.Seq)
+		if err != nil {
+			return err
+		}
+		dj := deliveryJSON{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
+			FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, AttemptList: []attemptJSON{}}
+		for _, at := range atts {
+			dj.AttemptList = append(dj.AttemptList, attemptJSON{At: at.At, StatusCode: at.StatusCode,
+				DurationSeconds: at.Duration.Seconds(), Error: at.Error, ResponseExcerpt: at.ResponseHead})
+		}
+		out = append(out, dj)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+	return nil
+}
