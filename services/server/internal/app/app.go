@@ -54,6 +54,13 @@ type Module interface {
 	Routes(mux *http.ServeMux)
 }
 
+// PeriodicModule is an optional capability of a Module, found by type
+// assertion: periodic jobs (pruning old rows, say) the worker role's River
+// client schedules. River runs them on its elected leader only.
+type PeriodicModule interface {
+	PeriodicJobs() []*river.PeriodicJob
+}
+
 // ModuleFactory builds a module from its deps.
 type ModuleFactory func(d *Deps) (Module, error)
 
@@ -119,7 +126,11 @@ func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
 	return &river.Config{
 		FetchCooldown:     cfg.River.FetchCooldown,
 		FetchPollInterval: cfg.River.FetchPollInterval,
-		Logger:            logger,
+		// A job whose process died mid-run is handed to another worker after
+		// this, instead of River's default hour; it must stay above the
+		// longest legitimate run (JobTimeout, 1 minute by default).
+		RescueStuckJobsAfter: 2 * time.Minute,
+		Logger:               logger,
 	}
 }
 
@@ -199,6 +210,11 @@ func (s *Server) Run(ctx context.Context) error {
 		rcfg.Workers = workers
 		rcfg.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sync.MaintenanceInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
+		for _, m := range mods {
+			if pm, ok := m.(PeriodicModule); ok {
+				rcfg.PeriodicJobs = append(rcfg.PeriodicJobs, pm.PeriodicJobs()...)
+			}
+		}
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
 	if err != nil {
