@@ -152,6 +152,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
+	// Code that expects tables a pending migration would create fails in
+	// confusing ways; refuse to start instead.
+	if err := ready(ctx, pool); err != nil {
+		return fmt.Errorf("%w (or start with --migrate)", err)
+	}
 	if err := ensurePartitions(ctx, pool, cfg); err != nil {
 		return err
 	}
