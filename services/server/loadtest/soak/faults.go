@@ -1,0 +1,464 @@
+package soak
+
+import (
+	"cmp"
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	gosync "sync"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// Fault kinds, in the order the table lists them.
+const (
+	faultKill       = "kill_worker (SIGKILL + restart)"
+	faultTermPool   = "pg_terminate_backend worker pool"
+	faultTermListen = "pg_terminate_backend LISTEN"
+	faultPGRestart  = "postgresql restart"
+	faultRevokeWH   = "revoke right: webhook owner"
+	faultRevokePush = "revoke right: push receiver"
+	faultWH5xx      = "webhook receiver 5xx window"
+	faultWHTimeout  = "webhook receiver timeout window"
+	faultWH410      = "webhook receiver 410 window (+enable)"
+	faultPush5xx    = "push service 5xx window"
+	faultRescue     = "river rescue of killed jobs (stand-in)"
+)
+
+// action is one planned step of the fault schedule.
+type action struct {
+	at   time.Duration
+	name string
+	fn   func(ctx context.Context)
+}
+
+// pgRestartPlanned says whether this run restarts PostgreSQL.
+func (h *harness) pgRestartPlanned() bool {
+	switch h.opts.pgRestart {
+	case "on":
+		return h.local
+	case "off":
+		return false
+	}
+	return h.local && !h.opts.short
+}
+
+// injectFaults runs the schedule until ctx ends: every kind once at a
+// random moment, then more kills and terminations at random moments. Kills
+// come early in short mode: jobs a killed worker was running are only taken
+// up again after their River timeout (see rescueLoop).
+func (h *harness) injectFaults(ctx context.Context) {
+	start := time.Now()
+	// In short mode the receiver windows come first and the kills after
+	// them: a killed worker stalls the subscriptions it was sending for
+	// until its jobs are rescued, and a stalled subscription would not see
+	// its window.
+	killLo, killHi, winHi := 0.1, 0.6, 0.0
+	if h.opts.short {
+		killLo, killHi, winHi = 0.2, 0.35, 0.15
+	}
+	plan := []action{
+		{h.randDur(killLo, killHi), "kill", h.killWorker},
+		{h.randDur(0.1, 0.6), "terminate pool", h.terminatePool},
+		{h.randDur(0.1, 0.6), "terminate listen", h.terminateListen},
+		{h.randDur(0.3, 0.7), "revoke webhook", h.revokeWebhook},
+		{h.randDur(0.3, 0.7), "revoke push", h.revokePush},
+		{h.randDur(0.2, 0.5), "late subscription", h.lateSubscription},
+	}
+	// A receiver window opens at a random moment and closes after its
+	// length once the receiver has answered with the fault at least
+	// `least` times; a sender stalled by a killed worker may reach it late,
+	// so the window may outlast the load, by at most a minute.
+	var windows gosync.WaitGroup
+	defer windows.Wait()
+	window := func(lo, hi float64, length time.Duration, least int64, answered func() int64, on, off func(ctx context.Context)) {
+		plan = append(plan, action{h.randDur(lo, hi), "window", func(ctx context.Context) {
+			on(ctx)
+			windows.Add(1)
+			go func() {
+				defer windows.Done()
+				until, limit := time.Now().Add(length), time.Now().Add(length+time.Minute)
+				for time.Now().Before(limit) && (time.Now().Before(until) || answered() < least) {
+					time.Sleep(100 * time.Millisecond)
+				}
+				off(context.WithoutCancel(ctx))
+			}()
+		}})
+	}
+	d := h.opts.duration
+	answers := func(name string) func() int64 { return func() int64 { return h.target(name).faultResp.Load() } }
+	pushAnswers := func() int64 {
+		var n int64
+		for _, x := range h.devices {
+			if x.name == "pu-flaky-phone" {
+				n = x.faultResp.Load()
+			}
+		}
+		return n
+	}
+	hi := func(x float64) float64 { return cmp.Or(winHi, x) }
+	window(0.05, hi(0.3), min(6*time.Second, d/5), 2, answers("flaky-5xx"), h.set5xx(true), h.set5xx(false))
+	window(0.05, hi(0.3), min(4*time.Second, d/6), 1, answers("slow-timeout"), h.setTimeout(true), h.setTimeout(false))
+	window(0.05, hi(0.4), 3*time.Second, 1, answers("gone-410"), h.set410(true), h.set410(false))
+	window(0.05, hi(0.4), 3*time.Second, 2, pushAnswers, h.setPush5xx(true), h.setPush5xx(false))
+	if h.pgRestartPlanned() {
+		plan = append(plan, action{h.randDur(0.35, 0.6), "pg restart", h.restartPG})
+	} else {
+		reason := "--pg-restart off"
+		if !h.local {
+			reason = "the database is not this machine's cluster"
+		} else if h.opts.short && h.opts.pgRestart == "auto" {
+			reason = "short mode"
+		}
+		h.logf("PostgreSQL restart skipped: %s", reason)
+	}
+	// More of the process faults at random moments: about one every d/8.
+	for t := h.randDur(killLo, 0.2+killLo); t < time.Duration(float64(d)*0.75); t += h.randDur(0.08, 0.16) {
+		switch h.randN(3) {
+		case 0:
+			if float64(t) < float64(d)*killHi {
+				plan = append(plan, action{t, "kill", h.killWorker})
+			}
+		case 1:
+			plan = append(plan, action{t, "terminate pool", h.terminatePool})
+		default:
+			plan = append(plan, action{t, "terminate listen", h.terminateListen})
+		}
+	}
+	slices.SortStableFunc(plan, func(a, b action) int { return int(a.at - b.at) })
+	for _, a := range plan {
+		select {
+		case <-ctx.Done():
+			return // open windows close themselves
+		case <-time.After(time.Until(start.Add(a.at))):
+		}
+		a.fn(ctx)
+	}
+}
+
+// killWorker SIGKILLs a random live worker and starts a replacement.
+func (h *harness) killWorker(ctx context.Context) {
+	ws := h.liveWorkers()
+	if len(ws) == 0 {
+		return
+	}
+	p := ws[h.randN(len(ws))]
+	h.procMu.Lock()
+	h.killed[p] = true
+	h.procMu.Unlock()
+	if err := p.kill(); err != nil {
+		h.note("SIGKILL %s: %v", p.name, err)
+		return
+	}
+	h.faultMu.add(faultKill, 1)
+	n, err := h.startWorker(context.WithoutCancel(ctx))
+	if err != nil {
+		h.note("restart after SIGKILL of %s: %v", p.name, err)
+		return
+	}
+	h.logf("fault: SIGKILL %s (pid %d), restarted as %s (pid %d)", p.name, p.pid(), n.name, n.pid())
+}
+
+const terminateSQL = `
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity WHERE datname = $1 AND application_name = ANY ($2)`
+
+func (h *harness) terminate(ctx context.Context, names []string) (int, error) {
+	var n int
+	err := h.query(ctx, 5*time.Second, func(ctx context.Context) error {
+		return h.pool.QueryRow(ctx, terminateSQL, dbName(h.dbURL), names).Scan(&n)
+	})
+	return n, err
+}
+
+// terminatePool terminates every pool connection of one random worker
+// (found by its application_name bothy-worker-<pid>).
+func (h *harness) terminatePool(ctx context.Context) {
+	ws := h.liveWorkers()
+	if len(ws) == 0 {
+		return
+	}
+	p := ws[h.randN(len(ws))]
+	n, err := h.terminate(ctx, []string{p.appName()})
+	if err != nil {
+		h.note("terminate backends of %s: %v", p.name, err)
+		return
+	}
+	h.faultMu.add(faultTermPool, n)
+	h.logf("fault: pg_terminate_backend on %d pool connections of %s", n, p.name)
+}
+
+// terminateListen terminates the LISTEN connection of every worker.
+func (h *harness) terminateListen(ctx context.Context) {
+	var names []string
+	for _, p := range h.liveWorkers() {
+		names = append(names, p.listenAppName())
+	}
+	n, err := h.terminate(ctx, names)
+	if err != nil {
+		h.note("terminate LISTEN backends: %v", err)
+		return
+	}
+	h.faultMu.add(faultTermListen, n)
+	h.logf("fault: pg_terminate_backend on %d LISTEN connections", n)
+}
+
+// restartPG restarts the local cluster and waits until it answers again.
+func (h *harness) restartPG(ctx context.Context) {
+	ents, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(ents) != 1 {
+		h.note("postgresql restart: cannot tell the cluster version from /etc/postgresql")
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	out, err := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", ents[0].Name(), "main", "restart").CombinedOutput()
+	if err != nil {
+		h.note("pg_ctlcluster restart: %v: %s", err, out)
+		return
+	}
+	err = h.query(rctx, time.Minute, func(ctx context.Context) error { return h.pool.Ping(ctx) })
+	if err != nil {
+		h.note("postgresql did not come back after restart: %v", err)
+		return
+	}
+	h.faultMu.add(faultPGRestart, 1)
+	h.logf("fault: PostgreSQL %s restarted (%.1fs until it answered)", ents[0].Name(), time.Since(t0).Seconds())
+}
+
+// revokeWebhook revokes the right of the owner of "revoked-owner"; its
+// deliveries must stop: none of an event committed after the revocation,
+// none started after it.
+func (h *harness) revokeWebhook(ctx context.Context) {
+	t := h.target("revoked-owner")
+	var head int64
+	err := h.query(ctx, 10*time.Second, func(ctx context.Context) error {
+		if err := authz.Revoke(ctx, h.pool, t.space, t.owner); err != nil {
+			return err
+		}
+		var err error
+		head, err = postgres.Head(ctx, h.pool)
+		return err
+	})
+	if err != nil {
+		h.note("revoke webhook owner: %v", err)
+		return
+	}
+	t.mu.Lock()
+	t.revoked, t.revokedAt, t.revokedSeq = true, time.Now(), head
+	t.mu.Unlock()
+	h.faultMu.add(faultRevokeWH, 1)
+	h.logf("fault: revoked %s on %s (owner of %s) at head %d", t.owner, t.space, t.name, head)
+}
+
+// revokePush revokes pu-revoked's read on spaceA.
+func (h *harness) revokePush(ctx context.Context) {
+	var d *device
+	for _, x := range h.devices {
+		if x.principal == "pu-revoked" {
+			d = x
+		}
+	}
+	var head int64
+	err := h.query(ctx, 10*time.Second, func(ctx context.Context) error {
+		if err := authz.Revoke(ctx, h.pool, spaceA, d.principal); err != nil {
+			return err
+		}
+		var err error
+		head, err = postgres.Head(ctx, h.pool)
+		return err
+	})
+	if err != nil {
+		h.note("revoke push receiver: %v", err)
+		return
+	}
+	h.procMu.Lock()
+	h.pushRevokedSeq, h.pushRevoked = head, true
+	h.procMu.Unlock()
+	h.faultMu.add(faultRevokePush, 1)
+	h.logf("fault: revoked %s on %s at head %d", d.principal, spaceA, head)
+}
+
+func (h *harness) lateSubscription(ctx context.Context) {
+	err := h.query(ctx, 10*time.Second, func(ctx context.Context) error {
+		_, err := h.createTarget(ctx, "healthy-late", spaceA, "owner-a")
+		return err
+	})
+	if err != nil {
+		h.note("create late subscription: %v", err)
+		return
+	}
+	t := h.target("healthy-late")
+	h.logf("created subscription %s mid-stream (resume after %d)", t.name, t.resumes[0])
+}
+
+func (h *harness) set5xx(on bool) func(context.Context) {
+	return func(context.Context) {
+		t := h.target("flaky-5xx")
+		if on {
+			t.mode.Store(mode5xx)
+			h.faultMu.add(faultWH5xx, 0)
+			h.logf("fault: %s answers 503", t.name)
+			return
+		}
+		t.mode.Store(modeOK)
+		h.logf("%s healthy again", t.name)
+	}
+}
+
+func (h *harness) setTimeout(on bool) func(context.Context) {
+	return func(context.Context) {
+		t := h.target("slow-timeout")
+		if on {
+			t.mode.Store(modeTimeout)
+			h.faultMu.add(faultWHTimeout, 0)
+			h.logf("fault: %s holds requests for %s (webhooks.timeout %s)", t.name, t.holdFor, whTimeout)
+			return
+		}
+		t.mode.Store(modeOK)
+		h.logf("%s healthy again", t.name)
+	}
+}
+
+// set410 makes gone-410 answer 410 Gone, which disables its subscription;
+// when the window closes the soak enables it again (it resumes at the head).
+func (h *harness) set410(on bool) func(context.Context) {
+	return func(ctx context.Context) {
+		t := h.target("gone-410")
+		if on {
+			t.mode.Store(modeGone)
+			h.faultMu.add(faultWH410, 0)
+			h.logf("fault: %s answers 410 Gone", t.name)
+			return
+		}
+		t.mode.Store(modeOK)
+		// Let answers already given be recorded before enabling, so a late
+		// 410 does not disable the enabled subscription again.
+		time.Sleep(2*whTimeout + time.Second)
+		var res *webhooks.EnableResult
+		err := h.query(context.WithoutCancel(ctx), 20*time.Second, func(ctx context.Context) error {
+			var err error
+			res, err = webhooks.Enable(ctx, h.pool, t.id)
+			return err
+		})
+		if err != nil {
+			h.note("enable %s: %v", t.name, err)
+			return
+		}
+		if res.WasCause == "" {
+			h.logf("%s healthy again; it had not been disabled", t.name)
+			return
+		}
+		t.mu.Lock()
+		t.resumes = append(t.resumes, res.ResumeAfterSeq)
+		t.mu.Unlock()
+		h.logf("%s healthy again; enabled (was %s), resumes after %d, %d pending skipped, never delivered %d..%d",
+			t.name, res.WasCause, res.ResumeAfterSeq, res.Skipped, res.NotDeliveredFrom, res.NotDeliveredTo)
+	}
+}
+
+func (h *harness) setPush5xx(on bool) func(context.Context) {
+	return func(context.Context) {
+		for _, d := range h.devices {
+			if d.name == "pu-flaky-phone" {
+				d.failing.Store(on)
+			}
+		}
+		if on {
+			h.faultMu.add(faultPush5xx, 0)
+			h.logf("fault: push service answers 503 for pu-flaky-phone")
+			return
+		}
+		h.logf("push service healthy again for pu-flaky-phone")
+	}
+}
+
+// Stand-in thresholds for River's rescuer: a job still "running" this long
+// after its attempt started has outlived its River timeout (push.deliver:
+// request 10s + 3 queries of 5s; webhook_out.deliver: slice 5s +
+// webhooks.timeout + lease margin 30s) by 5s, so the process running it is
+// gone.
+var rescueAfter = map[string]time.Duration{
+	"push.deliver":       30 * time.Second,
+	webhooks.KindDeliver: 5*time.Second + whTimeout + 30*time.Second + 5*time.Second,
+}
+
+const rescueSQL = `
+UPDATE river_job SET state = 'available', scheduled_at = now()
+WHERE state = 'running' AND kind = $1 AND attempted_at < now() - make_interval(secs => $2)
+RETURNING id`
+
+// rescueLoop plays River's rescuer for jobs of killed workers. River's own
+// rescuer waits RescueStuckJobsAfter (default one hour beyond the job
+// timeout), which bothy does not configure; without the stand-in a killed
+// worker's in-flight deliveries would wait an hour. The count is reported.
+func (h *harness) rescueLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for kind, after := range rescueAfter {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rows, err := h.pool.Query(qctx, rescueSQL, kind, after.Seconds())
+			n := 0
+			if err == nil {
+				for rows.Next() {
+					n++
+				}
+				rows.Close()
+			}
+			cancel()
+			if n > 0 {
+				h.faultMu.add(faultRescue, n)
+				h.logf("rescued %d %s jobs left running by a killed worker", n, kind)
+			}
+		}
+	}
+}
+
+// drain waits until both cursors are at the head, no active subscription
+// has a pending delivery and no delivery job is unfinished.
+func (h *harness) drain(ctx context.Context) (bool, time.Duration) {
+	t0 := time.Now()
+	deadline := t0.Add(h.opts.drainTimeout)
+	lastLog := time.Time{}
+	for {
+		var head, minCursor, pending, open int64
+		err := h.query(ctx, 5*time.Second, func(ctx context.Context) error {
+			return h.pool.QueryRow(ctx, `
+SELECT (SELECT last_seq FROM event_seq),
+       (SELECT coalesce(min(last_seq), -1) FROM event_consumer_cursors WHERE name IN ('webhooks', 'push')),
+       (SELECT count(*) FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+        WHERE d.status = 'pending' AND s.status = 'active'),
+       (SELECT count(*) FROM river_job WHERE kind IN ('push.deliver', 'webhook_out.deliver')
+        AND state NOT IN ('completed', 'cancelled', 'discarded'))`).Scan(&head, &minCursor, &pending, &open)
+		})
+		if err == nil && minCursor == head && pending == 0 && open == 0 {
+			h.logf("drained in %.1fs: cursors at head %d, nothing pending", time.Since(t0).Seconds(), head)
+			return true, time.Since(t0)
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			h.logf("draining: head %d, lowest cursor %d, %d deliveries pending, %d jobs unfinished (err %v)",
+				head, minCursor, pending, open, err)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			h.logf("drain gave up after %s", h.opts.drainTimeout)
+			return false, time.Since(t0)
+		}
+		h.ensureWorkers(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

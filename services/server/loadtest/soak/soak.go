@@ -1,0 +1,754 @@
+// Package soak is the multi-process fault-injection soak of issue 7: it
+// proves that every committed event becomes exactly one job per consumer and
+// target, and that nothing is lost, while worker processes are killed,
+// their connections terminated and PostgreSQL restarted. The command
+// perf/soak only calls Run; the code lives here because Go lets only
+// packages under services/server import the server's internal packages.
+//
+//	go run ./perf/soak [--duration 2m] [--short] [--rate 50] [--producers 4] [--workers 3]
+//	    [--pg-restart auto|on|off] [--seed N] [--keep]
+//
+// On a scratch database (created on the server BOTHY_DATABASE_URL names,
+// else 127.0.0.1:5432 as postgres, and dropped at the end) it builds the
+// bothy binary of the module it runs in, starts --workers "bothy server
+// --role=worker" processes and one --role=api process, local webhook
+// receivers (healthy ones, and ones that answer 5xx, hold requests past
+// webhooks.timeout or answer 410 for a while) and a local Web Push service
+// that checks VAPID and decrypts every message. Producers append events
+// through the producer API (postgres.EventLog.Write), some of their
+// transactions rolled back on purpose, while faults are injected at random
+// moments: SIGKILL of a worker and a restart, pg_terminate_backend of a
+// worker's pool connections and of the LISTEN connections (found by
+// application_name), one PostgreSQL restart (local cluster only), and a
+// right revoked mid-stream for a webhook owner and for a push receiver.
+// Then it drains, verifies and prints a table, and returns ErrViolations if
+// any check failed. Everything listens and connects on 127.0.0.1 only, and
+// every wait is bounded.
+package soak
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// ErrViolations is returned when the run finished and at least one check
+// failed; the table says which.
+var ErrViolations = errors.New("soak: violations found")
+
+type options struct {
+	duration     time.Duration
+	drainTimeout time.Duration
+	short        bool
+	rate         float64
+	producers    int
+	workers      int
+	pgRestart    string
+	seed         uint64
+	keep         bool
+	bin          string
+}
+
+func parseFlags(args []string, out io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(out)
+	o := &options{}
+	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "load and fault phase (the drain comes on top)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 100*time.Second, "longest wait for the backlog to drain after the load")
+	fs.BoolVar(&o.short, "short", false, "CI mode: --duration 20s --rate 20, faults early, no PostgreSQL restart unless --pg-restart on")
+	fs.Float64Var(&o.rate, "rate", 40, "producer transactions per second, all producers together")
+	fs.IntVar(&o.producers, "producers", 4, "concurrent producers")
+	fs.IntVar(&o.workers, "workers", 3, "bothy server --role=worker processes (at least 3)")
+	fs.StringVar(&o.pgRestart, "pg-restart", "auto", "restart PostgreSQL once: auto (not in --short, only for the local cluster), on, off")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed for fault times (0: from the clock; printed)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database and the process logs")
+	fs.StringVar(&o.bin, "bin", "", "use this bothy binary instead of building the module's")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.short {
+		if !set["duration"] {
+			o.duration = 20 * time.Second
+		}
+		if !set["drain-timeout"] {
+			o.drainTimeout = 75 * time.Second
+		}
+		if !set["rate"] {
+			o.rate = 20
+		}
+	}
+	switch {
+	case o.duration < 5*time.Second || o.duration > 24*time.Hour:
+		return nil, fmt.Errorf("--duration %s: want 5s..24h", o.duration)
+	case o.drainTimeout < 10*time.Second || o.drainTimeout > time.Hour:
+		return nil, fmt.Errorf("--drain-timeout %s: want 10s..1h", o.drainTimeout)
+	case o.rate <= 0 || o.rate > 2000:
+		return nil, fmt.Errorf("--rate %v: want 0 < rate <= 2000", o.rate)
+	case o.producers < 1 || o.producers > 64:
+		return nil, fmt.Errorf("--producers %d: want 1..64", o.producers)
+	case o.workers < 3 || o.workers > 8:
+		return nil, fmt.Errorf("--workers %d: want 3..8", o.workers)
+	case !slices.Contains([]string{"auto", "on", "off"}, o.pgRestart):
+		return nil, fmt.Errorf("--pg-restart %q: want auto, on or off", o.pgRestart)
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	return o, nil
+}
+
+// Spaces, principals and timing of the world the soak builds.
+const (
+	spaceA = "soak-a"
+	spaceB = "soak-b"
+	actor  = "soak-writer"
+	// whTimeout is webhooks.timeout of the workers; the timeout receiver
+	// holds requests for twice as long.
+	whTimeout = time.Second
+)
+
+// harness is one run's state.
+type harness struct {
+	opts   *options
+	out    io.Writer
+	rng    *mrand.Rand
+	rngMu  gosync.Mutex
+	start  time.Time
+	tmp    string
+	bin    string
+	dbURL  string
+	pool   *pgxpool.Pool
+	log    *postgres.EventLog
+	vapid  push.VAPIDKeys
+	env    []string
+	local  bool // the server is this machine's cluster
+	logger *slog.Logger
+
+	procMu   gosync.Mutex
+	workers  []*proc // live workers
+	allProcs []*proc
+	api      *proc
+	nextID   int
+	killed   map[*proc]bool
+	apiAddr  string
+
+	// pushRevoked is set when pu-revoked lost its right; pushRevokedSeq is
+	// the head read after the revocation committed.
+	pushRevoked    bool
+	pushRevokedSeq int64
+
+	webhookJobRows [][]string // filled by verifyWebhooks for the jobs table
+
+	wh      *webhookReceivers
+	targets []*target
+	pr      *pushReceiver
+	devices []*device
+
+	prodMu     gosync.Mutex
+	acked      map[uuid.UUID]bool
+	doubt      map[uuid.UUID]bool
+	rolledBack map[uuid.UUID]bool
+	rbBefore   int // transactions rolled back before the append
+	rbAtCommit int // transactions whose commit failed on purpose after the append
+	errsOther  int // producer errors from faults (commit in doubt)
+
+	faultMu sync2Map
+	notes   []string // problems seen while running (unexpected exits, failed restarts)
+	notesMu gosync.Mutex
+}
+
+// sync2Map counts faults by kind.
+type sync2Map struct {
+	mu gosync.Mutex
+	n  map[string]int
+	x  map[string]int // extra figure per kind (backends terminated, rescued jobs)
+}
+
+func (m *sync2Map) add(kind string, extra int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == nil {
+		m.n, m.x = map[string]int{}, map[string]int{}
+	}
+	m.n[kind]++
+	m.x[kind] += extra
+}
+
+func (m *sync2Map) get(kind string) (int, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n[kind], m.x[kind]
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.out, "t+%5.1fs  %s\n", time.Since(h.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	h.notesMu.Lock()
+	h.notes = append(h.notes, s)
+	h.notesMu.Unlock()
+	h.logf("PROBLEM: %s", s)
+}
+
+func (h *harness) randDur(lo, hi float64) time.Duration {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	d := float64(h.opts.duration)
+	return time.Duration(d * (lo + (hi-lo)*h.rng.Float64()))
+}
+
+func (h *harness) randN(n int) int {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.IntN(n)
+}
+
+// Run runs the soak with command-line args, writing progress and the table
+// to stdout. It returns ErrViolations (wrapped) when a check failed and
+// other errors when the run could not be done; the scratch database is
+// dropped in every case unless --keep.
+func Run(ctx context.Context, args []string, stdout io.Writer, environ []string) error {
+	o, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	h := &harness{opts: o, out: stdout, rng: mrand.New(mrand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now(),
+		acked: map[uuid.UUID]bool{}, doubt: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}, killed: map[*proc]bool{},
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	base := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "BOTHY_DATABASE_URL="); ok && v != "" {
+			base = v
+		}
+	}
+	if h.dbURL, err = scratchURL(base); err != nil {
+		return err
+	}
+	h.local = isLocal(h.dbURL)
+	mode := "full"
+	if o.short {
+		mode = "short"
+	}
+	fmt.Fprintf(stdout, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d, scratch database %s\n",
+		mode, o.workers, o.producers, o.rate, o.duration, o.seed, dbName(h.dbURL))
+
+	if h.tmp, err = os.MkdirTemp("", "bothy-soak-"); err != nil {
+		return err
+	}
+	defer func() {
+		if o.keep {
+			fmt.Fprintf(stdout, "kept: process logs in %s, database %s\n", h.tmp, dbName(h.dbURL))
+		} else {
+			_ = os.RemoveAll(h.tmp)
+		}
+	}()
+	if !o.keep {
+		defer dropDatabase(context.WithoutCancel(ctx), h.dbURL, stdout)
+	}
+	defer h.stopAll()
+
+	if err := h.setup(ctx); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	defer h.pool.Close()
+	defer h.log.Close()
+	defer h.wh.srv.Close()
+	defer h.pr.rcv.Close()
+
+	if err := h.startProcs(ctx); err != nil {
+		return err
+	}
+	h.logf("processes up: %s", h.procList())
+
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
+	defer stopLoad()
+	rescueCtx, stopRescue := context.WithCancel(ctx)
+	rescueDone := make(chan struct{})
+	go func() { defer close(rescueDone); h.rescueLoop(rescueCtx) }()
+	var wg gosync.WaitGroup
+	for i := range o.producers {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.produce(loadCtx, i) }()
+	}
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); h.injectFaults(loadCtx) }()
+	wg.Wait()
+	<-faultsDone
+	if ctx.Err() != nil {
+		stopRescue()
+		<-rescueDone
+		return ctx.Err()
+	}
+	h.logf("load done: %d acknowledged events; draining", len(h.acked))
+	h.ensureWorkers(ctx)
+	drained, drainTook := h.drain(ctx)
+	stopRescue()
+	<-rescueDone
+
+	// A clean stop of every process still running is part of the check.
+	for _, p := range h.liveProcs() {
+		if err := p.stop(30 * time.Second); err != nil {
+			h.note("%v", err)
+		}
+	}
+	rep, err := h.verify(ctx, drained, drainTook)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	fmt.Fprint(stdout, rep.String())
+	if n := len(rep.violations); n > 0 {
+		return fmt.Errorf("%w: %d", ErrViolations, n)
+	}
+	return nil
+}
+
+// setup creates and migrates the scratch database, connects, starts the
+// receivers and seeds principals, rights, subscriptions and devices.
+func (h *harness) setup(ctx context.Context) error {
+	cfg, err := config.Load("", nil, map[string]string{"database.url": h.dbURL})
+	if err != nil {
+		return err
+	}
+	if err := app.Migrate(ctx, cfg, h.logger); err != nil {
+		return fmt.Errorf("migrate scratch database: %w", err)
+	}
+	pc, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = int32(h.opts.producers + 4)
+	pc.ConnConfig.RuntimeParams["application_name"] = "bothy-soak"
+	if h.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return err
+	}
+	// A table with a deferred foreign key: a producer that inserts a
+	// dangling row fails at COMMIT, after its events were appended, so the
+	// counter increment and the events roll back with it.
+	if _, err := h.pool.Exec(ctx, `
+CREATE TABLE soak_parent (id int PRIMARY KEY);
+CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		return err
+	}
+	h.log = postgres.NewEventLog(h.pool, nil)
+	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
+		return err
+	}
+	h.wh = newWebhookReceivers()
+	h.pr = newPushReceiver(h.vapid.Public)
+
+	for _, p := range []struct {
+		id   string
+		kind authz.PrincipalKind
+	}{{actor, authz.KindApp}, {"owner-a", authz.KindUser}, {"owner-r", authz.KindUser},
+		{"pu-1", authz.KindUser}, {"pu-2", authz.KindUser}, {"pu-flaky", authz.KindUser}, {"pu-revoked", authz.KindUser}} {
+		if err := authz.CreatePrincipal(ctx, h.pool, p.id, p.kind); err != nil {
+			return err
+		}
+	}
+	grants := []authz.GrantParams{
+		{Space: spaceA, Principal: actor, Right: authz.RightWrite}, {Space: spaceB, Principal: actor, Right: authz.RightWrite},
+		{Space: spaceA, Principal: "owner-a", Right: authz.RightAdmin}, {Space: spaceB, Principal: "owner-a", Right: authz.RightAdmin},
+		{Space: spaceB, Principal: "owner-r", Right: authz.RightAdmin},
+		{Space: spaceA, Principal: "pu-1", Right: authz.RightRead}, {Space: spaceB, Principal: "pu-1", Right: authz.RightRead},
+		{Space: spaceA, Principal: "pu-2", Right: authz.RightRead},
+		{Space: spaceB, Principal: "pu-flaky", Right: authz.RightRead},
+		{Space: spaceA, Principal: "pu-revoked", Right: authz.RightRead},
+	}
+	for i := range grants {
+		if err := authz.Grant(ctx, h.pool, &grants[i]); err != nil {
+			return err
+		}
+	}
+	for _, t := range []struct{ name, space, owner string }{
+		{"healthy-a", spaceA, "owner-a"}, {"healthy-b", spaceB, "owner-a"},
+		{"flaky-5xx", spaceA, "owner-a"}, {"slow-timeout", spaceB, "owner-a"},
+		{"gone-410", spaceA, "owner-a"}, {"revoked-owner", spaceB, "owner-r"},
+	} {
+		if _, err := h.createTarget(ctx, t.name, t.space, t.owner); err != nil {
+			return err
+		}
+	}
+	reg := push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true})
+	for _, d := range []*device{
+		{name: "pu-1-phone", principal: "pu-1", spaces: []string{spaceA, spaceB}},
+		{name: "pu-2-phone", principal: "pu-2", spaces: []string{spaceA}},
+		{name: "pu-2-laptop", principal: "pu-2", spaces: []string{spaceA}},
+		{name: "pu-flaky-phone", principal: "pu-flaky", spaces: []string{spaceB}},
+		{name: "pu-revoked-phone", principal: "pu-revoked", spaces: []string{spaceA}},
+	} {
+		dev, endpoint, err := h.pr.rcv.AddDevice(d.name)
+		if err != nil {
+			return err
+		}
+		var s push.Subscription
+		s.Endpoint, s.Keys.P256dh, s.Keys.Auth = endpoint, dev.P256dh(), dev.Auth()
+		r, err := reg.Register(ctx, h.pool, &push.RegisterParams{Principal: d.principal, Subscription: s, UserAgent: "soak"})
+		if err != nil {
+			return err
+		}
+		d.regID = r.ID
+		h.pr.mu.Lock()
+		h.pr.devices[d.name] = d
+		h.pr.mu.Unlock()
+		h.devices = append(h.devices, d)
+	}
+
+	bin := h.opts.bin
+	if bin == "" {
+		h.logf("building bothy")
+		wd, _ := os.Getwd()
+		if bin, err = buildBinary(ctx, wd, h.tmp); err != nil {
+			return err
+		}
+	}
+	h.bin = bin
+	h.env = processEnv(map[string]string{
+		"database.url": h.dbURL, "database.max_conns": "6", "server.listen_addr": "127.0.0.1:0",
+		"server.shutdown_timeout": "10s", "consumer.batch_size": "25", "consumer.poll_interval": "250ms",
+		"river.max_workers": "20", "webhooks.allow_private_targets": "true", "webhooks.timeout": whTimeout.String(),
+		"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private,
+		"push.allow_private_targets": "true", "log.level": "info",
+	})
+	return nil
+}
+
+// createTarget creates a webhook subscription pointing at a local receiver.
+func (h *harness) createTarget(ctx context.Context, name, space, owner string) (*target, error) {
+	t := &target{name: name, space: space, owner: owner, holdFor: 2 * whTimeout}
+	h.wh.add(t)
+	sub, secret, err := webhooks.Create(ctx, h.pool, &webhooks.CreateParams{Owner: owner, Space: space,
+		URL: h.wh.url(name), AllowPrivateTargets: true})
+	if err != nil {
+		return nil, fmt.Errorf("create subscription %s: %w", name, err)
+	}
+	if t.verifier, err = standardwebhooks.NewWebhook(secret); err != nil {
+		return nil, err
+	}
+	t.id, t.secret = sub.ID, secret
+	t.mu.Lock()
+	t.resumes = append(t.resumes, sub.ResumeAfterSeq)
+	t.mu.Unlock()
+	h.procMu.Lock()
+	h.targets = append(h.targets, t)
+	h.procMu.Unlock()
+	return t, nil
+}
+
+func (h *harness) target(name string) *target {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	for _, t := range h.targets {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// processEnv is the environment of the bothy processes: this process's
+// without any BOTHY_ variable, plus the given keys.
+func processEnv(keys map[string]string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BOTHY_") {
+			env = append(env, kv)
+		}
+	}
+	for k, v := range keys {
+		env = append(env, config.EnvName(k)+"="+v)
+	}
+	return env
+}
+
+func (h *harness) startProcs(ctx context.Context) error {
+	for range h.opts.workers {
+		if _, err := h.startWorker(ctx); err != nil {
+			return err
+		}
+	}
+	api, err := startProc(h.bin, h.tmp, "api-1", "api", h.env)
+	if err != nil {
+		return err
+	}
+	h.procMu.Lock()
+	h.api = api
+	h.allProcs = append(h.allProcs, api)
+	h.procMu.Unlock()
+	if h.apiAddr, err = api.waitReady(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startWorker starts one worker process and waits until it is ready.
+func (h *harness) startWorker(ctx context.Context) (*proc, error) {
+	h.procMu.Lock()
+	h.nextID++
+	name := fmt.Sprintf("worker-%d", h.nextID)
+	h.procMu.Unlock()
+	p, err := startProc(h.bin, h.tmp, name, "worker", h.env)
+	if err != nil {
+		return nil, err
+	}
+	h.procMu.Lock()
+	h.workers = append(h.workers, p)
+	h.allProcs = append(h.allProcs, p)
+	h.procMu.Unlock()
+	if _, err := p.waitReady(ctx, 60*time.Second); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func (h *harness) procList() string {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	var s []string
+	for _, p := range h.allProcs {
+		if ok, _ := p.hasExited(); !ok {
+			s = append(s, fmt.Sprintf("%s(pid %d)", p.name, p.pid()))
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+func (h *harness) liveProcs() []*proc {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	var out []*proc
+	for _, p := range h.allProcs {
+		if ok, _ := p.hasExited(); !ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (h *harness) liveWorkers() []*proc {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	var out []*proc
+	for _, p := range h.workers {
+		if ok, _ := p.hasExited(); !ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ensureWorkers notes every process that exited without being killed by
+// the soak and restarts workers up to --workers, as a supervisor would.
+func (h *harness) ensureWorkers(ctx context.Context) {
+	h.procMu.Lock()
+	var dead []*proc
+	for _, p := range h.allProcs {
+		if ok, err := p.hasExited(); ok && !h.killed[p] {
+			dead = append(dead, p)
+			h.killed[p] = true // report once
+			_ = err
+		}
+	}
+	h.procMu.Unlock()
+	for _, p := range dead {
+		_, err := p.hasExited()
+		h.note("%s (pid %d) exited on its own: %v; last log lines:\n%s", p.name, p.pid(), err, indent(p.tailText()))
+	}
+	for len(h.liveWorkers()) < h.opts.workers && ctx.Err() == nil {
+		p, err := h.startWorker(ctx)
+		if err != nil {
+			h.note("restart of a worker failed: %v", err)
+			return
+		}
+		h.logf("started %s (pid %d) to keep %d workers", p.name, p.pid(), h.opts.workers)
+	}
+}
+
+func (h *harness) stopAll() {
+	for _, p := range h.liveProcs() {
+		_ = p.stop(15 * time.Second)
+	}
+}
+
+func indent(s string) string { return "      " + strings.ReplaceAll(s, "\n", "\n      ") }
+
+// produce appends events until ctx ends. One transaction in ten is rolled
+// back on purpose: half by the function returning an error before the
+// append, half by a deferred constraint failing at COMMIT after it.
+func (h *harness) produce(ctx context.Context, n int) {
+	interval := time.Duration(float64(time.Second) * float64(h.opts.producers) / h.opts.rate)
+	next := time.Now()
+	errDeliberate := errors.New("deliberate rollback")
+	for i := 0; ; i++ {
+		next = next.Add(interval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		count := 1 + h.randN(3)
+		space := spaceA
+		if h.randN(2) == 1 {
+			space = spaceB
+		}
+		news := make([]sync.NewEvent, count)
+		ids := make([]uuid.UUID, count)
+		for j := range news {
+			ids[j] = uuid.Must(uuid.NewV7())
+			news[j] = sync.NewEvent{ID: ids[j], Space: space, Type: "item.updated", Actor: actor,
+				Data: []byte(fmt.Sprintf(`{"producer":%d,"tx":%d,"n":%d}`, n, i, j))}
+		}
+		roll := h.randN(20) // 0: before the append, 1: at commit
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		_, err := h.log.Write(wctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+			switch roll {
+			case 0:
+				return nil, errDeliberate
+			case 1:
+				if _, err := tx.Exec(ctx, `INSERT INTO soak_doomed VALUES (-1)`); err != nil {
+					return nil, err
+				}
+			}
+			return news, nil
+		})
+		cancel()
+		var pgErr *pgconn.PgError
+		h.prodMu.Lock()
+		switch {
+		case err == nil:
+			for _, id := range ids {
+				h.acked[id] = true
+			}
+		case errors.Is(err, errDeliberate):
+			h.rbBefore++
+			for _, id := range ids {
+				h.rolledBack[id] = true
+			}
+		case roll == 1 && errors.As(err, &pgErr) && pgErr.Code == "23503":
+			h.rbAtCommit++
+			for _, id := range ids {
+				h.rolledBack[id] = true
+			}
+		default:
+			// A fault hit the write: it may or may not have committed.
+			h.errsOther++
+			for _, id := range ids {
+				h.doubt[id] = true
+			}
+		}
+		h.prodMu.Unlock()
+		if err != nil && roll > 1 {
+			select { // the database is away: do not spin
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			next = time.Now()
+		}
+	}
+}
+
+// scratchURL points base at a new database name on the same server.
+func scratchURL(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("BOTHY_DATABASE_URL: not a postgres:// URL")
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	u.Path = "/bothy_soak_" + hex.EncodeToString(b)
+	return u.String(), nil
+}
+
+func dbName(u string) string {
+	pu, _ := url.Parse(u)
+	return strings.TrimPrefix(pu.Path, "/")
+}
+
+// isLocal says whether the database server is this machine's cluster, the
+// only one the soak may restart.
+func isLocal(u string) bool {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	switch pu.Hostname() {
+	case "127.0.0.1", "localhost", "::1", "":
+	default:
+		return false
+	}
+	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
+		return false
+	}
+	ents, err := os.ReadDir("/etc/postgresql")
+	return err == nil && len(ents) == 1
+}
+
+func dropDatabase(ctx context.Context, scratch string, out io.Writer) {
+	u, err := url.Parse(scratch)
+	if err != nil {
+		return
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	u.Path = "/postgres"
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		fmt.Fprintf(out, "soak: could not drop %s: %v\n", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
+		fmt.Fprintf(out, "soak: could not drop %s: %v\n", name, err)
+	}
+}
+
+// query runs fn with a bounded context, retrying while the database is
+// away (a restart), for at most total.
+func (h *harness) query(ctx context.Context, total time.Duration, fn func(ctx context.Context) error) error {
+	deadline := time.Now().Add(total)
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := fn(qctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
