@@ -1,0 +1,634 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+func init() {
+	register(command{Name: "dev", Summary: "run everything locally: database, all roles, a demo space, token and webhook receiver", Run: runDev})
+}
+
+const (
+	devSpace     = "demo"
+	devPrincipal = "demo"
+	// devLocalURL is the PostgreSQL a developer most likely runs; bothy dev
+	// uses its own database on it.
+	devLocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	devDBName   = "bothy_dev"
+	// devPGPort is the private cluster's port, unless it is taken.
+	devPGPort = 55432
+)
+
+// devDatabase is the PostgreSQL bothy dev runs on and how to let go of it.
+type devDatabase struct {
+	url  string
+	what string
+	stop func(ctx context.Context) error
+}
+
+func runDev(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("dev", e)
+	addr := fs.String("addr", "", "address of the API (default 127.0.0.1:8080, or a free port if that is taken)")
+	dir := fs.String("dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
+	events := fs.Int("events", 3, "demo events appended at start")
+	pgMode := fs.String("postgres", "auto", "auto (127.0.0.1:5432, else a private cluster, else a container), local, private or container")
+	load := configFlags(fs, e)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: bothy dev takes no arguments", errUsage)
+	}
+	visited := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	// setDefault sets a configuration key for dev unless the user chose a
+	// value by flag or environment.
+	setDefault := func(key, value string) error {
+		if visited[key] || lookupEnv(e.environ, config.EnvName(key)) != "" {
+			return nil
+		}
+		return fs.Set(key, value)
+	}
+	userDB := visited["database.url"] || lookupEnv(e.environ, config.EnvName("database.url")) != ""
+	if !userDB {
+		if cfg, err := load(); err == nil {
+			if _, src := cfg.Value("database.url"); src != config.SourceDefault {
+				userDB = true // from the config file
+			}
+		}
+	}
+
+	out := &lockedWriter{w: e.stdout}
+	var db *devDatabase
+	if userDB {
+		db = &devDatabase{what: "from your configuration (BOTHY_DATABASE_URL, --database.url or the config file)"}
+	} else {
+		var err error
+		if db, err = findDevDatabase(ctx, *pgMode, *dir, out); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := db.stop(sctx); err != nil {
+				fmt.Fprintf(e.stderr, "bothy dev: stop PostgreSQL: %v\n", err)
+			}
+		}()
+		if err := fs.Set("database.url", db.url); err != nil {
+			return err
+		}
+	}
+	listen := *addr
+	if listen == "" {
+		listen = "127.0.0.1:8080"
+		if ln, err := net.Listen("tcp", listen); err != nil {
+			listen = "127.0.0.1:0"
+		} else {
+			ln.Close()
+		}
+	}
+	adminToken := randomToken()
+	for k, v := range map[string]string{
+		"server.listen_addr":             listen,
+		"server.role":                    "all",
+		"webhooks.allow_private_targets": "true",
+		"server.admin_token":             adminToken,
+		"log.level":                      "warn",
+	} {
+		if err := setDefault(k, v); err != nil {
+			return err
+		}
+	}
+	cfg, err := load()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if db.url == "" {
+		db.url = cfg.Database.URL
+	}
+	adminToken = cfg.Server.AdminToken
+	logger := newLogger(cfg, e.stderr)
+
+	fmt.Fprintf(out, "bothy dev: PostgreSQL %s\n          %s\n", db.what, redactedURL(db.url))
+	if err := app.Migrate(ctx, cfg, logger); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+
+	rcv, err := startDevReceiver(out)
+	if err != nil {
+		return err
+	}
+	defer rcv.close()
+
+	srvCtx, stopServer := context.WithCancel(ctx)
+	defer stopServer()
+	srv := app.NewServer(cfg, logger, modules)
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run(srvCtx) }()
+	waitServer := func() error {
+		stopServer()
+		return <-runErr
+	}
+	apiAddr, err := devServerAddr(ctx, srv, runErr)
+	if err != nil {
+		return err
+	}
+	base := "http://" + apiAddr
+
+	token, subID, err := devDemo(ctx, cfg, base, rcv)
+	if err != nil {
+		return errors.Join(err, waitServer())
+	}
+
+	curl := fmt.Sprintf(`curl -sS -X POST %s/v1/spaces/%s/events -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{"events":[{"type":"item.created","data":{"title":"hello from curl"}}]}'`,
+		base, devSpace, token)
+	fmt.Fprintf(out, `
+bothy dev is running; Ctrl-C stops everything.
+
+  API         %[1]s/v1/   (OpenAPI: %[1]s/v1/openapi.json)
+  metrics     %[1]s/metrics
+  River UI    %[1]s/admin/river/   (user admin, password %[2]s)
+  space       %[3]s, principal %[4]s (admin of the space)
+  token       %[5]s
+              (scopes events:read events:write webhooks:manage push:manage)
+  webhook     subscription %[6]s
+              to the built-in receiver %[7]s, which checks every signature
+
+Append an event and watch the receiver print it:
+
+  %[8]s
+
+See the subscription's deliveries and attempts:
+
+  curl -sS %[1]s/v1/webhooks/%[6]s/deliveries -H 'Authorization: Bearer %[5]s'
+
+`, base, adminToken, devSpace, devPrincipal, token, subID, rcv.url, curl)
+
+	if *events > 0 {
+		var evs []string
+		for i := 1; i <= *events; i++ {
+			evs = append(evs, fmt.Sprintf(`{"type":"item.created","data":{"title":"demo item %d"}}`, i))
+		}
+		var res struct {
+			Events []struct {
+				Seq int64 `json:"seq"`
+			} `json:"events"`
+		}
+		if err := devCall(ctx, "POST", base+"/v1/spaces/"+devSpace+"/events", token, `{"events":[`+strings.Join(evs, ",")+`]}`, &res); err != nil {
+			return errors.Join(fmt.Errorf("append demo events: %w", err), waitServer())
+		}
+		fmt.Fprintf(out, "appended %d demo events (seq %d..%d); deliveries:\n", len(res.Events), res.Events[0].Seq, res.Events[len(res.Events)-1].Seq)
+	}
+
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "\nbothy dev: stopping")
+		err := waitServer()
+		if err == nil {
+			fmt.Fprintln(out, "bothy dev: stopped")
+		}
+		return err
+	case err := <-runErr:
+		if err == nil {
+			err = errors.New("server stopped unexpectedly")
+		}
+		return err
+	}
+}
+
+// devServerAddr waits for the server's listener, or its early failure.
+func devServerAddr(ctx context.Context, srv *app.Server, runErr <-chan error) (string, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan string, 1)
+	go func() {
+		if a, err := srv.Addr(actx); err == nil {
+			got <- a.String()
+		}
+	}()
+	select {
+	case a := <-got:
+		return a, nil
+	case err := <-runErr:
+		if err == nil {
+			err = errors.New("server stopped before it listened")
+		}
+		return "", err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// devDemo creates the demo principal, its admin right on the demo space, a
+// token, and (through the API, as a client would) a webhook subscription
+// to the receiver. Subscriptions of earlier runs, whose receivers are
+// gone, are disabled first.
+func devDemo(ctx context.Context, cfg *config.Config, base string, rcv *devReceiver) (token, subID string, err error) {
+	pool, err := app.OpenPool(ctx, cfg)
+	if err != nil {
+		return "", "", err
+	}
+	defer pool.Close()
+	if err := authz.CreatePrincipal(ctx, pool, devPrincipal, authz.KindUser); err != nil {
+		return "", "", err
+	}
+	if err := authz.Grant(ctx, pool, &authz.GrantParams{Space: devSpace, Principal: devPrincipal, Right: authz.RightAdmin}); err != nil {
+		return "", "", err
+	}
+	_, token, err = authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: devPrincipal, Name: "bothy dev",
+		Scopes: []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}})
+	if err != nil {
+		return "", "", err
+	}
+	old, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: devPrincipal, Space: devSpace})
+	if err != nil {
+		return "", "", err
+	}
+	for _, s := range old {
+		if s.Status == webhooks.StatusActive {
+			if err := webhooks.Disable(ctx, pool, s.ID, "replaced by a later bothy dev run"); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	var sub struct {
+		ID     string `json:"id"`
+		Secret string `json:"secret"`
+	}
+	body := fmt.Sprintf(`{"space":%q,"url":%q}`, devSpace, rcv.url)
+	if err := devCall(ctx, "POST", base+"/v1/webhooks", token, body, &sub); err != nil {
+		return "", "", fmt.Errorf("create demo webhook: %w", err)
+	}
+	if err := rcv.setSecret(sub.Secret); err != nil {
+		return "", "", err
+	}
+	return token, sub.ID, nil
+}
+
+// devCall calls the API and decodes a 2xx answer into out.
+func devCall(ctx context.Context, method, url, token, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", method, url, res.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, out)
+}
+
+// devReceiver is the built-in webhook receiver: it verifies each request
+// with the Standard Webhooks library and prints it.
+type devReceiver struct {
+	url string
+	srv *http.Server
+	out io.Writer
+	mu  gosync.Mutex
+	wh  *standardwebhooks.Webhook
+}
+
+func startDevReceiver(out io.Writer) (*devReceiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("webhook receiver: %w", err)
+	}
+	r := &devReceiver{url: "http://" + ln.Addr().String() + "/webhook", out: out}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+func (r *devReceiver) setSecret(secret string) error {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return fmt.Errorf("webhook secret: %w", err)
+	}
+	r.mu.Lock()
+	r.wh = wh
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *devReceiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	wh := r.wh
+	r.mu.Unlock()
+	if wh == nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if err := wh.Verify(body, req.Header); err != nil {
+		fmt.Fprintf(r.out, "  webhook REFUSED: %v (webhook-id %s)\n", err, req.Header.Get("webhook-id"))
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	var ev struct {
+		Seq   int64           `json:"seq"`
+		Type  string          `json:"type"`
+		Space string          `json:"space"`
+		Actor string          `json:"actor"`
+		Data  json.RawMessage `json:"data"`
+	}
+	_ = json.Unmarshal(body, &ev)
+	fmt.Fprintf(r.out, "  webhook seq=%d type=%s space=%s actor=%s data=%s (signature verified, webhook-id %s)\n",
+		ev.Seq, ev.Type, ev.Space, ev.Actor, ev.Data, req.Header.Get("webhook-id"))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *devReceiver) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+}
+
+// findDevDatabase finds or starts a PostgreSQL, in this order: one on
+// 127.0.0.1:5432 (user postgres), a private cluster from the local
+// PostgreSQL binaries in dir, a container if Docker runs.
+func findDevDatabase(ctx context.Context, mode, dir string, out io.Writer) (*devDatabase, error) {
+	switch mode {
+	case "auto", "local", "private", "container":
+	default:
+		return nil, fmt.Errorf("%w: --postgres=%s: want auto, local, private or container", errUsage, mode)
+	}
+	var tried []string
+	if mode == "auto" || mode == "local" {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		localErr := devPing(pctx, devLocalURL)
+		cancel()
+		if localErr == nil {
+			return &devDatabase{url: devURL(devLocalURL, devDBName), what: "on 127.0.0.1:5432, database " + devDBName,
+				stop: func(context.Context) error { return nil }}, nil
+		}
+		tried = append(tried, fmt.Sprintf("127.0.0.1:5432: %v", localErr))
+	}
+	if mode == "local" {
+		return nil, fmt.Errorf("no PostgreSQL on 127.0.0.1:5432 (user postgres): %s", tried[0])
+	}
+
+	if mode != "container" {
+		bin, err := findPGBin()
+		if err == nil {
+			db, err := startPrivatePG(ctx, bin, dir, out)
+			if err == nil {
+				return db, nil
+			}
+			tried = append(tried, fmt.Sprintf("private PostgreSQL from %s: %v", bin, err))
+		} else {
+			tried = append(tried, "local PostgreSQL binaries: "+err.Error())
+		}
+	}
+
+	if mode == "private" {
+		return nil, fmt.Errorf("no private PostgreSQL: %s", tried[len(tried)-1])
+	}
+	if !dockerAvailable() {
+		tried = append(tried, "container: Docker is not running")
+	} else {
+		fmt.Fprintln(out, "bothy dev: starting PostgreSQL in a container (testcontainers)...")
+		db, err := startContainerPG(ctx)
+		if err == nil {
+			return db, nil
+		}
+		tried = append(tried, "container: "+err.Error())
+	}
+	return nil, fmt.Errorf(`no PostgreSQL found. Tried:
+  - %s
+Get one of these and run bothy dev again:
+  - PostgreSQL on 127.0.0.1:5432 with user postgres and trust authentication
+    (Debian/Ubuntu: sudo apt-get install postgresql; macOS: brew install postgresql && brew services start postgresql)
+  - the PostgreSQL server binaries (initdb, pg_ctl) installed, then bothy dev starts its own in %s
+  - Docker running, then bothy dev starts a container
+  - or point it at any PostgreSQL: BOTHY_DATABASE_URL=postgres://user:pass@host:5432/bothy bothy dev`,
+		strings.Join(tried, "\n  - "), dir)
+}
+
+func devPing(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.Ping(ctx)
+}
+
+func devURL(base, db string) string {
+	i := strings.LastIndex(base, "/")
+	q := ""
+	if j := strings.Index(base[i:], "?"); j >= 0 {
+		q = base[i+j:]
+	}
+	return base[:i+1] + db + q
+}
+
+// findPGBin returns the directory holding initdb and pg_ctl: the newest
+// /usr/lib/postgresql/*/bin, else the PATH.
+func findPGBin() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if fileExists(filepath.Join(d, "initdb")) && fileExists(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if _, err := exec.LookPath("pg_ctl"); err == nil {
+			return filepath.Dir(p), nil
+		}
+	}
+	return "", errors.New("initdb and pg_ctl not found in /usr/lib/postgresql/*/bin or on the PATH")
+}
+
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// startPrivatePG starts (creating it the first time) a cluster in
+// dir/pgdata, listening on 127.0.0.1 only, with trust authentication for
+// user postgres. PostgreSQL refuses to run as root; as root it runs as the
+// postgres user, if there is one. It gets its own process group, so the
+// terminal's Ctrl-C reaches bothy dev only, which stops it last.
+func startPrivatePG(ctx context.Context, bin, dir string, out io.Writer) (*devDatabase, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "pgdata")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, errors.New("running as root, and there is no postgres user to run PostgreSQL as (initdb refuses root)")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	pg := func(name string, args ...string) *exec.Cmd {
+		c := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(bin, name), args...)
+		c.Dir = dir
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+		return c
+	}
+	if !fileExists(filepath.Join(data, "PG_VERSION")) {
+		fmt.Fprintf(out, "bothy dev: creating a private PostgreSQL in %s ...\n", data)
+		if b, err := pg("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(b))
+		}
+	}
+	// A cluster left running by a killed run: stop it, it may have another port.
+	if err := pg("pg_ctl", "-D", data, "status").Run(); err == nil {
+		_ = pg("pg_ctl", "-D", data, "-m", "fast", "-w", "stop").Run()
+	}
+	port := devPGPort
+	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	} else {
+		ln.Close()
+	}
+	logFile := filepath.Join(dir, "postgres.log")
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", port)
+	if b, err := pg("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_ctl start: %v: %s (see %s)", err, lastLines(b), logFile)
+	}
+	stop := func(context.Context) error {
+		if b, err := pg("pg_ctl", "-D", data, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+			return fmt.Errorf("pg_ctl stop: %v: %s", err, lastLines(b))
+		}
+		return nil
+	}
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, devDBName)
+	return &devDatabase{url: url, what: fmt.Sprintf("private, started from %s in %s (log %s)", bin, data, logFile), stop: stop}, nil
+}
+
+func lastLines(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	return strings.Join(lines, " / ")
+}
+
+func dockerAvailable() bool {
+	if os.Getenv("DOCKER_HOST") != "" {
+		return true
+	}
+	for _, p := range []string{"/var/run/docker.sock", filepath.Join(os.Getenv("HOME"), ".docker/run/docker.sock")} {
+		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
+}
+
+func startContainerPG(ctx context.Context) (db *devDatabase, err error) {
+	defer func() {
+		if p := recover(); p != nil { // testcontainers panics without Docker on some hosts
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	c, err := tcpostgres.Run(cctx, "postgres:16-alpine", tcpostgres.WithDatabase(devDBName),
+		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
+	if err != nil {
+		return nil, err
+	}
+	url, err := c.ConnectionString(cctx, "sslmode=disable")
+	if err != nil {
+		_ = testcontainers.TerminateContainer(c)
+		return nil, err
+	}
+	return &devDatabase{url: url, what: "in a Docker container (removed at exit)", stop: func(context.Context) error {
+		return testcontainers.TerminateContainer(c)
+	}}, nil
+}
+
+func randomToken() string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func redactedURL(s string) string {
+	u, err := pgx.ParseConfig(s)
+	if err != nil || u.Password == "" {
+		return s
+	}
+	return strings.Replace(s, ":"+u.Password+"@", ":xxxxx@", 1)
+}
+
+// lockedWriter serializes writes from the receiver and the command.
+type lockedWriter struct {
+	mu gosync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
