@@ -61,6 +61,13 @@ type PeriodicModule interface {
 	PeriodicJobs() []*river.PeriodicJob
 }
 
+// RunnerModule is an optional capability of a Module: background work that
+// lives as long as the server (caches, say). Run must return nil when ctx
+// is cancelled; it runs in every role, after Routes.
+type RunnerModule interface {
+	Run(ctx context.Context) error
+}
+
 // ModuleFactory builds a module from its deps.
 type ModuleFactory func(d *Deps) (Module, error)
 
@@ -262,6 +269,11 @@ func (s *Server) Run(ctx context.Context) error {
 		defer cancel()
 		return httpSrv.Shutdown(sctx)
 	})
+	for _, m := range mods {
+		if rm, ok := m.(RunnerModule); ok {
+			g.Go(func() error { return rm.Run(gctx) })
+		}
+	}
 	if worker {
 		metrics := sync.NewMetrics(s.registry)
 		rounds := sync.NewRoundRunner(pool, postgres.CursorStore{}, eventLog, postgres.NewJobSink(rc, nil),

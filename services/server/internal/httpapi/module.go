@@ -62,6 +62,21 @@ type API struct {
 	river    func() *river.Client[pgx.Tx]
 	registry *push.Registry
 	cfg      Config
+	// ui is the River UI handler once mounted; Run starts its caches.
+	ui *riverui.Handler
+}
+
+// Run implements app.RunnerModule: it starts the River UI's background
+// caches (job counts and the like) while the server runs, if the UI is
+// mounted, and returns nil once ctx is cancelled.
+func (a *API) Run(ctx context.Context) error {
+	if a.ui != nil {
+		if err := a.ui.Start(ctx); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+	}
+	<-ctx.Done()
+	return nil
 }
 
 // New builds the API on pool. riverClient is read when the routes are
@@ -97,6 +112,7 @@ func NewModule(d *app.Deps) (app.Module, error) {
 func (module) Consumers() []sync.Consumer              { return nil }
 func (module) RegisterWorkers(*river.Workers) []string { return nil }
 func (m module) Routes(mux *http.ServeMux)             { m.api.Routes(mux) }
+func (m module) Run(ctx context.Context) error         { return m.api.Run(ctx) }
 
 // route is one endpoint: "METHOD /path" as a ServeMux pattern.
 type route struct {
@@ -258,6 +274,7 @@ func (a *API) mountAdmin(mux *http.ServeMux) {
 		a.cfg.Logger.Error("river ui disabled", slog.Any("error", fmt.Errorf("riverui: %w", err)))
 		return
 	}
+	a.ui = ui
 	guarded := a.adminOnly(ui)
 	mux.Handle(AdminPrefix+"/", guarded)
 	mux.Handle(AdminPrefix, http.RedirectHandler(AdminPrefix+"/", http.StatusMovedPermanently))
