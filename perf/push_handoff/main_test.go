@@ -15,11 +15,12 @@ import (
 )
 
 // TestPushHandoffShort runs the load test in its short mode (a few seconds
-// at 500 events/s) and requires it to pass: every message arrives and
-// decrypts, and the p95 from commit to decrypted message is within
-// perf.push_handoff_p95. The machine is shared, so a p95 miss alone is
-// measured once more before the test fails; lost or undecryptable messages
-// fail at once.
+// at 500 events/s) and requires every message to arrive and decrypt, and
+// the summary and histogram to be written. The p95 verdict against
+// perf.push_handoff_p95 is logged, not asserted: under "go test ./..." the
+// load test shares two cores with every other package's tests, and timing
+// figures belong to the tool's own run (go run ./perf/push_handoff), which
+// exits non-zero above the budget (D-M3-24-12).
 func TestPushHandoffShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test: skipped with -short")
@@ -28,22 +29,17 @@ func TestPushHandoffShort(t *testing.T) {
 	if u := os.Getenv("BOTHY_TEST_DATABASE_URL"); u != "" && os.Getenv("BOTHY_DATABASE_URL") == "" {
 		environ = append(environ, "BOTHY_DATABASE_URL="+u)
 	}
-	var err error
-	for attempt := 1; attempt <= 2; attempt++ {
-		out := t.TempDir()
-		var buf bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		err = pushhandoff.Run(ctx, []string{"--short", "--out", out}, &buf, environ)
-		cancel()
-		t.Logf("attempt %d:\n%s", attempt, buf.String())
-		if err == nil {
-			require.FileExists(t, filepath.Join(out, "push_handoff.txt"))
-			require.FileExists(t, filepath.Join(out, "push_handoff.png"))
-			return
-		}
-		if !errors.Is(err, pushhandoff.ErrP95OverBudget) {
-			break
-		}
+	out := t.TempDir()
+	var buf bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := pushhandoff.Run(ctx, []string{"--short", "--out", out}, &buf, environ)
+	t.Logf("push_handoff --short:\n%s", buf.String())
+	if errors.Is(err, pushhandoff.ErrP95OverBudget) {
+		t.Logf("p95 over budget in this run (not asserted here): %v", err)
+		err = nil
 	}
 	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(out, "push_handoff.txt"))
+	require.FileExists(t, filepath.Join(out, "push_handoff.png"))
 }

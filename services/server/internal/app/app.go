@@ -136,7 +136,7 @@ func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
 		// A job whose process died mid-run is handed to another worker after
 		// this, instead of River's default hour; it must stay above the
 		// longest legitimate run (JobTimeout, 1 minute by default).
-		RescueStuckJobsAfter: 2 * time.Minute,
+		RescueStuckJobsAfter: cfg.River.RescueStuckJobsAfter,
 		Logger:               logger,
 	}
 }

@@ -72,6 +72,8 @@ type River struct {
 	MaxWorkers        int
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
+	// RescueStuckJobsAfter is River's RescueStuckJobsAfter.
+	RescueStuckJobsAfter time.Duration
 }
 
 // Webhooks configures outgoing webhooks.

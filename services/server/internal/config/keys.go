@@ -102,6 +102,12 @@ var Keys = []Key{
 			return dur(&c.River.FetchPollInterval, v, time.Millisecond, time.Minute)
 		}},
 
+	{Name: "river.rescue_stuck_jobs_after", Default: "2m", Range: "1m..24h",
+		Doc: "A job still running after this (its process died) is handed to another worker; keep it above every job's timeout.",
+		set: func(c *Config, v string) error {
+			return dur(&c.River.RescueStuckJobsAfter, v, time.Minute, 24*time.Hour)
+		}},
+
 	{Name: "webhooks.allow_private_targets", Default: "false", Range: "true or false",
 		Doc: "Allow webhook URLs on loopback and private addresses (local development and tests only).",
 		set: func(c *Config, v string) error { return boolean(&c.Webhooks.AllowPrivateTargets, v) }},

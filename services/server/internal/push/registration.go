@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -108,6 +109,13 @@ func (r *Registry) Validate(p *RegisterParams) (Subscription, error) {
 	s := p.Subscription
 	if !principalPattern.MatchString(p.Principal) {
 		return s, fmt.Errorf("%w: principal %q: want 1-128 characters of letters, digits and ._:@-", ErrInvalidRegistration, p.Principal)
+	}
+	// PostgreSQL refuses text that is not UTF-8 or holds NUL with a raw
+	// error; say which field is wrong instead (found by FuzzRegister).
+	for _, f := range []struct{ name, v string }{{"endpoint", s.Endpoint}, {"user agent", p.UserAgent}} {
+		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
+			return s, fmt.Errorf("%w: %s: not valid UTF-8 text", ErrInvalidRegistration, f.name)
+		}
 	}
 	if err := checkEndpoint(s.Endpoint, r.cfg.AllowPrivateTargets); err != nil {
 		return s, fmt.Errorf("%w: endpoint: %v", ErrInvalidRegistration, err)
