@@ -21,7 +21,7 @@ func init() {
 
 func runAuthzPrincipal(ctx context.Context, e *env, args []string) error {
 	var kind string
-	_, pool, rest, err := webhooksCmd(ctx, e, "authz principal", args, func(fs *flag.FlagSet) {
+	_, pool, rest, err := dbCommand(ctx, e, "authz principal", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&kind, "kind", "user", "user or app")
 	})
 	if err != nil {
@@ -40,7 +40,7 @@ func runAuthzPrincipal(ctx context.Context, e *env, args []string) error {
 
 func runAuthzGrant(ctx context.Context, e *env, args []string) error {
 	var space, principal, right string
-	_, pool, _, err := webhooksCmd(ctx, e, "authz grant", args, func(fs *flag.FlagSet) {
+	_, pool, _, err := dbCommand(ctx, e, "authz grant", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&space, "space", "", "space (required)")
 		fs.StringVar(&principal, "principal", "", "principal (required)")
 		fs.StringVar(&right, "right", "read", "read, write or admin")
@@ -58,7 +58,7 @@ func runAuthzGrant(ctx context.Context, e *env, args []string) error {
 
 func runAuthzRevoke(ctx context.Context, e *env, args []string) error {
 	var space, principal string
-	_, pool, _, err := webhooksCmd(ctx, e, "authz revoke", args, func(fs *flag.FlagSet) {
+	_, pool, _, err := dbCommand(ctx, e, "authz revoke", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&space, "space", "", "space (required)")
 		fs.StringVar(&principal, "principal", "", "principal (required)")
 	})
@@ -75,7 +75,7 @@ func runAuthzRevoke(ctx context.Context, e *env, args []string) error {
 
 func runAuthzTokenCreate(ctx context.Context, e *env, args []string) error {
 	var principal, scopes, name string
-	_, pool, _, err := webhooksCmd(ctx, e, "authz token create", args, func(fs *flag.FlagSet) {
+	_, pool, _, err := dbCommand(ctx, e, "authz token create", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&principal, "principal", "", "owner of the token (required)")
 		fs.StringVar(&scopes, "scopes", "", "comma-separated: events:read, webhooks:manage, push:manage, each optionally @SPACE")
 		fs.StringVar(&name, "name", "", "label")
@@ -100,7 +100,7 @@ func runAuthzTokenCreate(ctx context.Context, e *env, args []string) error {
 }
 
 func runAuthzTokenRevoke(ctx context.Context, e *env, args []string) error {
-	_, pool, rest, err := webhooksCmd(ctx, e, "authz token revoke", args, nil)
+	_, pool, rest, err := dbCommand(ctx, e, "authz token revoke", args, nil)
 	if err != nil {
 		return err
 	}

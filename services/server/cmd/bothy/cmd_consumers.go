@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
-	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -16,17 +16,10 @@ func init() {
 }
 
 func runConsumersStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("consumers status", e)
-	asJSON := fs.Bool("json", false, "print JSON")
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	pool, err := app.OpenPool(ctx, cfg)
+	var asJSON *bool
+	_, pool, _, err := dbCommand(ctx, e, "consumers status", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print JSON")
+	})
 	if err != nil {
 		return err
 	}

@@ -31,16 +31,7 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 }
 
 func runMigrateStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("migrate status", e)
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	pool, err := app.OpenPool(ctx, cfg)
+	_, pool, _, err := dbCommand(ctx, e, "migrate status", args, nil)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
-	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -19,24 +19,17 @@ func init() {
 // a restored database does not deliver again what was delivered before the
 // backup's restore point. Run it after the restore, before the workers.
 func runRestoreFinalize(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("restore finalize", e)
-	asJSON := fs.Bool("json", false, "print the moves as JSON")
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
-	}
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	pool, err := app.OpenPool(ctx, cfg)
+	var asJSON *bool
+	_, pool, rest, err := dbCommand(ctx, e, "restore finalize", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the moves as JSON")
+	})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if len(rest) > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", rest, errUsage)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	moves, err := postgres.RestoreFinalize(ctx, pool)

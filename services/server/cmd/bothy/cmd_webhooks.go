@@ -9,10 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bothy/bothy/services/server/internal/app"
-	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -24,28 +21,6 @@ func init() {
 	register(command{Name: "webhooks enable", Summary: "re-enable a subscription; it resumes from the current head: ID", Run: runWebhooksEnable})
 	register(command{Name: "webhooks rotate-secret", Summary: "new signing secret, old one still signs for --overlap: ID", Run: runWebhooksRotate})
 	register(command{Name: "webhooks deliveries", Summary: "a subscription's deliveries and attempts: ID [--status --limit --attempts]", Run: runWebhooksDeliveries})
-}
-
-// webhooksCmd parses flags, loads the configuration, opens the pool and
-// returns the positional arguments.
-func webhooksCmd(ctx context.Context, e *env, name string, args []string, define func(fs *flag.FlagSet)) (*config.Config, *pgxpool.Pool, []string, error) {
-	fs := newFlagSet(name, e)
-	if define != nil {
-		define(fs)
-	}
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return nil, nil, nil, err
-	}
-	cfg, err := load()
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("configuration: %w", err)
-	}
-	pool, err := app.OpenPool(ctx, cfg)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return cfg, pool, fs.Args(), nil
 }
 
 func oneID(name string, rest []string) (uuid.UUID, error) {
@@ -61,7 +36,7 @@ func oneID(name string, rest []string) (uuid.UUID, error) {
 
 func runWebhooksList(ctx context.Context, e *env, args []string) error {
 	var owner, space string
-	_, pool, _, err := webhooksCmd(ctx, e, "webhooks list", args, func(fs *flag.FlagSet) {
+	_, pool, _, err := dbCommand(ctx, e, "webhooks list", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&owner, "owner", "", "only this owner's subscriptions")
 		fs.StringVar(&space, "space", "", "only subscriptions on this space")
 	})
@@ -99,7 +74,7 @@ func redactURL(u string) string {
 
 func runWebhooksCreate(ctx context.Context, e *env, args []string) error {
 	var owner, space, url, events, token string
-	cfg, pool, rest, err := webhooksCmd(ctx, e, "webhooks create", args, func(fs *flag.FlagSet) {
+	cfg, pool, rest, err := dbCommand(ctx, e, "webhooks create", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&owner, "owner", "", "principal the deliveries act for (required; needs read on the space)")
 		fs.StringVar(&space, "space", "", "space whose events are delivered (required)")
 		fs.StringVar(&url, "url", "", "absolute http(s) target URL (required)")
@@ -137,7 +112,7 @@ func runWebhooksCreate(ctx context.Context, e *env, args []string) error {
 
 func runWebhooksDisable(ctx context.Context, e *env, args []string) error {
 	var reason string
-	_, pool, rest, err := webhooksCmd(ctx, e, "webhooks disable", args, func(fs *flag.FlagSet) {
+	_, pool, rest, err := dbCommand(ctx, e, "webhooks disable", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&reason, "reason", "disabled by hand", "note stored with the subscription")
 	})
 	if err != nil {
@@ -156,7 +131,7 @@ func runWebhooksDisable(ctx context.Context, e *env, args []string) error {
 }
 
 func runWebhooksEnable(ctx context.Context, e *env, args []string) error {
-	_, pool, rest, err := webhooksCmd(ctx, e, "webhooks enable", args, nil)
+	_, pool, rest, err := dbCommand(ctx, e, "webhooks enable", args, nil)
 	if err != nil {
 		return err
 	}
@@ -184,7 +159,7 @@ func runWebhooksEnable(ctx context.Context, e *env, args []string) error {
 
 func runWebhooksRotate(ctx context.Context, e *env, args []string) error {
 	var overlap time.Duration
-	_, pool, rest, err := webhooksCmd(ctx, e, "webhooks rotate-secret", args, func(fs *flag.FlagSet) {
+	_, pool, rest, err := dbCommand(ctx, e, "webhooks rotate-secret", args, func(fs *flag.FlagSet) {
 		fs.DurationVar(&overlap, "overlap", 24*time.Hour, "how long the old secret still signs as well (0: stop at once)")
 	})
 	if err != nil {
@@ -210,7 +185,7 @@ func runWebhooksDeliveries(ctx context.Context, e *env, args []string) error {
 	var status string
 	var limit int
 	var attempts bool
-	_, pool, rest, err := webhooksCmd(ctx, e, "webhooks deliveries", args, func(fs *flag.FlagSet) {
+	_, pool, rest, err := dbCommand(ctx, e, "webhooks deliveries", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&status, "status", "", "pending, delivered, dead or skipped (default all)")
 		fs.IntVar(&limit, "limit", 50, "newest first, at most this many")
 		fs.BoolVar(&attempts, "attempts", false, "also list every attempt of each delivery")

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
 )
 
@@ -147,4 +150,28 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// dbCommand is the start of every command that talks to the database: it
+// lets define add the command's own flags, parses args with the
+// configuration flags, loads the configuration, opens the pool (the caller
+// closes it) and returns the positional arguments.
+func dbCommand(ctx context.Context, e *env, name string, args []string, define func(fs *flag.FlagSet)) (*config.Config, *pgxpool.Pool, []string, error) {
+	fs := newFlagSet(name, e)
+	if define != nil {
+		define(fs)
+	}
+	load := configFlags(fs, e)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg, err := load()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("configuration: %w", err)
+	}
+	pool, err := app.OpenPool(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, pool, fs.Args(), nil
 }
