@@ -91,10 +91,11 @@ func BenchmarkAppend(b *testing.B) {
 		return []sync.NewEvent{{Space: "bench", Type: "item.created", Actor: "bench", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}}
 	}
 	logs := map[string]*postgres.EventLog{
-		"counter":              postgres.NewEventLog(pool, nil),
-		"counter-nolock":       postgres.NewEventLog(pool, &postgres.EventLogConfig{NoAdvisoryLock: true}),
-		"counter-notify-intx":  postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
-		"counter-flush-inlock": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
+		"counter":                       postgres.NewEventLog(pool, nil),
+		"counter-advisory":              postgres.NewEventLog(pool, &postgres.EventLogConfig{AdvisoryLock: true}),
+		"counter-notify-intx":           postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
+		"counter-flush-inlock":          postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
+		"counter-flush-inlock-advisory": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true, AdvisoryLock: true}),
 	}
 	defer func() {
 		for _, l := range logs {
@@ -115,7 +116,7 @@ func BenchmarkAppend(b *testing.B) {
 				})
 			})
 		})
-		for _, name := range []string{"counter", "counter-flush-inlock", "counter-nolock", "counter-notify-intx"} {
+		for _, name := range []string{"counter", "counter-advisory", "counter-flush-inlock", "counter-flush-inlock-advisory", "counter-notify-intx"} {
 			l := logs[name]
 			b.Run(fmt.Sprintf("producers=%d/%s", c, name), func(b *testing.B) {
 				runConcurrent(b, c, func(ctx context.Context, i int) error {

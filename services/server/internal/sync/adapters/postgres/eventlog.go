@@ -20,10 +20,10 @@ import (
 // notifications carry no payload: they only say "look again".
 const Channel = "event_log"
 
-// appendLockKey is the pg_advisory_xact_lock key producers queue on before
-// touching the counter row. Row-lock waiters are not served in arrival order
-// and each wake-up re-checks the tuple; the advisory lock's waiters queue
-// FIFO, which measured markedly better with many producers (ADR 0009).
+// appendLockKey is the pg_advisory_xact_lock key producers may queue on
+// before touching the counter row (EventLogConfig.AdvisoryLock). It helped
+// while the lock window held a WAL flush; with the flush moved out of the
+// window it only adds lock traffic, and measured slower (ADR 0009).
 const appendLockKey int64 = 0x626f7468795f6c67 // "bothy_lg"
 
 // NotifyMode says where the producer sends NOTIFY event_log.
@@ -47,8 +47,9 @@ const (
 type EventLogConfig struct {
 	// Notify chooses how readers are woken. Default NotifyAfterCommit.
 	Notify NotifyMode
-	// NoAdvisoryLock skips the FIFO lock in front of the counter (benchmark only).
-	NoAdvisoryLock bool
+	// AdvisoryLock queues producers on a transaction-scoped advisory lock
+	// (FIFO) in front of the counter row (benchmark only). Default false.
+	AdvisoryLock bool
 	// FlushInLock makes the producer's COMMIT wait for its WAL flush while it
 	// still holds the counter (benchmark only). By default the COMMIT is
 	// asynchronous and the flush is forced right after, outside the lock;
@@ -95,9 +96,10 @@ FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]
     WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
 RETURNING seq, committed_at`
 
-// Write implements sync.Producer. The lock, the counter update with the
-// event insert, and COMMIT go to the server as one pipeline, so the
-// serialized phase contains no client round trip.
+// Write implements sync.Producer. The counter update with the event insert
+// and COMMIT go to the server as one pipeline, so the serialized phase (from
+// the counter's row lock to its release at commit) contains no client round
+// trip.
 //
 // The COMMIT inside the lock window is asynchronous (synchronous_commit off
 // for this transaction only): the counter is released as soon as the commit
@@ -155,7 +157,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	if !l.cfg.FlushInLock {
 		b.Queue(`SET LOCAL synchronous_commit = off`)
 	}
-	if !l.cfg.NoAdvisoryLock {
+	if l.cfg.AdvisoryLock {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
 	out := make([]sync.Event, 0, n)
