@@ -209,7 +209,10 @@ func BenchmarkRound(b *testing.B) {
 // several events per transaction (rate/200): one counter holder at a time
 // caps single-event transactions near 1/(WAL flush), see ADR 0009.
 //
-//	go test ./services/server/internal/sync/adapters/postgres -run '^$' -bench BenchmarkHandoff -benchtime 2000x
+//	go test ./services/server/internal/sync/adapters/postgres -run '^$' -bench BenchmarkHandoff -benchtime 20000x
+//
+// Give it at least ten seconds of events: in a two-second run the first
+// round trips (connections, plans, partitions) dominate the tail.
 func BenchmarkHandoff(b *testing.B) {
 	for _, rate := range []int{200, 2000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) { benchHandoff(b, rate) })
