@@ -148,11 +148,13 @@ func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscriptio
 		types = []string{}
 	}
 	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive}
-	err = q.QueryRow(ctx, `
+	err = atHead(ctx, q, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `
 INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq)
 SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
-		id, p.Owner, p.Space, s.URL, secret, types, p.TokenID).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("create webhook subscription: %w", err)
 	}
@@ -239,7 +241,8 @@ type EnableResult struct {
 func Enable(ctx context.Context, q authz.Querier, id uuid.UUID) (*EnableResult, error) {
 	res := &EnableResult{}
 	var last int64
-	err := q.QueryRow(ctx, `
+	err := atHead(ctx, q, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `
 WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE),
 up AS (
     UPDATE webhook_subscriptions s
@@ -254,7 +257,8 @@ skip AS (
     RETURNING 1
 )
 SELECT old.cause, old.last_delivered_seq, coalesce((SELECT resume_after_seq FROM up), -1), (SELECT count(*) FROM skip) FROM old`,
-		id).Scan(&res.WasCause, &last, &res.ResumeAfterSeq, &res.Skipped)
+			id).Scan(&res.WasCause, &last, &res.ResumeAfterSeq, &res.Skipped)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
