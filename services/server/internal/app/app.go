@@ -143,7 +143,13 @@ func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
 
 // Run runs the configured role until ctx is cancelled, then stops every part
 // and returns once all goroutines have ended.
-func (s *Server) Run(ctx context.Context) error {
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() {
+		// Being stopped while starting is a clean stop, not a failure.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	}()
 	cfg := s.cfg
 	role := cfg.Server.Role
 	worker := role == "worker" || role == "all"
@@ -256,7 +262,16 @@ func (s *Server) Run(ctx context.Context) error {
 	s.addrCh <- ln.Addr()
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-	g, gctx := errgroup.WithContext(ctx)
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	g, gctx := errgroup.WithContext(runCtx)
+	// stop ends what was started when a later start-up step fails, so no
+	// goroutine outlives Run.
+	stop := func(err error) error {
+		cancelRun()
+		_ = g.Wait()
+		return err
+	}
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
@@ -282,17 +297,17 @@ func (s *Server) Run(ctx context.Context) error {
 			PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: s.logger, Metrics: metrics,
 		})
 		if err != nil {
-			return err
+			return stop(err)
 		}
 		if err := checkConsumers(ctx, pool, consumers); err != nil {
-			return err
+			return stop(err)
 		}
 		listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: s.logger,
 			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", role, os.Getpid())})
 		g.Go(func() error { return w.Run(gctx) })
 		g.Go(func() error { return listener.Run(gctx) })
 		if err := rc.Start(gctx); err != nil {
-			return fmt.Errorf("river start: %w", err)
+			return stop(fmt.Errorf("river start: %w", err))
 		}
 		g.Go(func() error {
 			<-gctx.Done()
