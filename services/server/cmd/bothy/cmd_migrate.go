@@ -48,7 +48,7 @@ func runMigrateStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "pending  %04d_%s\n", m.Version, m.Name)
 	}
 	if !st.Current() {
-		return fmt.Errorf("%d migrations pending: run bothy migrate up", len(st.Pending)+max(0, min(1, st.RiverLatest-st.RiverCurrent)))
+		return fmt.Errorf("migrations pending (river %d of %d, bothy %d): run bothy migrate up", st.RiverCurrent, st.RiverLatest, len(st.Pending))
 	}
 	return nil
 }

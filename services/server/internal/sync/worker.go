@@ -139,9 +139,7 @@ func (w *Worker) runOnce(ctx context.Context, c Consumer) (RoundResult, error) {
 	start := time.Now()
 	res, err := w.rounds.Run(rctx, c)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		err = nil // shutting down: the round rolled back, nothing to report
-		res = RoundResult{}
-		return res, ctx.Err()
+		return RoundResult{}, ctx.Err() // shutting down: the round rolled back, nothing to report
 	}
 	if w.cfg.Metrics != nil {
 		w.cfg.Metrics.observe(c.Name(), res, time.Since(start).Seconds(), err)
