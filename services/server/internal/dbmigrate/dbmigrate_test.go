@@ -1,0 +1,108 @@
+package dbmigrate_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+)
+
+// emptyDB creates an unmigrated database and returns its URL.
+func emptyDB(t *testing.T) string {
+	t.Helper()
+	admin := dbtest.ServerURL(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "bothy_test_mig_" + hex.EncodeToString(b)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+			c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(admin)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
+
+// TestUp_ConcurrentProcessesApplyOnce runs Up from several pools at once on
+// an empty database, as several processes starting with --migrate would:
+// all succeed, each migration is applied exactly once, and a later Up finds
+// nothing to do.
+func TestUp_ConcurrentProcessesApplyOnce(t *testing.T) {
+	t.Parallel()
+	u := emptyDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const n = 4
+	results := make([]*dbmigrate.Result, n)
+	errs := make([]error, n)
+	var wg gosync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := pgxpool.New(ctx, u)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			results[i], errs[i] = dbmigrate.Up(ctx, pool)
+		}()
+	}
+	wg.Wait()
+	all, err := dbmigrate.Load()
+	require.NoError(t, err)
+	applied := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		applied += len(results[i].Applied)
+	}
+	require.Equal(t, len(all), applied, "every migration applied by exactly one of the processes")
+
+	pool, err := pgxpool.New(ctx, u)
+	require.NoError(t, err)
+	defer pool.Close()
+	again, err := dbmigrate.Up(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, again.Applied)
+	require.Empty(t, again.RiverApplied)
+	st, err := dbmigrate.GetStatus(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, st.Current())
+	require.Len(t, st.Applied, len(all))
+}
+
+func TestGetStatus_EmptyDatabaseIsPending(t *testing.T) {
+	t.Parallel()
+	u := emptyDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, u)
+	require.NoError(t, err)
+	defer pool.Close()
+	st, err := dbmigrate.GetStatus(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, st.Current())
+	require.Zero(t, st.RiverCurrent)
+	require.NotEmpty(t, st.Pending)
+}
