@@ -1,0 +1,78 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/config"
+)
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DefaultsAreValid", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := config.Load("", nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1000, cfg.Consumer.BatchSize)
+		require.Equal(t, time.Second, cfg.Consumer.PollInterval)
+		require.Less(t, cfg.Consumer.PendingAlertAfter, cfg.Sync.EventRetention)
+		_, src := cfg.Value("consumer.batch_size")
+		require.Equal(t, config.SourceDefault, src)
+	})
+
+	t.Run("FileThenEnvironmentThenFlagsWin", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "bothy.conf")
+		require.NoError(t, os.WriteFile(path, []byte("# comment\nconsumer.batch_size = 10\nconsumer.poll_interval = \"2s\"\nlog.level = warn\n"), 0o600))
+		cfg, err := config.Load(path,
+			[]string{"BOTHY_CONSUMER_BATCH_SIZE=20", "BOTHY_LOG_LEVEL=error", "BOTHY_TEST_DATABASE_URL=ignored", "PATH=/bin"},
+			map[string]string{"consumer.batch_size": "30"})
+		require.NoError(t, err)
+		require.Equal(t, 30, cfg.Consumer.BatchSize)
+		require.Equal(t, 2*time.Second, cfg.Consumer.PollInterval)
+		require.Equal(t, "error", cfg.Log.Level)
+		for key, want := range map[string]string{"consumer.batch_size": config.SourceFlag, "log.level": config.SourceEnv,
+			"consumer.poll_interval": config.SourceFile, "sync.event_retention": config.SourceDefault} {
+			_, src := cfg.Value(key)
+			require.Equal(t, want, src, key)
+		}
+	})
+
+	t.Run("BadValuesNameTheKeyAndTheRange", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ key, value, want string }{
+			{"consumer.batch_size", "0", "consumer.batch_size (from flag): \"0\" is not an integer in 1..100000"},
+			{"consumer.poll_interval", "fast", "consumer.poll_interval (from flag): \"fast\" is not a duration in 10ms..1h0m0s"},
+			{"server.role", "both", "server.role (from flag): \"both\" is not one of api, worker, all"},
+			{"database.url", "mysql://x", "database.url (from flag): not a postgres://host/db URL"},
+		} {
+			_, err := config.Load("", nil, map[string]string{tc.key: tc.value})
+			require.ErrorContains(t, err, tc.want)
+		}
+	})
+
+	t.Run("UnknownKeysAreRefusedInEverySource", func(t *testing.T) {
+		t.Parallel()
+		_, err := config.Load("", []string{"BOTHY_CONSUMER_BATCHSIZE=5"}, nil)
+		require.ErrorContains(t, err, "BOTHY_CONSUMER_BATCHSIZE: no such configuration key")
+		_, err = config.Load("", nil, map[string]string{"consumer.batchsize": "5"})
+		require.ErrorContains(t, err, "--consumer.batchsize: no such configuration key")
+		path := filepath.Join(t.TempDir(), "bothy.conf")
+		require.NoError(t, os.WriteFile(path, []byte("consumer.batchsize = 5\n"), 0o600))
+		_, err = config.Load(path, nil, nil)
+		require.ErrorContains(t, err, "line 1: no such configuration key \"consumer.batchsize\"")
+	})
+
+	t.Run("AlertMustFireBeforeRetention", func(t *testing.T) {
+		t.Parallel()
+		_, err := config.Load("", nil, map[string]string{"consumer.pending_alert_after": "168h", "sync.event_retention": "168h"})
+		require.ErrorContains(t, err, "consumer.pending_alert_after (168h0m0s) must be strictly below sync.event_retention (168h0m0s)")
+		_, err = config.Load("", nil, map[string]string{"consumer.pending_alert_after": "167h", "sync.event_retention": "168h"})
+		require.NoError(t, err)
+	})
+}
