@@ -1,0 +1,45 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+func TestEventsEmitThenConsumersStatus(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	environ := []string{"BOTHY_DATABASE_URL=" + db.URL}
+
+	code, out, stderr := runCLI(t, environ, "events", "emit", "--space", "s1", "--type", "item.created", "--count", "25", "--concurrency", "4")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "appended 25 events to space s1 (head seq 25)")
+
+	code, out, stderr = runCLI(t, environ, "consumers", "status", "--json")
+	require.Equal(t, 0, code, stderr)
+	var sts []postgres.ConsumerStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &sts))
+	require.Len(t, sts, 2)
+	for _, s := range sts {
+		require.Equal(t, int64(25), s.Head, s.Name)
+		require.Equal(t, int64(25), s.Lag, s.Name)
+		require.Greater(t, s.PendingAgeSeconds, 0.0, s.Name)
+		require.Nil(t, s.LastRoundAt, s.Name)
+	}
+
+	code, out, _ = runCLI(t, environ, "consumers", "status")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "CONSUMER")
+	require.Contains(t, out, "never")
+
+	code, _, stderr = runCLI(t, environ, "events", "emit", "--space", "s1", "--data", "[1]")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--data must be a JSON object")
+	code, _, stderr = runCLI(t, environ, "events", "emit", "--space", "s1", "--type", "Bad Type")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `event type "Bad Type"`)
+}
