@@ -2,9 +2,6 @@ package dbmigrate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	gosync "sync"
 	"testing"
 	"time"
@@ -15,32 +12,23 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/scratchdb"
 )
 
 // emptyDB creates an unmigrated database and returns its URL.
 func emptyDB(t *testing.T) string {
 	t.Helper()
 	admin := dbtest.ServerURL(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "bothy_test_mig_" + hex.EncodeToString(b)
+	u, err := scratchdb.NewURL(admin, "bothy_test_mig")
+	require.NoError(t, err)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, admin)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
+	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{scratchdb.Name(u)}.Sanitize())
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
+	t.Cleanup(func() { _ = scratchdb.DropVia(context.Background(), admin, scratchdb.Name(u)) })
+	return u
 }
 
 // TestUp_ConcurrentProcessesApplyOnce runs Up from several pools at once on

@@ -26,6 +26,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -111,16 +112,6 @@ func redact(u string) string {
 	return pu.Redacted()
 }
 
-// withDatabase returns u pointing at database name.
-func withDatabase(u, name string) string {
-	pu, err := url.Parse(u)
-	if err != nil {
-		panic(err)
-	}
-	pu.Path = "/" + name
-	return pu.String()
-}
-
 // templateLockKey serializes template creation across test processes.
 const templateLockKey int64 = 0x626f7468795f7470 // "bothy_tp"
 
@@ -166,7 +157,11 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{tmp}.Sanitize()); err != nil {
 			return "", err
 		}
-		pool, err := pgxpool.New(ctx, withDatabase(admin, tmp))
+		tmpURL, err := scratchdb.WithDatabase(admin, tmp)
+		if err != nil {
+			return "", err
+		}
+		pool, err := pgxpool.New(ctx, tmpURL)
 		if err != nil {
 			return "", err
 		}
@@ -215,8 +210,11 @@ func NewDB(tb testing.TB) *DB {
 	if err := createFromTemplate(ctx, conn, name, tpl); err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
 	}
-	u := withDatabase(admin, name)
-	tb.Cleanup(func() { dropDatabase(admin, name) })
+	u, err := scratchdb.WithDatabase(admin, name)
+	if err != nil {
+		tb.Fatalf("dbtest: %v", err)
+	}
+	tb.Cleanup(func() { _ = scratchdb.DropVia(context.Background(), admin, name) })
 	pc, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
@@ -252,15 +250,4 @@ func createFromTemplate(ctx context.Context, conn *pgx.Conn, name, tpl string) e
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-func dropDatabase(admin, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return
-	}
-	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
 }

@@ -28,15 +28,12 @@ package pushhandoff
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -56,6 +53,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -184,9 +182,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
 		return err
 	}
-	scratch, err := scratchURL(cfg.Database.URL)
+	scratch, err := scratchdb.NewURL(cfg.Database.URL, "bothy_perf")
 	if err != nil {
-		return err
+		return fmt.Errorf("database.url: %w", err)
 	}
 	h.dbURL = scratch
 	h.baseCfg = map[string]string{
@@ -198,9 +196,13 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", dbName(scratch))
+	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", scratchdb.Name(scratch))
 	if !o.keep {
-		defer dropDatabase(context.WithoutCancel(ctx), scratch)
+		defer func() {
+			if err := scratchdb.Drop(context.WithoutCancel(ctx), scratch); err != nil {
+				fmt.Fprintf(os.Stderr, "push_handoff: could not drop the scratch database: %v\n", err)
+			}
+		}()
 	}
 	if err := app.Migrate(ctx, mcfg, logger); err != nil {
 		return fmt.Errorf("migrate scratch database: %w", err)
@@ -482,43 +484,6 @@ func (h *harness) await(ctx context.Context, ids []uuid.UUID, done <-chan error)
 			return fmt.Errorf("worker stopped: %v", err)
 		case <-time.After(10 * time.Millisecond):
 		}
-	}
-}
-
-// scratchURL points base at a new database name on the same server.
-func scratchURL(base string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", fmt.Errorf("database.url: %w", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	u.Path = "/bothy_perf_" + hex.EncodeToString(b)
-	return u.String(), nil
-}
-
-func dbName(u string) string {
-	pu, _ := url.Parse(u)
-	return strings.TrimPrefix(pu.Path, "/")
-}
-
-func dropDatabase(ctx context.Context, scratch string) {
-	u, err := url.Parse(scratch)
-	if err != nil {
-		return
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	u.Path = "/postgres"
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, u.String())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "push_handoff: could not drop %s: %v\n", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-		fmt.Fprintf(os.Stderr, "push_handoff: could not drop %s: %v\n", name, err)
 	}
 }
 

@@ -28,8 +28,6 @@ package soak
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +52,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -252,8 +251,8 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 			base = v
 		}
 	}
-	if h.dbURL, err = scratchURL(base); err != nil {
-		return err
+	if h.dbURL, err = scratchdb.NewURL(base, "bothy_soak"); err != nil {
+		return fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
 	}
 	h.local = isLocal(h.dbURL)
 	mode := "full"
@@ -261,20 +260,24 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		mode = "short"
 	}
 	fmt.Fprintf(stdout, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d, scratch database %s\n",
-		mode, o.workers, o.producers, o.rate, o.duration, o.seed, dbName(h.dbURL))
+		mode, o.workers, o.producers, o.rate, o.duration, o.seed, scratchdb.Name(h.dbURL))
 
 	if h.tmp, err = os.MkdirTemp("", "bothy-soak-"); err != nil {
 		return err
 	}
 	defer func() {
 		if o.keep {
-			fmt.Fprintf(stdout, "kept: process logs in %s, database %s\n", h.tmp, dbName(h.dbURL))
+			fmt.Fprintf(stdout, "kept: process logs in %s, database %s\n", h.tmp, scratchdb.Name(h.dbURL))
 		} else {
 			_ = os.RemoveAll(h.tmp)
 		}
 	}()
 	if !o.keep {
-		defer dropDatabase(context.WithoutCancel(ctx), h.dbURL, stdout)
+		defer func() {
+			if err := scratchdb.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
+				fmt.Fprintf(stdout, "soak: could not drop the scratch database: %v\n", err)
+			}
+		}()
 	}
 	defer h.stopAll()
 
@@ -678,23 +681,6 @@ func (h *harness) produce(ctx context.Context, n int) {
 	}
 }
 
-// scratchURL points base at a new database name on the same server.
-func scratchURL(base string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("BOTHY_DATABASE_URL: not a postgres:// URL")
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	u.Path = "/bothy_soak_" + hex.EncodeToString(b)
-	return u.String(), nil
-}
-
-func dbName(u string) string {
-	pu, _ := url.Parse(u)
-	return strings.TrimPrefix(pu.Path, "/")
-}
-
 // isLocal says whether the database server is this machine's cluster, the
 // only one the soak may restart.
 func isLocal(u string) bool {
@@ -712,26 +698,6 @@ func isLocal(u string) bool {
 	}
 	ents, err := os.ReadDir("/etc/postgresql")
 	return err == nil && len(ents) == 1
-}
-
-func dropDatabase(ctx context.Context, scratch string, out io.Writer) {
-	u, err := url.Parse(scratch)
-	if err != nil {
-		return
-	}
-	name := strings.TrimPrefix(u.Path, "/")
-	u.Path = "/postgres"
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, u.String())
-	if err != nil {
-		fmt.Fprintf(out, "soak: could not drop %s: %v\n", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-		fmt.Fprintf(out, "soak: could not drop %s: %v\n", name, err)
-	}
 }
 
 // query runs fn with a bounded context, retrying while the database is
