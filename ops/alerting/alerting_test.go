@@ -9,24 +9,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/ops/promtooltest"
 	"go.yaml.in/yaml/v3"
 )
-
-// promtool returns the promtool binary. Without one the test fails in CI
-// (CI set) and is skipped elsewhere, saying how to install it.
-func promtool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err == nil {
-		return p
-	}
-	msg := "promtool not found in PATH: apt-get install -y --no-install-recommends prometheus"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 func runPromtool(t *testing.T, bin string, args ...string) {
 	t.Helper()
@@ -56,7 +42,7 @@ type testFile struct {
 
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
-	bin := promtool(t)
+	bin := promtooltest.Path(t)
 	rules, err := filepath.Glob("*.rules.yml")
 	require.NoError(t, err)
 	require.NotEmpty(t, rules)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,27 +15,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/ops/promtooltest"
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
-
-// promtool returns the promtool binary. Without one the test fails in CI
-// (CI set) and is skipped elsewhere, saying how to install it.
-func promtool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err == nil {
-		return p
-	}
-	msg := "promtool not found in PATH: apt-get install -y --no-install-recommends prometheus"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // idleConsumer stands in for the real consumers (webhooks, push: their
 // cursor rows exist from migrations 0003 and 0004), so the worker runs
@@ -143,7 +127,7 @@ func get(ctx context.Context, url string) (string, error) {
 // "promtool check metrics", the linter Prometheus ships.
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
-	bin := promtool(t)
+	bin := promtooltest.Path(t)
 	for _, role := range []string{"api", "worker"} {
 		t.Run(role, func(t *testing.T) {
 			t.Parallel()
