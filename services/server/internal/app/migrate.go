@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/scratchdb"
 )
 
 // Migrate creates the configured database if it does not exist (a newcomer
@@ -39,20 +39,15 @@ func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) error
 }
 
 func createDatabase(ctx context.Context, dbURL string, logger *slog.Logger) error {
-	u, err := url.Parse(dbURL)
+	admin, err := scratchdb.WithDatabase(dbURL, "postgres")
 	if err != nil {
 		return fmt.Errorf("database.url: %w", err)
 	}
-	name := u.Path
-	if len(name) > 0 && name[0] == '/' {
-		name = name[1:]
-	}
+	name := scratchdb.Name(dbURL)
 	if name == "" || name == "postgres" {
 		return nil
 	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
+	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		return nil // no maintenance database access: let the real connect report the problem
 	}

@@ -1,8 +1,8 @@
-// Package scratchdb creates names for and drops throw-away databases on the
-// server a URL points at: the load tests' scratch databases and the test
-// harness's per-test ones. One place knows how to get from a database URL to
-// the server's maintenance database and how to drop a database others may
-// still be connected to.
+// Package scratchdb turns a database URL into the URL of another database
+// on the same server (the maintenance database "postgres", a new scratch
+// database) and drops databases others may still be connected to. The load
+// tests' scratch databases, the test harness's per-test ones and migrate's
+// "create the configured database if missing" all go through it.
 package scratchdb
 
 import (
