@@ -49,11 +49,19 @@ func TestLoad(t *testing.T) {
 			{"consumer.batch_size", "0", "consumer.batch_size (from flag): \"0\" is not an integer in 1..100000"},
 			{"consumer.poll_interval", "fast", "consumer.poll_interval (from flag): \"fast\" is not a duration in 10ms..1h0m0s"},
 			{"server.role", "both", "server.role (from flag): \"both\" is not one of api, worker, all"},
-			{"database.url", "mysql://x", "database.url (from flag): not a postgres://host/db URL"},
+			{"database.url", "mysql://x", "database.url (from flag): not a postgres://host/db URL (or postgres:///db?host=/socket/dir)"},
+			{"database.url", "postgres:///bothy", "database.url (from flag): not a postgres://host/db URL"},
 		} {
 			_, err := config.Load("", nil, map[string]string{tc.key: tc.value})
 			require.ErrorContains(t, err, tc.want)
 		}
+	})
+
+	t.Run("DatabaseURLMayNameAUnixSocket", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := config.Load("", nil, map[string]string{"database.url": "postgres://postgres@/bothy?host=/var/run/postgresql"})
+		require.NoError(t, err)
+		require.Equal(t, "postgres://postgres@/bothy?host=/var/run/postgresql", cfg.Database.URL)
 	})
 
 	t.Run("UnknownKeysAreRefusedInEverySource", func(t *testing.T) {

@@ -206,8 +206,10 @@ func oneOf(dst *string, v string, allowed ...string) error {
 
 func validDBURL(s string) error {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-		return fmt.Errorf("not a postgres://host/db URL")
+	// A Unix socket directory may stand in the host= parameter, as libpq
+	// and pgx read it: postgres:///bothy?host=/var/run/postgresql.
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || (u.Host == "" && u.Query().Get("host") == "") {
+		return fmt.Errorf("not a postgres://host/db URL (or postgres:///db?host=/socket/dir)")
 	}
 	return nil
 }
