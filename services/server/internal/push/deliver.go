@@ -1,6 +1,7 @@
 package push
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -17,7 +18,6 @@ import (
 	gosync "sync"
 	"time"
 
-	webpush "github.com/SherClockHolmes/webpush-go"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -87,6 +87,7 @@ type DeliverWorker struct {
 	db     authz.Querier
 	cfg    DeliverConfig
 	client *http.Client
+	vapid  *vapidSigner
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
 	// calls right after Work returns, in the same process, for the same job.
@@ -127,7 +128,11 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 		// would send the message somewhere the subscription did not name.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &DeliverWorker{db: db, cfg: c, client: client, retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
+	signer, err := newVAPIDSigner(c.VAPIDPublicKey, c.VAPIDPrivateKey, c.VAPIDSubject, c.Now)
+	if err != nil {
+		return nil, err
+	}
+	return &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
 }
 
 // newTransport dials only public addresses unless allowPrivate, and keeps
@@ -288,25 +293,33 @@ func (w *DeliverWorker) remove(ctx context.Context, id uuid.UUID, endpoint strin
 	return nil
 }
 
-// send encrypts and posts the message, and returns the status and any
-// Retry-After. No database transaction is open while it runs.
+// send encrypts and posts the message (RFC 8030 section 5), and returns
+// the status and any Retry-After. No database transaction is open while it
+// runs.
 func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int, time.Duration, error) {
 	payload, err := json.Marshal(Payload{Space: a.Space, Seq: a.Seq, EventID: a.EventID, Type: a.Type})
 	if err != nil {
 		return 0, 0, err
 	}
-	sub := &webpush.Subscription{Endpoint: t.endpoint, Keys: webpush.Keys{P256dh: t.p256dh, Auth: t.auth}}
+	body, err := seal(payload, t.p256dh, t.auth)
+	if err != nil {
+		return 0, 0, err
+	}
+	auth, err := w.vapid.authorization(t.endpoint)
+	if err != nil {
+		return 0, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, errors.New("push endpoint is not a valid URL")
+	}
+	req.Header.Set("Content-Encoding", "aes128gcm")
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("TTL", strconv.Itoa(int(w.cfg.TTL/time.Second)))
+	req.Header.Set("Urgency", w.cfg.Urgency)
+	req.Header.Set("Authorization", auth)
 	start := time.Now()
-	resp, err := webpush.SendNotificationWithContext(ctx, payload, sub, &webpush.Options{
-		HTTPClient: w.client,
-		// webpush-go v1.4.0 prefixes "mailto:" to any subject that is not
-		// an https: URL, so the configured mailto: must go in without it.
-		Subscriber:      strings.TrimPrefix(w.cfg.VAPIDSubject, "mailto:"),
-		TTL:             int(w.cfg.TTL / time.Second),
-		Urgency:         webpush.Urgency(w.cfg.Urgency),
-		VAPIDPublicKey:  w.cfg.VAPIDPublicKey,
-		VAPIDPrivateKey: w.cfg.VAPIDPrivateKey,
-	})
+	resp, err := w.client.Do(req)
 	if w.cfg.Metrics != nil {
 		w.cfg.Metrics.send.Observe(time.Since(start).Seconds())
 	}

@@ -5,8 +5,9 @@
 // over RFC 8188 aes128gcm), so tests and the perf/push_handoff load test
 // exercise the encryption instead of trusting it.
 //
-// It is written from the RFCs independently of the sending library, so a
-// message that decrypts here is one a browser would decrypt.
+// It is written from the RFCs independently of the sending code, and its
+// own test checks it against what github.com/SherClockHolmes/webpush-go
+// sends, so a message that decrypts here is one a browser would decrypt.
 package pushtest
 
 import (
@@ -152,10 +153,16 @@ func (d *Device) Decrypt(body []byte) ([]byte, error) {
 // wantPublicKey (base64url), with aud the request's origin, an exp within
 // 24 hours and a sub.
 func VerifyVAPID(r *http.Request, origin, wantPublicKey string) error {
+	_, err := verifyVAPID(r, origin, wantPublicKey)
+	return err
+}
+
+// verifyVAPID is VerifyVAPID that also returns the token's exp.
+func verifyVAPID(r *http.Request, origin, wantPublicKey string) (time.Time, error) {
 	h := r.Header.Get("Authorization")
 	rest, ok := strings.CutPrefix(h, "vapid ")
 	if !ok {
-		return fmt.Errorf("vapid: authorization scheme is not vapid: %q", h)
+		return time.Time{}, fmt.Errorf("vapid: authorization scheme is not vapid: %q", h)
 	}
 	var token, key string
 	for _, part := range strings.Split(rest, ",") {
@@ -168,19 +175,19 @@ func VerifyVAPID(r *http.Request, origin, wantPublicKey string) error {
 		}
 	}
 	if key != strings.TrimRight(wantPublicKey, "=") {
-		return fmt.Errorf("vapid: k is not the expected public key")
+		return time.Time{}, fmt.Errorf("vapid: k is not the expected public key")
 	}
 	pub, err := base64.RawURLEncoding.DecodeString(key)
 	if err != nil {
-		return fmt.Errorf("vapid: k: %w", err)
+		return time.Time{}, fmt.Errorf("vapid: k: %w", err)
 	}
 	x, y := elliptic.Unmarshal(elliptic.P256(), pub) //nolint:staticcheck // ecdsa.PublicKey still wants big.Ints
 	if x == nil {
-		return errors.New("vapid: k is not a P-256 point")
+		return time.Time{}, errors.New("vapid: k is not a P-256 point")
 	}
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
-		return errors.New("vapid: t is not a JWT")
+		return time.Time{}, errors.New("vapid: t is not a JWT")
 	}
 	var head struct {
 		Alg string `json:"alg"`
@@ -191,31 +198,31 @@ func VerifyVAPID(r *http.Request, origin, wantPublicKey string) error {
 		Sub string `json:"sub"`
 	}
 	if err := decodeJSONPart(parts[0], &head); err != nil || head.Alg != "ES256" {
-		return fmt.Errorf("vapid: JWT header: alg %q, %v", head.Alg, err)
+		return time.Time{}, fmt.Errorf("vapid: JWT header: alg %q, %v", head.Alg, err)
 	}
 	if err := decodeJSONPart(parts[1], &claims); err != nil {
-		return fmt.Errorf("vapid: JWT claims: %w", err)
+		return time.Time{}, fmt.Errorf("vapid: JWT claims: %w", err)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil || len(sig) != 64 {
-		return errors.New("vapid: JWT signature is not 64 bytes of base64url")
+		return time.Time{}, errors.New("vapid: JWT signature is not 64 bytes of base64url")
 	}
 	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	pk := &ecdsa.PublicKey{Curve: elliptic.P256(), X: x, Y: y}
 	if !ecdsa.Verify(pk, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
-		return errors.New("vapid: JWT signature does not verify")
+		return time.Time{}, errors.New("vapid: JWT signature does not verify")
 	}
 	if claims.Aud != origin {
-		return fmt.Errorf("vapid: aud %q, want %q", claims.Aud, origin)
+		return time.Time{}, fmt.Errorf("vapid: aud %q, want %q", claims.Aud, origin)
 	}
 	exp := time.Unix(claims.Exp, 0)
 	if now := time.Now(); exp.Before(now) || exp.After(now.Add(24*time.Hour)) {
-		return fmt.Errorf("vapid: exp %s not within the next 24 hours", exp)
+		return time.Time{}, fmt.Errorf("vapid: exp %s not within the next 24 hours", exp)
 	}
 	if !strings.HasPrefix(claims.Sub, "mailto:") && !strings.HasPrefix(claims.Sub, "https:") {
-		return fmt.Errorf("vapid: sub %q is neither mailto: nor https:", claims.Sub)
+		return time.Time{}, fmt.Errorf("vapid: sub %q is neither mailto: nor https:", claims.Sub)
 	}
-	return nil
+	return exp, nil
 }
 
 func decodeJSONPart(s string, v any) error {
