@@ -6,7 +6,8 @@
 // pool or transaction, so a revoked right, a revoked token or a removed
 // scope takes effect on the very next decision (R-AZ-11: the delivery jobs
 // of webhooks and push call Allowed right before every send). There is no
-// cache on purpose; one decision is one indexed round trip.
+// cache on purpose; one decision is one round trip of indexed reads, which
+// a caller may share with its own queries (Queue).
 package authz
 
 import (
@@ -111,6 +112,7 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Request asks whether Principal may do Action on Space.
@@ -157,48 +159,92 @@ FROM tokens WHERE id = $1`
 
 // Allowed decides req with the data as it is now in q. An error means the
 // decision could not be made (database trouble, unknown action); a denial
-// is a Decision with Allowed false and a Reason, not an error.
+// is a Decision with Allowed false and a Reason, not an error. Its reads
+// go to the server in one round trip.
 func Allowed(ctx context.Context, q Querier, req *Request) (Decision, error) {
-	rl, ok := rules[req.Action]
-	if !ok {
-		return Decision{}, fmt.Errorf("%w %q", ErrUnknownAction, req.Action)
-	}
-	var active bool
-	var right *string
-	err := q.QueryRow(ctx, decideSQL, req.Principal, req.Space).Scan(&active, &right)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return deny("principal %q does not exist", req.Principal), nil
-	}
+	b := &pgx.Batch{}
+	p, err := Queue(b, req)
 	if err != nil {
+		return Decision{}, err
+	}
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return Decision{}, fmt.Errorf("authz %s: read rights: %w", req.Action, err)
 	}
-	if !active {
+	return p.Decision()
+}
+
+// Pending is a decision whose reads were queued in a pgx.Batch by Queue.
+type Pending struct {
+	req  Request
+	rule rule
+
+	principalFound, active bool
+	right                  *string
+
+	tokenFound, tokenUsable bool
+	tokenOwner              string
+	tokenScopes             []string
+}
+
+// Queue adds the reads of a decision on req to b, so that a caller can
+// send them in the same round trip as its own queries (a delivery job
+// reading its target). Call Decision once the batch's results were closed
+// without error.
+func Queue(b *pgx.Batch, req *Request) (*Pending, error) {
+	rl, ok := rules[req.Action]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownAction, req.Action)
+	}
+	p := &Pending{req: *req, rule: rl}
+	b.Queue(decideSQL, req.Principal, req.Space).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&p.active, &p.right)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		p.principalFound = err == nil
+		return err
+	})
+	if req.Token != nil {
+		b.Queue(tokenScopesSQL, *req.Token).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&p.tokenOwner, &p.tokenScopes, &p.tokenUsable)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			p.tokenFound = err == nil
+			return err
+		})
+	}
+	return p, nil
+}
+
+// Decision decides from the rows the batch returned.
+func (p *Pending) Decision() (Decision, error) {
+	req, rl := &p.req, p.rule
+	if !p.principalFound {
+		return deny("principal %q does not exist", req.Principal), nil
+	}
+	if !p.active {
 		return deny("principal %q is disabled", req.Principal), nil
 	}
-	if right == nil {
+	if p.right == nil {
 		return deny("principal %q has no right on space %q", req.Principal, req.Space), nil
 	}
-	if !Right(*right).Includes(rl.right) {
-		return deny("principal %q has %s on space %q, %s needs %s", req.Principal, *right, req.Space, req.Action, rl.right), nil
+	if !Right(*p.right).Includes(rl.right) {
+		return deny("principal %q has %s on space %q, %s needs %s", req.Principal, *p.right, req.Space, req.Action, rl.right), nil
 	}
 
 	scopes := req.Scopes
 	if req.Token != nil {
-		var owner string
-		var usable bool
-		err := q.QueryRow(ctx, tokenScopesSQL, *req.Token).Scan(&owner, &scopes, &usable)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if !p.tokenFound {
 			return deny("token %s does not exist", req.Token), nil
 		}
-		if err != nil {
-			return Decision{}, fmt.Errorf("authz %s: read token scopes: %w", req.Action, err)
-		}
-		if !usable {
+		if !p.tokenUsable {
 			return deny("token %s is revoked or expired", req.Token), nil
 		}
-		if owner != req.Principal {
+		if p.tokenOwner != req.Principal {
 			return deny("token %s belongs to another principal", req.Token), nil
 		}
+		scopes = p.tokenScopes
 		if scopes == nil {
 			scopes = []string{}
 		}
@@ -206,7 +252,7 @@ func Allowed(ctx context.Context, q Querier, req *Request) (Decision, error) {
 	if scopes != nil && !Covers(scopes, rl.scope, req.Space) {
 		return deny("no scope covers %s on space %q", rl.scope, req.Space), nil
 	}
-	return Decision{Allowed: true, Reason: fmt.Sprintf("%s on space %q", *right, req.Space)}, nil
+	return Decision{Allowed: true, Reason: fmt.Sprintf("%s on space %q", *p.right, req.Space)}, nil
 }
 
 // Covers reports whether one of scopes grants scope on space: the bare

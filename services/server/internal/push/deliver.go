@@ -175,8 +175,8 @@ SELECT r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
        NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = $2 AND NOT pp.notify)
 FROM push_registrations r WHERE r.id = $1`
 
-// Timeout bounds a whole job: two queries, the request, and removing a gone
-// registration.
+// Timeout bounds a whole job: up to two reads, the request, and removing a
+// gone registration.
 func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 	return w.cfg.Timeout + 3*w.cfg.QueryTimeout
 }
@@ -188,7 +188,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	if age := now.Sub(a.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
 		return w.cancel(resultExpired, fmt.Errorf("message for seq %d is %s old, past push.ttl %s", a.Seq, age.Round(time.Second), w.cfg.TTL))
 	}
-	t, err := w.target(ctx, a.RegistrationID, a.Space)
+	t, dec, err := w.check(ctx, &a)
 	if errors.Is(err, ErrNotFound) {
 		return w.cancel(resultDenied, fmt.Errorf("registration %s was removed", a.RegistrationID))
 	}
@@ -200,14 +200,6 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	}
 	if !t.wants {
 		return w.cancel(resultDenied, fmt.Errorf("principal %q muted space %q", a.Principal, a.Space))
-	}
-	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
-	dec, err := authz.Allowed(qctx, w.db, &authz.Request{
-		Action: authz.ActionPushDeliver, Principal: a.Principal, Token: t.tokenID, Space: a.Space, EventType: a.Type,
-	})
-	cancel()
-	if err != nil {
-		return w.retry(fmt.Errorf("authz: %w", err))
 	}
 	if !dec.Allowed {
 		return w.cancel(resultDenied, fmt.Errorf("push.deliver denied: %s", dec.Reason))
@@ -268,18 +260,45 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	return next
 }
 
-func (w *DeliverWorker) target(ctx context.Context, id uuid.UUID, space string) (target, error) {
+// check reads the registration and decides push.deliver for the job's
+// principal in one round trip. A registration made through a token is
+// decided again with that token's current scopes, a second round trip
+// only such devices pay.
+func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, authz.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
 	var t target
-	err := w.db.QueryRow(ctx, targetSQL, id, space).Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, ErrNotFound
-	}
+	found := false
+	b := &pgx.Batch{}
+	b.Queue(targetSQL, a.RegistrationID, a.Space).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	req := &authz.Request{Action: authz.ActionPushDeliver, Principal: a.Principal, Space: a.Space, EventType: a.Type}
+	pending, err := authz.Queue(b, req)
 	if err != nil {
-		return t, fmt.Errorf("read registration %s: %w", id, err)
+		return t, authz.Decision{}, err
 	}
-	return t, nil
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return t, authz.Decision{}, fmt.Errorf("read registration %s and rights: %w", a.RegistrationID, err)
+	}
+	if !found {
+		return t, authz.Decision{}, ErrNotFound
+	}
+	if t.tokenID != nil {
+		req.Token = t.tokenID
+		dec, err := authz.Allowed(ctx, w.db, req)
+		if err != nil {
+			return t, dec, fmt.Errorf("authz: %w", err)
+		}
+		return t, dec, nil
+	}
+	dec, err := pending.Decision()
+	return t, dec, err
 }
 
 // remove deletes a gone registration, unless it was registered again with
