@@ -291,7 +291,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	if worker {
 		metrics := sync.NewMetrics(s.registry)
-		rounds := sync.NewRoundRunner(pool, postgres.CursorStore{}, eventLog, postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}),
+		rounds := sync.NewRoundRunner(postgres.RoundTx{Pool: pool}, postgres.CursorStore{}, eventLog, postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}),
 			&sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: s.logger})
 		w, err := sync.NewWorker(rounds, consumers, &sync.WorkerConfig{
 			PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: s.logger, Metrics: metrics,

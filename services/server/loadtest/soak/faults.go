@@ -20,7 +20,7 @@ const (
 	faultKill       = "kill_worker (SIGKILL + restart)"
 	faultTermPool   = "pg_terminate_backend worker pool"
 	faultTermListen = "pg_terminate_backend LISTEN"
-	faultPGRestart  = "postgresql restart"
+	faultPGRestart  = "postgresql crash (immediate stop) and restart"
 	faultRevokeWH   = "revoke right: webhook owner"
 	faultRevokePush = "revoke right: push receiver"
 	faultWH5xx      = "webhook receiver 5xx window"
@@ -208,7 +208,11 @@ func (h *harness) terminateListen(ctx context.Context) {
 	h.logf("fault: pg_terminate_backend on %d LISTEN connections", n)
 }
 
-// restartPG restarts the local cluster and waits until it answers again.
+// restartPG stops the local cluster in immediate mode, which is a crash
+// as far as the data goes (no checkpoint, WAL not yet flushed is lost, the
+// next start recovers), and waits until it answers again. What commits
+// asynchronously (producers' COMMIT before their flush, consumer rounds)
+// is thereby tested for loss and duplication.
 func (h *harness) restartPG(ctx context.Context) {
 	ents, err := os.ReadDir("/etc/postgresql")
 	if err != nil || len(ents) != 1 {
@@ -218,7 +222,7 @@ func (h *harness) restartPG(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	out, err := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", ents[0].Name(), "main", "restart").CombinedOutput()
+	out, err := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", "-m", "immediate", ents[0].Name(), "main", "restart").CombinedOutput()
 	if err != nil {
 		h.note("pg_ctlcluster restart: %v: %s", err, out)
 		return
@@ -229,7 +233,7 @@ func (h *harness) restartPG(ctx context.Context) {
 		return
 	}
 	h.faultMu.add(faultPGRestart, 1)
-	h.logf("fault: PostgreSQL %s restarted (%.1fs until it answered)", ents[0].Name(), time.Since(t0).Seconds())
+	h.logf("fault: PostgreSQL %s stopped in immediate mode and restarted (%.1fs until it answered)", ents[0].Name(), time.Since(t0).Seconds())
 }
 
 // revokeWebhook revokes the right of the owner of "revoked-owner"; its

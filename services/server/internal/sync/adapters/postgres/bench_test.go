@@ -237,7 +237,7 @@ func benchHandoff(b *testing.B, rate int) {
 	committed := map[int64]time.Time{}
 	var lat []time.Duration
 	done := make(chan struct{})
-	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}), &sync.RoundConfig{BatchSize: 1000})
+	rounds := sync.NewRoundRunner(postgres.RoundTx{Pool: db.Pool}, postgres.CursorStore{}, log, postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}), &sync.RoundConfig{BatchSize: 1000})
 	var seen int64
 	w, err := sync.NewWorker(rounds, []sync.Consumer{benchConsumer{name: "handoff"}}, &sync.WorkerConfig{
 		PollInterval: time.Second,
