@@ -79,6 +79,14 @@ func TestUp_ConcurrentProcessesApplyOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Current())
 	require.Len(t, st.Applied, len(all))
+
+	// 0040 tunes River's GIN indexes; a River upgrade that recreates them
+	// would drop the setting silently, this notices.
+	var tuned int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class
+		WHERE relname IN ('river_job_args_index', 'river_job_metadata_index')
+		  AND 'gin_pending_list_limit=64' = ANY (reloptions)`).Scan(&tuned))
+	require.Equal(t, 2, tuned, "river_job's GIN indexes keep gin_pending_list_limit=64")
 }
 
 func TestGetStatus_EmptyDatabaseIsPending(t *testing.T) {
