@@ -91,7 +91,7 @@ var Keys = []Key{
 	{Name: "river.max_workers", Default: "50", Range: "1..10000",
 		Doc: "Delivery jobs one worker process runs at once, per queue.",
 		set: func(c *Config, v string) error { return intIn(&c.River.MaxWorkers, v, 1, 10000) }},
-	{Name: "river.fetch_cooldown", Default: "5ms", Range: "1ms..10s",
+	{Name: "river.fetch_cooldown", Default: "1ms", Range: "1ms..10s",
 		Doc: "River's FetchCooldown for every client, including insert-only ones (it also paces insert notifications).",
 		set: func(c *Config, v string) error {
 			return dur(&c.River.FetchCooldown, v, time.Millisecond, 10*time.Second)
