@@ -19,11 +19,21 @@ import (
 )
 
 // drain runs rounds until one reads less than a full batch.
+// drain runs rounds until one reads less than a batch. A round that finds
+// the cursor locked is tried again until a deadline: a backend killed with
+// pg_terminate_backend reports the error to its client before it has
+// released its locks, so the next round may still meet the old one.
 func drain(t *testing.T, rounds *sync.RoundRunner, c sync.Consumer) {
 	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		res, err := rounds.Run(context.Background(), c)
 		require.NoError(t, err)
+		if res.Locked {
+			require.True(t, time.Now().Before(deadline), "cursor %q still locked after 10s", c.Name())
+			time.Sleep(5 * time.Millisecond) // polling with a deadline
+			continue
+		}
 		if !res.Full {
 			return
 		}
