@@ -152,6 +152,11 @@ func newTransport(allowPrivate bool) *http.Transport {
 	}
 }
 
+// errUnsendable marks a message that no retry can send: the stored keys or
+// endpoint cannot be used (registration checks them, so only a row changed
+// behind its back gets here).
+var errUnsendable = errors.New("message cannot be built for this registration")
+
 // Payload is what a device receives: where to look, not what changed. The
 // client fetches the event with its own rights.
 type Payload struct {
@@ -208,7 +213,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	status, retryAfter, err := w.send(ctx, &a, t)
 	switch {
 	case err != nil:
-		if errors.Is(err, errPrivateTarget) {
+		if errors.Is(err, errPrivateTarget) || errors.Is(err, errUnsendable) {
 			return w.cancel(resultFailed, err)
 		}
 		return w.retry(err)
@@ -322,15 +327,15 @@ func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int
 	}
 	body, err := seal(payload, t.p256dh, t.auth)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("%w: %w", errUnsendable, err)
 	}
 	auth, err := w.vapid.authorization(t.endpoint)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("%w: %w", errUnsendable, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.endpoint, bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, errors.New("push endpoint is not a valid URL")
+		return 0, 0, fmt.Errorf("%w: push endpoint is not a valid URL", errUnsendable)
 	}
 	req.Header.Set("Content-Encoding", "aes128gcm")
 	req.Header.Set("Content-Type", "application/octet-stream")

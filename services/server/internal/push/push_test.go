@@ -290,3 +290,24 @@ func TestDeliver_PushServiceAnswers(t *testing.T) {
 		require.NotContains(t, jobs[0].Errors[0], "/push/bob-phone", "the endpoint's path is a capability and stays out of errors")
 	})
 }
+
+// TestDeliver_UnusableKeysAreDeadWithoutRequest: keys that cannot encrypt
+// (a row changed behind the registry's back) fail the same way on every
+// try, so the job is cancelled at once instead of retried for a day.
+func TestDeliver_UnusableKeysAreDeadWithoutRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.member(t, "alice", "s1", authz.RightWrite)
+	b.member(t, "bob", "s1", authz.RightRead)
+	reg, _ := b.device(t, "bob", "bob-phone")
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE push_registrations SET p256dh = 'AAAA' WHERE id = $1`, reg.ID)
+	require.NoError(t, err)
+	b.start(t)
+
+	b.write(t, "s1", "alice")
+	b.round(t)
+	jobs := b.waitJobs(t, 1, "cancelled")
+	require.Equal(t, 1, jobs[0].Attempt)
+	require.Zero(t, b.rcv.Requests("bob-phone"))
+	require.Contains(t, jobs[0].Errors[0], "p256dh")
+}
