@@ -244,6 +244,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
+	cpu0 := sampleCPU()
 	for s := range slices {
 		for i, v := range o.variants {
 			if err := ctx.Err(); err != nil {
@@ -256,6 +257,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 			results[i].add(h, ids, slice)
 		}
 	}
+	cpu := cpuSummary(cpu0, sampleCPU())
 	for _, r := range results {
 		r.finish()
 		if err := r.stages(ctx, h); err != nil {
@@ -264,7 +266,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	}
 	verdict, onlyP95 := judge(results[0], budget, len(h.rcv.Errors()))
 	sum := summary(&summaryParams{opts: o, results: results, budget: budget, verdict: verdict,
-		decryptErrors: h.rcv.Errors(), wall: time.Since(start)})
+		decryptErrors: h.rcv.Errors(), wall: time.Since(start), cpu: cpu})
 	fmt.Fprint(stdout, sum)
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -607,6 +609,7 @@ type summaryParams struct {
 	verdict       string
 	decryptErrors []error
 	wall          time.Duration
+	cpu           string
 }
 
 func summary(p *summaryParams) string {
@@ -616,6 +619,7 @@ func summary(p *summaryParams) string {
 	fmt.Fprintf(&b, "date %s, %s, %d CPUs, GOMAXPROCS %d\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(&b, "rate %.0f events/s, %s measured, %d devices, fanout %d, %d producers, slices of %s alternating %d variant(s); wall %s\n",
 		o.rate, o.duration, o.devices, o.fanout, o.producers, o.segment, len(p.results), p.wall.Round(time.Second))
+	b.WriteString(p.cpu)
 	fmt.Fprintf(&b, "budget perf.push_handoff_p95 = %s, judged on the first variant\n\n", ms(p.budget))
 	fmt.Fprintf(&b, "%-22s %8s %8s %8s %8s %8s %8s %6s %10s\n", "fetch_cooldown/poll", "events", "msgs", "p50", "p95", "p99", "max", "lost", "msgs/s")
 	for _, r := range p.results {
