@@ -184,10 +184,19 @@ func (v *vapidSigner) authorization(endpoint string) (string, error) {
 	}
 	t = vapidToken{header: "vapid t=" + jwt + ", k=" + v.k, signed: now}
 	v.mu.Lock()
+	if len(v.tokens) >= maxVAPIDOrigins {
+		// Real push services are a handful (one per browser vendor); this
+		// many origins means registrations point elsewhere, and the cache
+		// must not grow with them.
+		clear(v.tokens)
+	}
 	v.tokens[aud] = t
 	v.mu.Unlock()
 	return t.header, nil
 }
+
+// maxVAPIDOrigins bounds the token cache.
+const maxVAPIDOrigins = 256
 
 var jwtHeaderES256 = base64.RawURLEncoding.EncodeToString([]byte(`{"typ":"JWT","alg":"ES256"}`))
 

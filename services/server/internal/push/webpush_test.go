@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ecdh"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,4 +101,17 @@ func TestVAPIDSigner_ReusesTheTokenPerOrigin(t *testing.T) {
 	a4, err := v.authorization("https://push.example.net/send/a")
 	require.NoError(t, err)
 	require.NotEqual(t, a1, a4, "renewed once it is due")
+}
+
+func TestVAPIDSigner_CacheStaysBounded(t *testing.T) {
+	t.Parallel()
+	keys, err := GenerateVAPIDKeys()
+	require.NoError(t, err)
+	v, err := newVAPIDSigner(keys.Public, keys.Private, "mailto:ops@bothy.invalid", time.Now)
+	require.NoError(t, err)
+	for i := range maxVAPIDOrigins + 10 {
+		_, err := v.authorization(fmt.Sprintf("https://push%d.example.net/x", i))
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, len(v.tokens), maxVAPIDOrigins)
 }
