@@ -131,9 +131,9 @@ const (
 )
 
 // vapidSigner makes the Authorization header of RFC 8292 and reuses it per
-// push service origin (the token's aud) while it is fresh: push services
-// see the same token for hours, as RFC 8292 section 4.4 expects of an
-// application server, and signing stays out of the per-message cost.
+// push service origin (the token's aud) while it is fresh: a token is
+// valid for any request to its origin until its exp, so push services see
+// the same one for hours and signing stays out of the per-message cost.
 // It is safe for concurrent use.
 type vapidSigner struct {
 	key     *ecdsa.PrivateKey
