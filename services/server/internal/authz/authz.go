@@ -205,16 +205,30 @@ func Queue(b *pgx.Batch, req *Request) (*Pending, error) {
 		return err
 	})
 	if req.Token != nil {
-		b.Queue(tokenScopesSQL, *req.Token).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&p.tokenOwner, &p.tokenScopes, &p.tokenUsable)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			p.tokenFound = err == nil
-			return err
-		})
+		b.Queue(tokenScopesSQL, *req.Token).QueryRow(p.scanToken)
 	}
 	return p, nil
+}
+
+// ReadToken makes the decision one through token, reading the token's
+// scopes now, for a caller that learns the token only from the rows its
+// batch returned (a device registered through a token). The principal's
+// rights already read are kept.
+func (p *Pending) ReadToken(ctx context.Context, q Querier, token uuid.UUID) error {
+	p.req.Token = &token
+	if err := p.scanToken(q.QueryRow(ctx, tokenScopesSQL, token)); err != nil {
+		return fmt.Errorf("authz %s: read token scopes: %w", p.req.Action, err)
+	}
+	return nil
+}
+
+func (p *Pending) scanToken(row pgx.Row) error {
+	err := row.Scan(&p.tokenOwner, &p.tokenScopes, &p.tokenUsable)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	p.tokenFound = err == nil
+	return err
 }
 
 // Decision decides from the rows the batch returned.

@@ -266,9 +266,9 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 }
 
 // check reads the registration and decides push.deliver for the job's
-// principal in one round trip. A registration made through a token is
-// decided again with that token's current scopes, a second round trip
-// only such devices pay.
+// principal in one round trip. For a registration made through a token,
+// the token's current scopes are read in a second round trip, which only
+// such devices pay.
 func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, authz.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
@@ -295,12 +295,9 @@ func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, auth
 		return t, authz.Decision{}, ErrNotFound
 	}
 	if t.tokenID != nil {
-		req.Token = t.tokenID
-		dec, err := authz.Allowed(ctx, w.db, req)
-		if err != nil {
-			return t, dec, fmt.Errorf("authz: %w", err)
+		if err := pending.ReadToken(ctx, w.db, *t.tokenID); err != nil {
+			return t, authz.Decision{}, err
 		}
-		return t, dec, nil
 	}
 	dec, err := pending.Decision()
 	return t, dec, err
