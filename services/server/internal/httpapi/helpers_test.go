@@ -38,8 +38,16 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
+	return &testBundle{db: db, base: startServer(t, db.URL, "all")}
+}
+
+// startServer runs the server in role on the database at url until the
+// test ends and returns its base URL.
+func startServer(t *testing.T, url, role string) string {
+	t.Helper()
 	cfg, err := config.Load("", nil, map[string]string{
-		"database.url":                   db.URL,
+		"database.url":                   url,
+		"server.role":                    role,
 		"server.listen_addr":             "127.0.0.1:0",
 		"server.admin_token":             adminToken,
 		"webhooks.allow_private_targets": "true",
@@ -67,7 +75,7 @@ func setup(t *testing.T) *testBundle {
 	defer acancel()
 	addr, err := srv.Addr(actx)
 	require.NoError(t, err)
-	return &testBundle{db: db, base: "http://" + addr.String()}
+	return "http://" + addr.String()
 }
 
 // principal creates a principal with a right on a space and returns a

@@ -1,0 +1,110 @@
+package dbtest
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// QuietCrashSettings make a private cluster keep asynchronously committed
+// WAL in its buffers for as long as PostgreSQL allows (wal_writer_delay's
+// maximum is 10 s) and do nothing in the background that would flush it
+// early, so an immediate stop loses every commit that nobody flushed.
+var QuietCrashSettings = map[string]string{
+	"wal_writer_delay":       "10s",
+	"wal_writer_flush_after": "0",
+	"autovacuum":             "off",
+	"checkpoint_timeout":     "1h",
+	"max_wal_size":           "4GB",
+	"fsync":                  "on",
+	"synchronous_commit":     "on",
+	"shared_buffers":         "32MB",
+	"max_connections":        "60",
+	"log_min_messages":       "warning",
+	"log_checkpoints":        "off",
+	"log_connections":        "off",
+	"log_disconnections":     "off",
+}
+
+// Private is a test's own PostgreSQL cluster, which the test may crash.
+type Private struct {
+	*pgcluster.Cluster
+	// URL connects to database "bothy", migrated, with partitions for now.
+	URL string
+}
+
+// NewPrivate initializes and starts a private cluster with settings (see
+// QuietCrashSettings), creates and migrates database "bothy" in it, and
+// stops and removes the cluster when tb ends. It never touches the shared
+// test server. The test fails when the local server binaries are missing.
+func NewPrivate(tb testing.TB, settings map[string]string) *Private {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Not tb.TempDir: its parents are private to root, and the cluster may
+	// run as the postgres user.
+	dir, err := os.MkdirTemp("", "bothy-pg-")
+	if err != nil {
+		tb.Fatalf("dbtest: %v", err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Settings: settings})
+	if err != nil {
+		tb.Fatalf("dbtest: private cluster: %v", err)
+	}
+	if err := c.Start(ctx); err != nil {
+		tb.Fatalf("dbtest: private cluster: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Crash(context.Background()) })
+	admin, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		tb.Fatalf("dbtest: private cluster: %v", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, `CREATE DATABASE bothy`); err != nil {
+		tb.Fatalf("dbtest: private cluster: %v", err)
+	}
+	p := &Private{Cluster: c, URL: c.URL("bothy")}
+	pool, err := pgxpool.New(ctx, p.URL)
+	if err != nil {
+		tb.Fatalf("dbtest: private cluster: %v", err)
+	}
+	defer pool.Close()
+	if _, err := dbmigrate.Up(ctx, pool); err != nil {
+		tb.Fatalf("dbtest: private cluster: migrate: %v", err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := postgres.EnsurePartitions(ctx, tx, time.Now(), 24*time.Hour, 2)
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("dbtest: private cluster: partitions: %v", err)
+	}
+	// The set-up's own commits are on disk before the test begins: what a
+	// crash loses afterwards is the test's doing.
+	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+		tb.Fatalf("dbtest: private cluster: checkpoint: %v", err)
+	}
+	return p
+}
+
+// CrashAndRestart stops the cluster in immediate mode and starts it again.
+func (p *Private) CrashAndRestart(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := p.Crash(ctx); err != nil {
+		tb.Fatalf("dbtest: crash: %v", err)
+	}
+	if err := p.Start(ctx); err != nil {
+		tb.Fatalf("dbtest: restart after crash: %v", err)
+	}
+}

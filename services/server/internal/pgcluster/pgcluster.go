@@ -1,0 +1,228 @@
+// Package pgcluster runs a private PostgreSQL cluster from the machine's
+// own server binaries (initdb, pg_ctl): for bothy dev when no server runs,
+// and for tests that must crash PostgreSQL without touching a shared server.
+//
+// PostgreSQL refuses to run as root; as root the cluster runs as the
+// postgres user, which then owns its directory.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Config says where a cluster lives and how it runs.
+type Config struct {
+	// Dir holds the data directory (Dir/pgdata) and the server log
+	// (Dir/postgres.log). Required.
+	Dir string
+	// Bin is the folder with initdb and pg_ctl. Default: FindBin.
+	Bin string
+	// Port to listen on (127.0.0.1 only). Default: a free port.
+	Port int
+	// Settings are passed to the server as -c name=value, e.g.
+	// wal_writer_delay. Default none.
+	Settings map[string]string
+}
+
+// Cluster is one private cluster. Its methods are not safe for concurrent
+// use.
+type Cluster struct {
+	bin, dir, data, logFile string
+	port                    int
+	settings                map[string]string
+	cred                    *syscall.Credential
+}
+
+// New creates the cluster's data directory unless it exists (initdb with
+// trust authentication for user postgres). It does not start it.
+func New(ctx context.Context, cfg *Config) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("pgcluster: Config.Dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	bin := cfg.Bin
+	if bin == "" {
+		if bin, err = FindBin(); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{bin: bin, dir: dir, data: filepath.Join(dir, "pgdata"), logFile: filepath.Join(dir, "postgres.log"),
+		port: cfg.Port, settings: cfg.Settings}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, errors.New("pgcluster: running as root, and there is no postgres user to run PostgreSQL as (initdb refuses root)")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.data, "PG_VERSION")); err == nil {
+		return c, nil
+	}
+	if b, err := c.cmd(ctx, "initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--no-instructions", "--no-sync").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %v: %s", err, LastLines(b))
+	}
+	return c, nil
+}
+
+// Start starts the server and waits until it accepts connections. A server
+// left running in the directory by a killed process is stopped first. The
+// port is chosen on the first start and kept for later ones.
+func (c *Cluster) Start(ctx context.Context) error {
+	if c.cmd(ctx, "pg_ctl", "-D", c.data, "status").Run() == nil {
+		_ = c.Stop(ctx)
+	}
+	if c.port == 0 || !portFree(c.port) {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.port = p
+	}
+	opts := []string{"-p", strconv.Itoa(c.port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=''"}
+	names := make([]string, 0, len(c.settings))
+	for k := range c.settings {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		opts = append(opts, "-c", k+"="+c.settings[k])
+	}
+	if b, err := c.cmd(ctx, "pg_ctl", "-D", c.data, "-l", c.logFile, "-o", strings.Join(opts, " "),
+		"-w", "-t", "120", "start").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl start: %v: %s (see %s)", err, LastLines(b), c.logFile)
+	}
+	return nil
+}
+
+// Stop shuts the server down cleanly (fast mode: sessions are ended, a
+// checkpoint is written).
+func (c *Cluster) Stop(ctx context.Context) error {
+	return c.pgctlStop(ctx, "fast")
+}
+
+// Crash stops the server in immediate mode: no checkpoint, and WAL still in
+// PostgreSQL's buffers is lost, as in a crash of the server process. The
+// next Start recovers from the WAL on disk.
+func (c *Cluster) Crash(ctx context.Context) error {
+	return c.pgctlStop(ctx, "immediate")
+}
+
+func (c *Cluster) pgctlStop(ctx context.Context, mode string) error {
+	if b, err := c.cmd(ctx, "pg_ctl", "-D", c.data, "-m", mode, "-w", "-t", "120", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl stop -m %s: %v: %s", mode, err, LastLines(b))
+	}
+	return nil
+}
+
+// Port is the port the server listens on (known after the first Start).
+func (c *Cluster) Port() int { return c.port }
+
+// Data is the cluster's data directory.
+func (c *Cluster) Data() string { return c.data }
+
+// LogFile is the server's log.
+func (c *Cluster) LogFile() string { return c.logFile }
+
+// Bin is the folder of the server binaries in use.
+func (c *Cluster) Bin() string { return c.bin }
+
+// URL is the connection URL of database db as user postgres.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// cmd runs a server binary as the cluster's owner, in its own process
+// group, so a terminal's Ctrl-C reaches only the caller, which stops the
+// cluster itself. The command outlives ctx's cancellation: stopping must
+// still work during shutdown.
+func (c *Cluster) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	return cmd
+}
+
+// FindBin returns the folder holding initdb and pg_ctl: the one pg_config
+// names, else the newest /usr/lib/postgresql/*/bin, else the PATH's.
+func FindBin() (string, error) {
+	has := func(d string) bool {
+		return fileExists(filepath.Join(d, "initdb")) && fileExists(filepath.Join(d, "pg_ctl"))
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		if d := strings.TrimSpace(string(out)); has(d) {
+			return d, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return major(dirs[i]) > major(dirs[j]) })
+	for _, d := range dirs {
+		if has(d) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("initdb and pg_ctl not found (pg_config --bindir, /usr/lib/postgresql/*/bin, PATH)")
+}
+
+func major(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// LastLines returns the last three lines of a command's output, joined, for
+// error messages.
+func LastLines(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	return strings.Join(lines, " / ")
+}
