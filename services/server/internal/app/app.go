@@ -113,6 +113,9 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 		// pg_stat_activity by it.
 		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
 	}
+	if err := postgres.RequireSynchronousCommit(pc); err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

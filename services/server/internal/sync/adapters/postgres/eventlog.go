@@ -96,6 +96,17 @@ FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]
     WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
 RETURNING seq, committed_at`
 
+// flushSQL makes the WAL durable up to this point. PostgreSQL flushes the
+// WAL at commit only for a transaction that has an xid and wrote WAL
+// itself; one that merely takes an xid (pg_current_xact_id) commits
+// asynchronously whatever synchronous_commit says. A transactional logical
+// message has both, so its commit waits until the WAL is on disk past its
+// own commit record, which lies after the producer's. It needs no
+// privilege and no wal_level beyond the default, and decoding plugins
+// ignore its prefix. Concurrent producers' flushes share fsyncs (group
+// commit), which a flush inside the counter's lock window cannot.
+const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
+
 // Write implements sync.Producer. The counter update with the event insert
 // and COMMIT go to the server as one pipeline, so the serialized phase (from
 // the counter's row lock to its release at commit) contains no client round
@@ -104,12 +115,12 @@ RETURNING seq, committed_at`
 // The COMMIT inside the lock window is asynchronous (synchronous_commit off
 // for this transaction only): the counter is released as soon as the commit
 // is visible, without waiting for the disk. The same pipeline then forces
-// the flush, outside the window, before Write returns, so a caller that got
-// nil holds a durable commit. Readers may see the events a moment before
-// they are durable; that is safe because anything a consumer does with them
-// commits synchronously, which flushes the WAL past the producer's commit
-// record first. If the server crashes in between, the lost commits are the
-// newest ones, in seq order, so the log stays gapless (ADR 0009).
+// the flush (flushSQL) outside the window, so a caller that got nil holds a
+// durable commit; TestCrashLosesNoAcknowledgedEvent crashes PostgreSQL to
+// check it. Other sessions may see the events a moment before they are
+// durable: whatever shows them outside the database makes the WAL durable
+// first (see Durable). If the server crashes in between, the lost commits
+// are the newest ones, in seq order, so the log stays gapless.
 func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error) {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -182,12 +193,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
 	if !l.cfg.FlushInLock {
-		// A tiny transaction with an xid commits synchronously and so
-		// flushes the WAL up to its own commit record, which lies after the
-		// producer's: once it returns, the producer's commit is durable.
-		// Concurrent producers' flushes share one fsync (group commit),
-		// which a flush inside the counter's lock window cannot.
-		b.Queue(`SELECT pg_current_xact_id()`)
+		b.Queue(flushSQL)
 	}
 	err = conn.SendBatch(ctx, b).Close()
 	if tag == "COMMIT" {

@@ -1,0 +1,131 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// ackedEvent is what a producer was told about its event.
+type ackedEvent struct {
+	seq  int64
+	id   uuid.UUID
+	typ  string
+	data string
+}
+
+// TestCrashLosesNoAcknowledgedEvent appends events one at a time through
+// the producer API and through POST /v1/spaces/{space}/events on a private
+// cluster that keeps unflushed WAL in memory for up to 10 s, crashes
+// PostgreSQL (immediate stop), restarts it, and requires every acknowledged
+// event at its seq with its content, and the counter to continue after the
+// highest acknowledged seq (no seq handed out twice). It does so once with
+// PostgreSQL's defaults and once with the database's default
+// synchronous_commit off, which the server's pools must override.
+func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
+	t.Run("ServerDefaults", func(t *testing.T) { testCrashLosesNothing(t, "") })
+	t.Run("DatabaseDefaultSynchronousCommitOff", func(t *testing.T) { testCrashLosesNothing(t, "off") })
+}
+
+func testCrashLosesNothing(t *testing.T, dbSyncCommit string) {
+	const perPath = 20
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	if dbSyncCommit != "" {
+		conn, err := pgx.Connect(ctx, p.URL)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `ALTER DATABASE bothy SET synchronous_commit = `+dbSyncCommit)
+		require.NoError(t, err)
+		require.NoError(t, conn.Close(ctx))
+	}
+	pool := openPool(t, p.URL)
+	defer func() { pool.Close() }()
+	require.NoError(t, authz.CreatePrincipal(ctx, pool, "writer", authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, pool, &authz.GrantParams{Space: "crash", Principal: "writer", Right: authz.RightWrite}))
+	_, token, err := authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: "writer", Scopes: []string{authz.ScopeEventsWrite}})
+	require.NoError(t, err)
+	b := &testBundle{base: startServer(t, p.URL, "api")}
+	producer := postgres.NewEventLog(pool, nil)
+	defer producer.Close()
+
+	var acked []ackedEvent
+	for i := range perPath {
+		data := fmt.Sprintf(`{"i": %d}`, i)
+		evs, err := producer.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
+			return []sync.NewEvent{{Space: "crash", Type: "producer.wrote", Actor: "test", Data: []byte(data)}}, nil
+		})
+		require.NoError(t, err)
+		acked = append(acked, ackedEvent{seq: evs[0].Seq, id: evs[0].ID, typ: "producer.wrote", data: data})
+
+		res := b.do(t, "POST", "/v1/spaces/crash/events", token, fmt.Sprintf(`{"events":[{"type":"api.wrote","data":%s}]}`, data))
+		require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
+		var out struct {
+			Events []struct {
+				Seq int64     `json:"seq"`
+				ID  uuid.UUID `json:"id"`
+			} `json:"events"`
+		}
+		require.NoError(t, json.Unmarshal(res.body, &out))
+		acked = append(acked, ackedEvent{seq: out.Events[0].Seq, id: out.Events[0].ID, typ: "api.wrote", data: data})
+	}
+
+	pool.Close()
+	p.CrashAndRestart(t)
+	pool = openPool(t, p.URL)
+
+	stored := map[int64]ackedEvent{}
+	rows, err := pool.Query(ctx, `SELECT seq, id, type, data::text FROM event_log`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var e ackedEvent
+		require.NoError(t, rows.Scan(&e.seq, &e.id, &e.typ, &e.data))
+		stored[e.seq] = e
+	}
+	require.NoError(t, rows.Err())
+	var missing []int64
+	highest := int64(0)
+	for _, a := range acked {
+		highest = max(highest, a.seq)
+		s, ok := stored[a.seq]
+		if !ok || s.id != a.id {
+			missing = append(missing, a.seq)
+			continue
+		}
+		require.Equal(t, a.typ, s.typ, "seq %d", a.seq)
+		require.JSONEq(t, a.data, s.data, "seq %d", a.seq)
+	}
+	require.Empty(t, missing, "acknowledged events lost in the crash (of %d acknowledged, seqs %d..%d)",
+		len(acked), acked[0].seq, highest)
+
+	again := postgres.NewEventLog(pool, nil)
+	defer again.Close()
+	evs, err := again.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
+		return []sync.NewEvent{{Space: "crash", Type: "after.crash", Actor: "test"}}, nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, evs[0].Seq, highest, "the counter handed out an acknowledged seq again")
+}
+
+// openPool opens a pool the way every bothy process does.
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := config.Load("", nil, map[string]string{"database.url": url})
+	require.NoError(t, err)
+	pool, err := app.OpenPool(context.Background(), cfg)
+	require.NoError(t, err)
+	return pool
+}
