@@ -20,7 +20,7 @@ import (
 // early, so an immediate stop loses every commit that nobody flushed.
 var QuietCrashSettings = map[string]string{
 	"wal_writer_delay":       "10s",
-	"wal_writer_flush_after": "0",
+	"wal_writer_flush_after": "1GB",
 	"autovacuum":             "off",
 	"checkpoint_timeout":     "1h",
 	"max_wal_size":           "4GB",

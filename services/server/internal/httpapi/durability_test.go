@@ -129,3 +129,45 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	require.NoError(t, err)
 	return pool
 }
+
+// TestReadsShowOnlyDurableState: a read of the API may see rows that a
+// round or a producer committed asynchronously and that are not yet on
+// disk. It must not answer with them before they are: here a delivery row
+// committed asynchronously (as a round commits) is listed through GET
+// /v1/webhooks/{id}/deliveries, PostgreSQL then crashes, and what the
+// answer showed must still be there after recovery.
+func TestReadsShowOnlyDurableState(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	pool := openPool(t, p.URL)
+	defer func() { pool.Close() }()
+	require.NoError(t, authz.CreatePrincipal(ctx, pool, "owner", authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, pool, &authz.GrantParams{Space: "s1", Principal: "owner", Right: authz.RightAdmin}))
+	_, token, err := authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: "owner",
+		Scopes: []string{authz.ScopeWebhooksManage, authz.ScopeEventsWrite}})
+	require.NoError(t, err)
+	b := &testBundle{base: startServer(t, p.URL, "api")}
+	res := b.do(t, "POST", "/v1/webhooks", token, `{"space":"s1","url":"http://127.0.0.1:9/hook"}`)
+	require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
+	subID := res.json(t)["id"].(string)
+
+	// As a round does: rows committed with synchronous_commit off.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	res = b.do(t, "GET", "/v1/webhooks/"+subID+"/deliveries", token, "")
+	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
+	require.Contains(t, string(res.body), "4242")
+
+	pool.Close()
+	p.CrashAndRestart(t)
+	pool = openPool(t, p.URL)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
+	require.Equal(t, 1, n, "the API showed a delivery that the crash took back")
+}

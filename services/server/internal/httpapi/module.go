@@ -47,18 +47,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Producer is the event log's write port as the API uses it
-// (postgres.EventLog implements it).
-type Producer interface {
-	// Write runs fn in a transaction and appends the events it returns,
-	// all or none (sync.Producer).
-	Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error)
+// EventLog is what the API needs of the event log: appending, and making
+// what it read durable before answering (postgres.EventLog implements it).
+type EventLog interface {
+	sync.Producer
+	sync.DurabilityBarrier
 }
 
 // API serves /v1 and the admin paths. It is safe for concurrent use.
 type API struct {
 	pool     *pgxpool.Pool
-	log      Producer
+	log      EventLog
 	river    func() *river.Client[pgx.Tx]
 	registry *push.Registry
 	cfg      Config
@@ -82,7 +81,7 @@ func (a *API) Run(ctx context.Context) error {
 // New builds the API on pool. riverClient is read when the routes are
 // mounted (the server sets it after building its modules); it may return
 // nil, and then the River UI is not mounted.
-func New(pool *pgxpool.Pool, log Producer, riverClient func() *river.Client[pgx.Tx], cfg *Config) *API {
+func New(pool *pgxpool.Pool, log EventLog, riverClient func() *river.Client[pgx.Tx], cfg *Config) *API {
 	c := Config{}
 	if cfg != nil {
 		c = *cfg
@@ -198,10 +197,34 @@ func (a *API) wrap(rt route) http.Handler {
 			}
 			subj = s
 		}
-		if err := rt.handler(w, r, subj); err != nil {
-			a.fail(w, r, err)
+		if r.Method != http.MethodGet {
+			if err := rt.handler(w, r, subj); err != nil {
+				a.fail(w, r, err)
+			}
+			return
 		}
+		bw := newBufferedWriter()
+		if err := rt.handler(bw, r, subj); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.answerDurably(w, r, bw)
 	})
+}
+
+// answerDurably sends a read's answer once everything it may show is
+// durable (sync.DurabilityBarrier): a read sees rounds' and producers'
+// commits before their flush, and must not show what a crash can take back.
+// Writes need no barrier: they end in a synchronous commit, which flushes
+// the WAL past everything they could see.
+func (a *API) answerDurably(w http.ResponseWriter, r *http.Request, bw *bufferedWriter) {
+	if a.log != nil {
+		if err := a.log.Durable(r.Context()); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	bw.sendTo(w)
 }
 
 func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {
@@ -275,7 +298,15 @@ func (a *API) mountAdmin(mux *http.ServeMux) {
 		return
 	}
 	a.ui = ui
-	guarded := a.adminOnly(ui)
+	guarded := a.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		bw := newBufferedWriter()
+		ui.ServeHTTP(bw, r)
+		a.answerDurably(w, r, bw)
+	}))
 	mux.Handle(AdminPrefix+"/", guarded)
 	mux.Handle(AdminPrefix, http.RedirectHandler(AdminPrefix+"/", http.StatusMovedPermanently))
 }

@@ -68,6 +68,7 @@ type EventLog struct {
 
 var _ sync.Producer = (*EventLog)(nil)
 var _ sync.EventSource = (*EventLog)(nil)
+var _ sync.DurabilityBarrier = (*EventLog)(nil)
 
 // NewEventLog returns an EventLog on pool. Call Close to wait for the last
 // notification to be sent.
@@ -216,6 +217,22 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		l.notifier.signal()
 	}
 	return out, nil
+}
+
+// durableSQL flushes the WAL up to its current end unless that is flushed
+// already; the logical message is only written (and its commit only waits
+// for the disk) when something is left to flush.
+const durableSQL = `
+SELECT CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
+            THEN pg_logical_emit_message(true, 'bothy_flush', '') END`
+
+// Durable implements sync.DurabilityBarrier. It runs as a transaction of
+// its own, never inside the caller's.
+func (l *EventLog) Durable(ctx context.Context) error {
+	if _, err := l.pool.Exec(ctx, durableSQL); err != nil {
+		return fmt.Errorf("flush the log: %w", err)
+	}
+	return nil
 }
 
 func mapAppendErr(err error) error {
