@@ -28,6 +28,9 @@ func runConsumersStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := postgres.Durable(ctx, pool); err != nil {
+		return err
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -46,6 +47,9 @@ func runWebhooksList(ctx context.Context, e *env, args []string) error {
 	defer pool.Close()
 	subs, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: owner, Space: space})
 	if err != nil {
+		return err
+	}
+	if err := postgres.Durable(ctx, pool); err != nil { // pending counts come from rounds
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -200,6 +204,9 @@ func runWebhooksDeliveries(ctx context.Context, e *env, args []string) error {
 	}
 	ds, err := webhooks.Deliveries(ctx, pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: status, Limit: limit})
 	if err != nil {
+		return err
+	}
+	if err := postgres.Durable(ctx, pool); err != nil { // deliveries are made by rounds
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)

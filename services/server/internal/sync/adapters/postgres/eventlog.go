@@ -226,10 +226,14 @@ const durableSQL = `
 SELECT CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
             THEN pg_logical_emit_message(true, 'bothy_flush', '') END`
 
-// Durable implements sync.DurabilityBarrier. It runs as a transaction of
-// its own, never inside the caller's.
-func (l *EventLog) Durable(ctx context.Context) error {
-	if _, err := l.pool.Exec(ctx, durableSQL); err != nil {
+// Durable implements sync.DurabilityBarrier.
+func (l *EventLog) Durable(ctx context.Context) error { return Durable(ctx, l.pool) }
+
+// Durable returns once every commit visible before the call is on disk
+// (sync.DurabilityBarrier). It runs as a transaction of its own, so db
+// must not be a transaction.
+func Durable(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, durableSQL); err != nil {
 		return fmt.Errorf("flush the log: %w", err)
 	}
 	return nil

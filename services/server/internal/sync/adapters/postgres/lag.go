@@ -97,6 +97,10 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	sts, err := ConsumerStatuses(ctx, c.pool)
+	if err == nil {
+		// The head and the cursors may come from commits not yet on disk.
+		err = Durable(ctx, c.pool)
+	}
 	if err != nil {
 		c.logger.Warn("read consumer status for metrics", slog.Any("error", err))
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
