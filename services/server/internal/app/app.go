@@ -365,12 +365,13 @@ func ready(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// ensurePartitions creates the partitions for now and the next three
+// intervals, each in its own short transaction that gives way to other
+// sessions' locks on event_log, so a restart never stalls the producers of
+// processes still running (TestPartitions_EnsureNeverStallsProducers).
 func ensurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := postgres.EnsurePartitions(ctx, tx, time.Now(), cfg.Sync.EventPartitionInterval, 3)
-		return err
-	})
-	if err != nil {
+	parts := postgres.NewPartitions(pool, &postgres.PartitionConfig{Interval: cfg.Sync.EventPartitionInterval, Ahead: 3})
+	if _, err := parts.Ensure(ctx, time.Now()); err != nil {
 		return fmt.Errorf("event_log partitions (did migrations run? bothy migrate up): %w", err)
 	}
 	return nil

@@ -29,14 +29,20 @@ type maintainWorker struct {
 	logger *slog.Logger
 }
 
+// Work runs one maintenance pass. Partitions are created and dropped one
+// transaction each, so a pass that fails part-way has still committed some:
+// those are logged before the error goes back to River, which retries.
 func (w *maintainWorker) Work(ctx context.Context, job *river.Job[MaintainArgs]) error {
 	res, err := w.parts.Maintain(ctx, time.Now())
-	if err != nil {
+	if len(res.Created) == 0 && len(res.Dropped) == 0 {
 		return err
 	}
-	if len(res.Created) > 0 || len(res.Dropped) > 0 {
-		w.logger.InfoContext(ctx, "event_log maintenance", slog.Any("created", res.Created),
-			slog.Any("dropped", res.Dropped), slog.Int64("low_seq", res.LowSeq))
+	if err != nil {
+		w.logger.InfoContext(ctx, "event_log maintenance stopped part-way", slog.Any("created", res.Created),
+			slog.Any("dropped", res.Dropped))
+		return err
 	}
+	w.logger.InfoContext(ctx, "event_log maintenance", slog.Any("created", res.Created),
+		slog.Any("dropped", res.Dropped), slog.Int64("low_seq", res.LowSeq))
 	return nil
 }
