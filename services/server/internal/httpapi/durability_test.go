@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	gosync "sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -39,6 +40,52 @@ type ackedEvent struct {
 func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
 	t.Run("ServerDefaults", func(t *testing.T) { testCrashLosesNothing(t, "") })
 	t.Run("DatabaseDefaultSynchronousCommitOff", func(t *testing.T) { testCrashLosesNothing(t, "off") })
+	t.Run("ConcurrentProducersCrashMidStream", testCrashMidStream)
+}
+
+// testCrashMidStream crashes PostgreSQL while 8 producers append, so
+// flushes are in flight and producers wait on them at the moment of the
+// crash; every event acknowledged before it must survive.
+func testCrashMidStream(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	pool := openPool(t, p.URL)
+	producer := postgres.NewEventLog(pool, nil)
+	var mu gosync.Mutex
+	var acked []ackedEvent
+	enough := make(chan struct{})
+	var wg gosync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				data := fmt.Sprintf(`{"g": %d, "i": %d}`, g, i)
+				evs, err := producer.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
+					return []sync.NewEvent{{Space: "crash", Type: "producer.wrote", Actor: "test", Data: []byte(data)}}, nil
+				})
+				if err != nil {
+					return // the crash: not acknowledged
+				}
+				mu.Lock()
+				acked = append(acked, ackedEvent{seq: evs[0].Seq, id: evs[0].ID, typ: "producer.wrote", data: data})
+				if len(acked) == 200 {
+					close(enough)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	<-enough
+	p.CrashAndRestart(t)
+	wg.Wait()
+	producer.Close()
+	pool.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	pool = openPool(t, p.URL)
+	defer pool.Close()
+	requireAcknowledgedPresent(t, pool, acked)
 }
 
 func testCrashLosesNothing(t *testing.T, dbSyncCommit string) {
@@ -87,29 +134,7 @@ func testCrashLosesNothing(t *testing.T, dbSyncCommit string) {
 	p.CrashAndRestart(t)
 	pool = openPool(t, p.URL)
 
-	stored := map[int64]ackedEvent{}
-	rows, err := pool.Query(ctx, `SELECT seq, id, type, data::text FROM event_log`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var e ackedEvent
-		require.NoError(t, rows.Scan(&e.seq, &e.id, &e.typ, &e.data))
-		stored[e.seq] = e
-	}
-	require.NoError(t, rows.Err())
-	var missing []int64
-	highest := int64(0)
-	for _, a := range acked {
-		highest = max(highest, a.seq)
-		s, ok := stored[a.seq]
-		if !ok || s.id != a.id {
-			missing = append(missing, a.seq)
-			continue
-		}
-		require.Equal(t, a.typ, s.typ, "seq %d", a.seq)
-		require.JSONEq(t, a.data, s.data, "seq %d", a.seq)
-	}
-	require.Empty(t, missing, "acknowledged events lost in the crash (of %d acknowledged, seqs %d..%d)",
-		len(acked), acked[0].seq, highest)
+	highest := requireAcknowledgedPresent(t, pool, acked)
 
 	again := postgres.NewEventLog(pool, nil)
 	defer again.Close()
@@ -174,4 +199,36 @@ func TestReadsShowOnlyDurableState(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
 	require.Equal(t, 1, n, "the API showed a delivery that the crash took back")
+}
+
+// requireAcknowledgedPresent fails unless every acknowledged event is in the
+// log at its seq with its content; it returns the highest acknowledged seq.
+func requireAcknowledgedPresent(t *testing.T, pool *pgxpool.Pool, acked []ackedEvent) int64 {
+	t.Helper()
+	ctx := context.Background()
+	stored := map[int64]ackedEvent{}
+	rows, err := pool.Query(ctx, `SELECT seq, id, type, data::text FROM event_log`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var e ackedEvent
+		require.NoError(t, rows.Scan(&e.seq, &e.id, &e.typ, &e.data))
+		stored[e.seq] = e
+	}
+	require.NoError(t, rows.Err())
+	var missing []int64
+	highest := int64(0)
+	for _, a := range acked {
+		highest = max(highest, a.seq)
+		s, ok := stored[a.seq]
+		if !ok || s.id != a.id {
+			missing = append(missing, a.seq)
+			continue
+		}
+		require.Equal(t, a.typ, s.typ, "seq %d", a.seq)
+		require.JSONEq(t, a.data, s.data, "seq %d", a.seq)
+	}
+	require.Empty(t, missing, "acknowledged events lost in the crash (of %d acknowledged, seqs %d..%d)",
+		len(acked), acked[0].seq, highest)
+
+	return highest
 }
