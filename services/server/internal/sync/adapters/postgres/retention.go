@@ -38,7 +38,7 @@ type PartitionConfig struct {
 	// LockTimeout is the lock_timeout of every partition statement. A
 	// statement waiting for a lock on event_log makes producers queue behind
 	// it, so this is the longest maintenance can hold up an append
-	// (TestPartitions_MaintainNeverStallsProducers). Default 50ms.
+	// (TestPartitions_MaintainNeverStallsProducers). Default 20ms.
 	LockTimeout time.Duration
 	// RetryFor bounds how long one call keeps retrying steps that ran out of
 	// LockTimeout before it gives up. Default 30s.
@@ -51,7 +51,7 @@ func (c *PartitionConfig) withDefaults() PartitionConfig {
 	out := *c
 	out.Interval = cmp.Or(out.Interval, 24*time.Hour)
 	out.Ahead = cmp.Or(out.Ahead, 3)
-	out.LockTimeout = cmp.Or(out.LockTimeout, 50*time.Millisecond)
+	out.LockTimeout = cmp.Or(out.LockTimeout, 20*time.Millisecond)
 	out.RetryFor = cmp.Or(out.RetryFor, 30*time.Second)
 	out.Logger = cmp.Or(out.Logger, slog.Default())
 	return out
