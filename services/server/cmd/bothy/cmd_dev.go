@@ -13,14 +13,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	gosync "sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +26,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -412,7 +408,7 @@ func findDevDatabase(ctx context.Context, mode, dir string, out io.Writer) (*dev
 	}
 
 	if mode != "container" {
-		bin, err := findPGBin()
+		bin, err := pgcluster.FindBin()
 		if err == nil {
 			db, err := startPrivatePG(ctx, bin, dir, out)
 			if err == nil {
@@ -466,109 +462,21 @@ func devURL(base, db string) string {
 	return base[:i+1] + db + q
 }
 
-// findPGBin returns the directory holding initdb and pg_ctl: the newest
-// /usr/lib/postgresql/*/bin, else the PATH.
-func findPGBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
-	for _, d := range dirs {
-		if fileExists(filepath.Join(d, "initdb")) && fileExists(filepath.Join(d, "pg_ctl")) {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if _, err := exec.LookPath("pg_ctl"); err == nil {
-			return filepath.Dir(p), nil
-		}
-	}
-	return "", errors.New("initdb and pg_ctl not found in /usr/lib/postgresql/*/bin or on the PATH")
-}
-
-func pgMajor(binDir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return n
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // startPrivatePG starts (creating it the first time) a cluster in
-// dir/pgdata, listening on 127.0.0.1 only, with trust authentication for
-// user postgres. PostgreSQL refuses to run as root; as root it runs as the
-// postgres user, if there is one. It gets its own process group, so the
-// terminal's Ctrl-C reaches bothy dev only, which stops it last.
+// dir/pgdata on devPGPort, or another port if that is taken, listening on
+// 127.0.0.1 only with trust authentication for user postgres.
 func startPrivatePG(ctx context.Context, bin, dir string, out io.Writer) (*devDatabase, error) {
-	dir, err := filepath.Abs(dir)
+	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Bin: bin, Port: devPGPort})
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "pgdata")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	fmt.Fprintf(out, "bothy dev: starting a private PostgreSQL in %s ...\n", c.Data())
+	if err := c.Start(ctx); err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, errors.New("running as root, and there is no postgres user to run PostgreSQL as (initdb refuses root)")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-	}
-	pg := func(name string, args ...string) *exec.Cmd {
-		c := exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(bin, name), args...)
-		c.Dir = dir
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-		return c
-	}
-	if !fileExists(filepath.Join(data, "PG_VERSION")) {
-		fmt.Fprintf(out, "bothy dev: creating a private PostgreSQL in %s ...\n", data)
-		if b, err := pg("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions").CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(b))
-		}
-	}
-	// A cluster left running by a killed run: stop it, it may have another port.
-	if err := pg("pg_ctl", "-D", data, "status").Run(); err == nil {
-		_ = pg("pg_ctl", "-D", data, "-m", "fast", "-w", "stop").Run()
-	}
-	port := devPGPort
-	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	} else {
-		ln.Close()
-	}
-	logFile := filepath.Join(dir, "postgres.log")
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", port)
-	if b, err := pg("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pg_ctl start: %v: %s (see %s)", err, lastLines(b), logFile)
-	}
-	stop := func(context.Context) error {
-		if b, err := pg("pg_ctl", "-D", data, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
-			return fmt.Errorf("pg_ctl stop: %v: %s", err, lastLines(b))
-		}
-		return nil
-	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, devDBName)
-	return &devDatabase{url: url, what: fmt.Sprintf("private, started from %s in %s (log %s)", bin, data, logFile), stop: stop}, nil
-}
-
-func lastLines(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 3 {
-		lines = lines[len(lines)-3:]
-	}
-	return strings.Join(lines, " / ")
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port(), devDBName)
+	return &devDatabase{url: url, what: fmt.Sprintf("private, started from %s in %s (log %s)", bin, c.Data(), c.LogFile()),
+		stop: c.Stop}, nil
 }
 
 func dockerAvailable() bool {
