@@ -1,11 +1,15 @@
 // Command soak is the multi-process fault-injection soak (issue 7): several
-// real "bothy server" processes, producers with deliberate rollbacks, and
-// faults at random moments (SIGKILL, terminated connections, a PostgreSQL
-// restart, a revoked right); at the end it drains and proves every committed
-// event became exactly one job per consumer and target and nothing was lost.
+// real "bothy server" processes on a private PostgreSQL cluster, producers
+// with deliberate rollbacks, and faults at random moments (SIGKILL,
+// terminated connections, a crash of the cluster, a revoked right); at the
+// end it drains and proves every committed event became exactly one job per
+// consumer and target, every acknowledged event survived the crash at its
+// seq, and nothing was lost.
 //
 //	go run ./perf/soak [--duration 2m] [--short] [--rate 40] [--producers 4] [--workers 3]
-//	    [--pg-restart auto|on|off] [--seed N] [--keep] [--bin path]
+//	    [--pg-crash auto|on|off] [--seed N] [--keep] [--bin path]
+//
+// With BOTHY_DATABASE_URL set it runs on that server and skips the crash.
 //
 // It exits 1 on any violation or when the run could not be done. See package
 // soak for what it does.

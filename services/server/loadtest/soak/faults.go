@@ -3,8 +3,6 @@ package soak
 import (
 	"cmp"
 	"context"
-	"os"
-	"os/exec"
 	"slices"
 	gosync "sync"
 	"time"
@@ -17,17 +15,18 @@ import (
 
 // Fault kinds, in the order the table lists them.
 const (
-	faultKill       = "kill_worker (SIGKILL + restart)"
-	faultTermPool   = "pg_terminate_backend worker pool"
-	faultTermListen = "pg_terminate_backend LISTEN"
-	faultPGRestart  = "postgresql crash (immediate stop) and restart"
-	faultRevokeWH   = "revoke right: webhook owner"
-	faultRevokePush = "revoke right: push receiver"
-	faultWH5xx      = "webhook receiver 5xx window"
-	faultWHTimeout  = "webhook receiver timeout window"
-	faultWH410      = "webhook receiver 410 window (+enable)"
-	faultPush5xx    = "push service 5xx window"
-	faultRescue     = "river rescue of killed jobs (stand-in)"
+	faultKill         = "kill_worker (SIGKILL + restart)"
+	faultTermPool     = "pg_terminate_backend worker pool"
+	faultTermListen   = "pg_terminate_backend LISTEN"
+	faultPGCrashQuiet = "postgresql crash, workers frozen just before"
+	faultPGCrash      = "postgresql crash amid all traffic"
+	faultRevokeWH     = "revoke right: webhook owner"
+	faultRevokePush   = "revoke right: push receiver"
+	faultWH5xx        = "webhook receiver 5xx window"
+	faultWHTimeout    = "webhook receiver timeout window"
+	faultWH410        = "webhook receiver 410 window (+enable)"
+	faultPush5xx      = "push service 5xx window"
+	faultRescue       = "river rescue of killed jobs (stand-in)"
 )
 
 // action is one planned step of the fault schedule.
@@ -35,17 +34,6 @@ type action struct {
 	at   time.Duration
 	name string
 	fn   func(ctx context.Context)
-}
-
-// pgRestartPlanned says whether this run restarts PostgreSQL.
-func (h *harness) pgRestartPlanned() bool {
-	switch h.opts.pgRestart {
-	case "on":
-		return h.local
-	case "off":
-		return false
-	}
-	return h.local && !h.opts.short
 }
 
 // injectFaults runs the schedule until ctx ends: every kind once at a
@@ -106,16 +94,17 @@ func (h *harness) injectFaults(ctx context.Context) {
 	window(0.05, hi(0.3), min(4*time.Second, d/6), 1, answers("slow-timeout"), h.setTimeout(true), h.setTimeout(false))
 	window(0.05, hi(0.4), 3*time.Second, 1, answers("gone-410"), h.set410(true), h.set410(false))
 	window(0.05, hi(0.4), 3*time.Second, 2, pushAnswers, h.setPush5xx(true), h.setPush5xx(false))
-	if h.pgRestartPlanned() {
-		plan = append(plan, action{h.randDur(0.35, 0.6), "pg restart", h.restartPG})
-	} else {
-		reason := "--pg-restart off"
-		if !h.local {
-			reason = "the database is not this machine's cluster"
-		} else if h.opts.short && h.opts.pgRestart == "auto" {
-			reason = "short mode"
+	// Both crashes are an immediate stop and a start of the private
+	// cluster (crashPG); the one amid all traffic is left out of short mode.
+	if ok, why := h.pgCrashPlanned(); ok {
+		if h.opts.short {
+			plan = append(plan, action{h.randDur(0.35, 0.6), "pg crash", h.crashPG(true)})
+		} else {
+			plan = append(plan, action{h.randDur(0.3, 0.45), "pg crash", h.crashPG(true)},
+				action{h.randDur(0.55, 0.7), "pg crash", h.crashPG(false)})
 		}
-		h.logf("PostgreSQL restart skipped: %s", reason)
+	} else {
+		h.logf("PostgreSQL crash skipped: %s", why)
 	}
 	// More of the process faults at random moments: about one every d/8.
 	for t := h.randDur(killLo, 0.2+killLo); t < time.Duration(float64(d)*0.75); t += h.randDur(0.08, 0.16) {
@@ -206,34 +195,6 @@ func (h *harness) terminateListen(ctx context.Context) {
 	}
 	h.faultMu.add(faultTermListen, n)
 	h.logf("fault: pg_terminate_backend on %d LISTEN connections", n)
-}
-
-// restartPG stops the local cluster in immediate mode, which is a crash
-// as far as the data goes (no checkpoint, WAL not yet flushed is lost, the
-// next start recovers), and waits until it answers again. What commits
-// asynchronously (producers' COMMIT before their flush, consumer rounds)
-// is thereby tested for loss and duplication.
-func (h *harness) restartPG(ctx context.Context) {
-	ents, err := os.ReadDir("/etc/postgresql")
-	if err != nil || len(ents) != 1 {
-		h.note("postgresql restart: cannot tell the cluster version from /etc/postgresql")
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	out, err := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", "-m", "immediate", ents[0].Name(), "main", "restart").CombinedOutput()
-	if err != nil {
-		h.note("pg_ctlcluster restart: %v: %s", err, out)
-		return
-	}
-	err = h.query(rctx, time.Minute, func(ctx context.Context) error { return h.pool.Ping(ctx) })
-	if err != nil {
-		h.note("postgresql did not come back after restart: %v", err)
-		return
-	}
-	h.faultMu.add(faultPGRestart, 1)
-	h.logf("fault: PostgreSQL %s stopped in immediate mode and restarted (%.1fs until it answered)", ents[0].Name(), time.Since(t0).Seconds())
 }
 
 // revokeWebhook revokes the right of the owner of "revoked-owner"; its
@@ -410,6 +371,9 @@ func (h *harness) rescueLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if h.quiet.Load() {
+			continue // its commit would flush the WAL before a crash
 		}
 		for kind, after := range rescueAfter {
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -1,45 +1,56 @@
 // Package soak is the multi-process fault-injection soak of issue 7: it
 // proves that every committed event becomes exactly one job per consumer and
-// target, and that nothing is lost, while worker processes are killed,
-// their connections terminated and PostgreSQL restarted. The command
-// perf/soak only calls Run; the code lives here because Go lets only
-// packages under services/server import the server's internal packages.
+// target, that every event a producer was told is committed survives, and
+// that nothing is lost, while worker processes are killed, their
+// connections terminated and PostgreSQL crashed. The command perf/soak only
+// calls Run; the code lives here because Go lets only packages under
+// services/server import the server's internal packages.
 //
-//	go run ./perf/soak [--duration 2m] [--short] [--rate 50] [--producers 4] [--workers 3]
-//	    [--pg-restart auto|on|off] [--seed N] [--keep]
+//	go run ./perf/soak [--duration 2m] [--short] [--rate 40] [--producers 4] [--workers 3]
+//	    [--pg-crash auto|on|off] [--seed N] [--keep] [--bin path]
 //
-// On a scratch database (created on the server BOTHY_DATABASE_URL names,
-// else 127.0.0.1:5432 as postgres, and dropped at the end) it builds the
+// It runs PostgreSQL itself: a private cluster (package pgcluster) in a
+// temporary directory, with settings that keep unflushed WAL in memory for
+// up to 10 s, which it may crash. With BOTHY_DATABASE_URL set it uses that
+// server instead (a scratch database, dropped at the end) and skips the
+// crash, which it never does to a server it does not own. It builds the
 // bothy binary of the module it runs in, starts --workers "bothy server
 // --role=worker" processes and one --role=api process, local webhook
 // receivers (healthy ones, and ones that answer 5xx, hold requests past
 // webhooks.timeout or answer 410 for a while) and a local Web Push service
 // that checks VAPID and decrypts every message. Producers append events
-// through the producer API (postgres.EventLog.Write), some of their
-// transactions rolled back on purpose, while faults are injected at random
-// moments: SIGKILL of a worker and a restart, pg_terminate_backend of a
-// worker's pool connections and of the LISTEN connections (found by
-// application_name), one PostgreSQL restart (local cluster only), and a
-// right revoked mid-stream for a webhook owner and for a push receiver.
-// Then it drains, verifies and prints a table, and returns ErrViolations if
-// any check failed. Everything listens and connects on 127.0.0.1 only, and
-// every wait is bounded.
+// through the producer API (postgres.EventLog.Write) and through POST
+// /v1/spaces/{space}/events of the api process, some of their transactions
+// rolled back on purpose, and record the seq and id of every event whose
+// append succeeded. Faults are injected at random moments: SIGKILL of a
+// worker and a restart, pg_terminate_backend of a worker's pool connections
+// and of the LISTEN connections (found by application_name), crashes of
+// the private cluster (pg_ctl -m immediate stop, then a start that recovers
+// from the WAL: one with the workers frozen just before it, so only the
+// producers' own flushes protect their acknowledged events, and in full
+// mode one amid all traffic), and a right revoked mid-stream for a webhook
+// owner and for a push receiver. Then it drains, verifies (among the checks: every
+// acknowledged event is in the log at its seq with its id) and prints a
+// table, and returns ErrViolations if any check failed. Everything listens
+// and connects on 127.0.0.1 only, and every wait is bounded.
 package soak
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net/url"
+	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,6 +62,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -69,7 +81,7 @@ type options struct {
 	rate         float64
 	producers    int
 	workers      int
-	pgRestart    string
+	pgCrash      string
 	seed         uint64
 	keep         bool
 	bin          string
@@ -81,13 +93,13 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	o := &options{}
 	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "load and fault phase (the drain comes on top)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 100*time.Second, "longest wait for the backlog to drain after the load")
-	fs.BoolVar(&o.short, "short", false, "CI mode: --duration 20s --rate 20, faults early, no PostgreSQL restart unless --pg-restart on")
+	fs.BoolVar(&o.short, "short", false, "CI mode: --duration 20s --rate 20, faults early")
 	fs.Float64Var(&o.rate, "rate", 40, "producer transactions per second, all producers together")
 	fs.IntVar(&o.producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.workers, "workers", 3, "bothy server --role=worker processes (at least 3)")
-	fs.StringVar(&o.pgRestart, "pg-restart", "auto", "restart PostgreSQL once: auto (not in --short, only for the local cluster), on, off")
+	fs.StringVar(&o.pgCrash, "pg-crash", "auto", "crash the private cluster (once in --short, twice otherwise): auto (unless BOTHY_DATABASE_URL is set), on, off")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for fault times (0: from the clock; printed)")
-	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database and the process logs")
+	fs.BoolVar(&o.keep, "keep", false, "keep the database (the private cluster's directory, or the scratch database) and the process logs")
 	fs.StringVar(&o.bin, "bin", "", "use this bothy binary instead of building the module's")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -116,8 +128,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--producers %d: want 1..64", o.producers)
 	case o.workers < 3 || o.workers > 8:
 		return nil, fmt.Errorf("--workers %d: want 3..8", o.workers)
-	case !slices.Contains([]string{"auto", "on", "off"}, o.pgRestart):
-		return nil, fmt.Errorf("--pg-restart %q: want auto, on or off", o.pgRestart)
+	case !slices.Contains([]string{"auto", "on", "off"}, o.pgCrash):
+		return nil, fmt.Errorf("--pg-crash %q: want auto, on or off", o.pgCrash)
 	}
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
@@ -149,8 +161,17 @@ type harness struct {
 	log    *postgres.EventLog
 	vapid  push.VAPIDKeys
 	env    []string
-	local  bool // the server is this machine's cluster
 	logger *slog.Logger
+	token  string // bearer token of actor, scope events:write
+	httpc  *http.Client
+
+	// cluster is the private cluster the soak runs and may crash; nil when
+	// BOTHY_DATABASE_URL names the server.
+	cluster    *pgcluster.Cluster
+	clusterDir string
+	// quiet is set while the workers are frozen before a crash; the
+	// harness's own writes (the rescue stand-in) wait meanwhile.
+	quiet atomic.Bool
 
 	procMu   gosync.Mutex
 	workers  []*proc // live workers
@@ -172,10 +193,15 @@ type harness struct {
 	pr      *pushReceiver
 	devices []*device
 
-	prodMu     gosync.Mutex
-	acked      map[uuid.UUID]bool
+	prodMu gosync.Mutex
+	// acked maps every event whose producer got success to the seq it was
+	// told; ackedHTTP counts those appended through the api process.
+	acked      map[uuid.UUID]int64
+	ackedHTTP  int
 	doubt      map[uuid.UUID]bool
 	rolledBack map[uuid.UUID]bool
+	// crashes records what every crash put at risk and what it lost.
+	crashes    []crashResult
 	rbBefore   int // transactions rolled back before the append
 	rbAtCommit int // transactions whose commit failed on purpose after the append
 	errsOther  int // producer errors from faults (commit in doubt)
@@ -243,41 +269,55 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return err
 	}
 	h := &harness{opts: o, out: stdout, rng: mrand.New(mrand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now(),
-		acked: map[uuid.UUID]bool{}, doubt: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}, killed: map[*proc]bool{},
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	base := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+		acked: map[uuid.UUID]int64{}, doubt: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}, killed: map[*proc]bool{},
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), httpc: &http.Client{Timeout: 20 * time.Second}}
+	external := ""
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "BOTHY_DATABASE_URL="); ok && v != "" {
-			base = v
+			external = v
 		}
 	}
-	if h.dbURL, err = scratchdb.NewURL(base, "bothy_soak"); err != nil {
-		return fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
+	if external != "" && o.pgCrash == "on" {
+		return errors.New("--pg-crash on: the soak crashes only its own private cluster; unset BOTHY_DATABASE_URL")
 	}
-	h.local = isLocal(h.dbURL)
 	mode := "full"
 	if o.short {
 		mode = "short"
 	}
-	fmt.Fprintf(stdout, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d, scratch database %s\n",
-		mode, o.workers, o.producers, o.rate, o.duration, o.seed, scratchdb.Name(h.dbURL))
+	fmt.Fprintf(stdout, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d\n",
+		mode, o.workers, o.producers, o.rate, o.duration, o.seed)
 
 	if h.tmp, err = os.MkdirTemp("", "bothy-soak-"); err != nil {
 		return err
 	}
 	defer func() {
 		if o.keep {
-			fmt.Fprintf(stdout, "kept: process logs in %s, database %s\n", h.tmp, scratchdb.Name(h.dbURL))
+			fmt.Fprintf(stdout, "kept: process logs in %s\n", h.tmp)
 		} else {
 			_ = os.RemoveAll(h.tmp)
 		}
 	}()
-	if !o.keep {
-		defer func() {
-			if err := scratchdb.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
-				fmt.Fprintf(stdout, "soak: could not drop the scratch database: %v\n", err)
-			}
-		}()
+	if external == "" {
+		defer h.stopCluster()
+		if err := h.startCluster(ctx); err != nil {
+			return fmt.Errorf("private cluster (set BOTHY_DATABASE_URL to run on another server, without the crash): %w", err)
+		}
+		fmt.Fprintf(stdout, "database: private cluster in %s, port %d (wal_writer_delay %s)\n",
+			h.clusterDir, h.cluster.Port(), crashSettings["wal_writer_delay"])
+	} else {
+		if h.dbURL, err = scratchdb.NewURL(external, "bothy_soak"); err != nil {
+			return fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
+		}
+		fmt.Fprintf(stdout, "database: scratch database %s on BOTHY_DATABASE_URL's server\n", scratchdb.Name(h.dbURL))
+		if !o.keep {
+			defer func() {
+				if err := scratchdb.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
+					fmt.Fprintf(stdout, "soak: could not drop the scratch database: %v\n", err)
+				}
+			}()
+		} else {
+			defer fmt.Fprintf(stdout, "kept: database %s\n", scratchdb.Name(h.dbURL))
+		}
 	}
 	defer h.stopAll()
 
@@ -392,6 +432,10 @@ CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY
 		if err := authz.Grant(ctx, h.pool, &grants[i]); err != nil {
 			return err
 		}
+	}
+	if _, h.token, err = authz.CreateToken(ctx, h.pool, &authz.CreateTokenParams{Principal: actor,
+		Scopes: []string{authz.ScopeEventsWrite}, Name: "soak producers"}); err != nil {
+		return err
 	}
 	for _, t := range []struct{ name, space, owner string }{
 		{"healthy-a", spaceA, "owner-a"}, {"healthy-b", spaceB, "owner-a"},
@@ -607,7 +651,10 @@ func indent(s string) string { return "      " + strings.ReplaceAll(s, "\n", "\n
 
 // produce appends events until ctx ends. One transaction in ten is rolled
 // back on purpose: half by the function returning an error before the
-// append, half by a deferred constraint failing at COMMIT after it.
+// append, half by a deferred constraint failing at COMMIT after it. A
+// quarter of the others go through the api process's POST
+// /v1/spaces/{space}/events. Every event whose append succeeded is recorded
+// with the seq its producer was told.
 func (h *harness) produce(ctx context.Context, n int) {
 	interval := time.Duration(float64(time.Second) * float64(h.opts.producers) / h.opts.rate)
 	next := time.Now()
@@ -632,25 +679,44 @@ func (h *harness) produce(ctx context.Context, n int) {
 				Data: []byte(fmt.Sprintf(`{"producer":%d,"tx":%d,"n":%d}`, n, i, j))}
 		}
 		roll := h.randN(20) // 0: before the append, 1: at commit
+		viaHTTP := roll > 1 && h.randN(4) == 0
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		_, err := h.log.Write(wctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
-			switch roll {
-			case 0:
-				return nil, errDeliberate
-			case 1:
-				if _, err := tx.Exec(ctx, `INSERT INTO soak_doomed VALUES (-1)`); err != nil {
-					return nil, err
+		var evs []sync.Event
+		var err error
+		if viaHTTP {
+			evs, err = h.appendHTTP(wctx, space, news)
+		} else {
+			evs, err = h.log.Write(wctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+				switch roll {
+				case 0:
+					return nil, errDeliberate
+				case 1:
+					if _, err := tx.Exec(ctx, `INSERT INTO soak_doomed VALUES (-1)`); err != nil {
+						return nil, err
+					}
 				}
-			}
-			return news, nil
-		})
+				return news, nil
+			})
+		}
 		cancel()
+		if err == nil && len(evs) != len(ids) {
+			err = fmt.Errorf("append of %d events answered %d", len(ids), len(evs))
+		}
+		for k := range evs {
+			if err == nil && evs[k].ID != ids[k] {
+				err = fmt.Errorf("append answered event %s for %s", evs[k].ID, ids[k])
+			}
+		}
 		var pgErr *pgconn.PgError
+		var refused *refusedError
 		h.prodMu.Lock()
 		switch {
 		case err == nil:
-			for _, id := range ids {
-				h.acked[id] = true
+			for _, e := range evs {
+				h.acked[e.ID] = e.Seq
+			}
+			if viaHTTP {
+				h.ackedHTTP += len(evs)
 			}
 		case errors.Is(err, errDeliberate):
 			h.rbBefore++
@@ -670,6 +736,9 @@ func (h *harness) produce(ctx context.Context, n int) {
 			}
 		}
 		h.prodMu.Unlock()
+		if errors.As(err, &refused) {
+			h.note("producer %d: %v", n, err)
+		}
 		if err != nil && roll > 1 {
 			select { // the database is away: do not spin
 			case <-ctx.Done():
@@ -681,23 +750,70 @@ func (h *harness) produce(ctx context.Context, n int) {
 	}
 }
 
-// isLocal says whether the database server is this machine's cluster, the
-// only one the soak may restart.
-func isLocal(u string) bool {
-	pu, err := url.Parse(u)
+// refusedError is a 4xx answer to an append: the soak's request was wrong,
+// which is a problem of the run, not a fault.
+type refusedError struct {
+	status int
+	body   string
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("POST events: %d %s", e.status, strings.TrimSpace(e.body))
+}
+
+// appendHTTP appends news in one request to the api process, with the
+// events' own ids, and returns the events as its 201 answer lists them. Any
+// other answer is an error: a refusedError for a 4xx, which means nothing
+// was committed.
+func (h *harness) appendHTTP(ctx context.Context, space string, news []sync.NewEvent) ([]sync.Event, error) {
+	type newEventJSON struct {
+		ID   uuid.UUID       `json:"id"`
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	req := struct {
+		Events []newEventJSON `json:"events"`
+	}{}
+	for _, e := range news {
+		req.Events = append(req.Events, newEventJSON{ID: e.ID, Type: e.Type, Data: e.Data})
+	}
+	body, err := json.Marshal(req)
 	if err != nil {
-		return false
+		return nil, err
 	}
-	switch pu.Hostname() {
-	case "127.0.0.1", "localhost", "::1", "":
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.apiAddr+"/v1/spaces/"+space+"/events", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Authorization", "Bearer "+h.token)
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := h.httpc.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusCreated:
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return nil, &refusedError{status: resp.StatusCode, body: string(b)}
 	default:
-		return false
+		return nil, fmt.Errorf("POST events: %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
-		return false
+	var out struct {
+		Events []sync.Envelope `json:"events"`
 	}
-	ents, err := os.ReadDir("/etc/postgresql")
-	return err == nil && len(ents) == 1
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("POST events: 201 with %w", err)
+	}
+	evs := make([]sync.Event, len(out.Events))
+	for i, e := range out.Events {
+		evs[i] = sync.Event{Seq: e.Seq, ID: e.ID, Space: e.Space, Type: e.Type, Actor: e.Actor, Data: e.Data}
+	}
+	return evs, nil
 }
 
 // query runs fn with a bounded context, retrying while the database is

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -50,7 +51,7 @@ func (r *report) String() string {
 		fmt.Fprintf(&b, "  - %s\n", v)
 	}
 	if len(r.violations) == 0 {
-		b.WriteString("PASS: every committed event became exactly one job per consumer and target, nothing lost\n")
+		b.WriteString("PASS: every committed event became exactly one job per consumer and target, every acknowledged event survived, nothing lost\n")
 	} else {
 		b.WriteString("FAIL\n")
 	}
@@ -103,6 +104,7 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	// Events.
 	spaceSeqs := map[string][]int64{}
 	inLog := map[uuid.UUID]bool{}
+	idAt := map[int64]uuid.UUID{}
 	gaps := 0
 	for i, e := range events {
 		if e.seq != int64(i+1) {
@@ -110,15 +112,22 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 		}
 		spaceSeqs[e.space] = append(spaceSeqs[e.space], e.seq)
 		inLog[e.id] = true
+		idAt[e.seq] = e.id
 	}
 	if gaps > 0 || int64(len(events)) != head {
 		r.fail("event log is not gapless 1..%d: %d rows, %d out of place", head, len(events), gaps)
 	}
 	h.prodMu.Lock()
-	lostAcked, rbFound, doubtFound, phantom := 0, 0, 0, 0
-	for id := range h.acked {
-		if !inLog[id] {
-			lostAcked++
+	// An acknowledged event must be in the log at the seq its producer was
+	// told, with its id: absent, it was lost; another event there means its
+	// seq was handed out again.
+	absent, replaced, rbFound, doubtFound, phantom := 0, 0, 0, 0, 0
+	for id, seq := range h.acked {
+		switch at, ok := idAt[seq]; {
+		case !ok:
+			absent++
+		case at != id:
+			replaced++
 		}
 	}
 	for id := range h.rolledBack {
@@ -132,21 +141,26 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 		}
 	}
 	for id := range inLog {
-		if !h.acked[id] && !h.doubt[id] {
+		if _, ok := h.acked[id]; !ok && !h.doubt[id] {
 			phantom++
 		}
 	}
 	r.table("EVENTS", "\tcount", [][]string{
 		{"committed (event_log rows, head)", itoa(head)},
-		{"acknowledged to producers", itoa(len(h.acked))},
-		{"acknowledged but not in the log", itoa(lostAcked)},
+		{"acknowledged to producers: EventLog.Write / POST events", fmt.Sprintf("%d / %d", len(h.acked)-h.ackedHTTP, h.ackedHTTP)},
+		{"acknowledged, missing: absent / another event at its seq", fmt.Sprintf("%d / %d", absent, replaced)},
 		{"in doubt (a fault hit the write) / of them committed", fmt.Sprintf("%d / %d", len(h.doubt), doubtFound)},
 		{"rolled back on purpose: txs before append / at commit", fmt.Sprintf("%d / %d", h.rbBefore, h.rbAtCommit)},
 		{"rolled-back events found in the log", itoa(rbFound)},
 		{"log events no producer wrote", itoa(phantom)},
 	})
-	if lostAcked > 0 {
-		r.fail("%d acknowledged events are not in the log", lostAcked)
+	if n := absent + replaced; n > 0 {
+		where := "after recovery"
+		if len(h.crashes) == 0 {
+			where = "from the log"
+		}
+		r.fail("acknowledged events missing %s: %d of %d (%d absent, %d with another event at their seq)",
+			where, n, len(h.acked), absent, replaced)
 	}
 	if rbFound > 0 {
 		r.fail("%d events of rolled-back transactions are in the log", rbFound)
@@ -154,6 +168,7 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	if phantom > 0 {
 		r.fail("%d events in the log were never written", phantom)
 	}
+	crashes := slices.Clone(h.crashes)
 	h.prodMu.Unlock()
 
 	if err := h.verifyWebhooks(ctx, r, head, spaceSeqs); err != nil {
@@ -189,10 +204,14 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	var frow [][]string
 	required := []string{faultKill, faultTermPool, faultTermListen, faultRevokeWH, faultRevokePush,
 		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx}
-	if h.pgRestartPlanned() {
-		required = append(required, faultPGRestart)
+	crashPlanned, crashSkipped := h.pgCrashPlanned()
+	if crashPlanned {
+		required = append(required, faultPGCrashQuiet)
+		if !h.opts.short {
+			required = append(required, faultPGCrash)
+		}
 	}
-	for _, k := range []string{faultKill, faultTermPool, faultTermListen, faultPGRestart, faultRevokeWH, faultRevokePush,
+	for _, k := range []string{faultKill, faultTermPool, faultTermListen, faultPGCrashQuiet, faultPGCrash, faultRevokeWH, faultRevokePush,
 		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx, faultRescue} {
 		n, x := h.faultMu.get(k)
 		detail := ""
@@ -216,10 +235,18 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 					detail = fmt.Sprintf("%d answers", d.faultResp.Load())
 				}
 			}
-		case faultPGRestart:
-			if !h.pgRestartPlanned() {
-				detail = "skipped (" + map[bool]string{true: "short mode", false: "off or not local"}[h.opts.short && h.local] + ")"
+		case faultPGCrashQuiet, faultPGCrash:
+			if !slices.Contains(required, k) {
+				detail = "skipped (" + cmp.Or(crashSkipped, "short mode") + ")"
+				break
 			}
+			var acked, missing int
+			for _, c := range crashes {
+				if c.kind == k {
+					acked, missing = acked+c.acked, missing+c.missing
+				}
+			}
+			detail = fmt.Sprintf("acknowledged: %d, missing after recovery: %d", acked, missing)
 		}
 		if slices.Contains(required, k) && n == 0 {
 			r.fail("fault %q was never injected", k)

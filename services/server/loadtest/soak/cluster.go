@@ -1,0 +1,242 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/bothy/bothy/services/server/internal/pgcluster"
+)
+
+// crashSettings make the private cluster keep asynchronously committed WAL
+// in its buffers for as long as PostgreSQL allows (wal_writer_delay's
+// maximum is 10 s) and do nothing in the background that would flush it
+// early (autovacuum, checkpoints, the background writer, backends evicting
+// dirty buffers), so a crash loses every commit that nobody flushed. A
+// producer that acknowledges before its commit is on disk then loses
+// acknowledged events, and the check of acknowledged events sees it.
+var crashSettings = map[string]string{
+	"wal_writer_delay":       "10s",
+	"wal_writer_flush_after": "0",
+	"bgwriter_lru_maxpages":  "0",
+	"autovacuum":             "off",
+	"checkpoint_timeout":     "1h",
+	"max_wal_size":           "4GB",
+	"fsync":                  "on",
+	"synchronous_commit":     "on",
+	"shared_buffers":         "128MB",
+	"max_connections":        "200",
+	"log_min_messages":       "warning",
+	"log_checkpoints":        "off",
+	"log_connections":        "off",
+	"log_disconnections":     "off",
+}
+
+// quietWindow is how long the workers are frozen before the quiet crash
+// while the producers go on. Their consumer rounds' River jobs and
+// deliveries commit synchronously, and each such commit flushes the WAL
+// past every producer's commit before it; frozen, they cannot, so what
+// survives that crash is what the producers' own flushes made durable.
+const quietWindow = time.Second
+
+// crashResult is what one crash put at risk and what it lost.
+type crashResult struct {
+	kind    string // faultPGCrashQuiet or faultPGCrash
+	acked   int    // events acknowledged before the crash
+	quiet   int    // of them, acknowledged while the workers were frozen
+	missing int    // of them, not in the log at their seq with their id after recovery
+}
+
+// startCluster initializes and starts the private cluster in a new
+// directory under the system's temporary folder: not under h.tmp, because
+// as root the cluster runs as the postgres user, who must reach it.
+func (h *harness) startCluster(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "bothy-soak-pg-")
+	if err != nil {
+		return err
+	}
+	h.clusterDir = dir
+	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Settings: crashSettings})
+	if err != nil {
+		return err
+	}
+	h.cluster = c
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	h.dbURL = c.URL("bothy_soak") // created by the migration
+	return nil
+}
+
+// stopCluster stops the private cluster and removes its directory, or
+// keeps it with --keep.
+func (h *harness) stopCluster() {
+	if h.clusterDir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if h.cluster != nil {
+		if err := h.cluster.Stop(ctx); err != nil {
+			_ = h.cluster.Crash(ctx)
+		}
+	}
+	if h.opts.keep && h.cluster != nil {
+		fmt.Fprintf(h.out, "kept: private cluster in %s, stopped (database bothy_soak; pg_ctl -D %s start)\n", h.clusterDir, h.cluster.Data())
+		return
+	}
+	_ = os.RemoveAll(h.clusterDir)
+}
+
+// pgCrashPlanned says whether this run crashes PostgreSQL, and if not, why.
+func (h *harness) pgCrashPlanned() (bool, string) {
+	switch {
+	case h.cluster == nil:
+		return false, "BOTHY_DATABASE_URL is set; the soak crashes only its own private cluster"
+	case h.opts.pgCrash == "off":
+		return false, "--pg-crash off"
+	}
+	return true, ""
+}
+
+// crashPG returns the fault that crashes the private cluster and starts it
+// again: pg_ctl -m immediate stop, so no checkpoint is written and WAL not
+// yet written out is lost, as in a crash of the server, and the start
+// recovers from the WAL on disk. With quiet, the workers are frozen
+// (SIGSTOP) for quietWindow before it and thawed once the server is back:
+// the crash then tests the producers' acknowledgments. Without, it comes
+// amid all traffic, where a consumer round's asynchronous commit may be
+// lost and must run again. Right after recovery it checks that every event
+// acknowledged before the crash is in the log at its seq with its id.
+func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		kind := faultPGCrash
+		var frozen []*proc
+		if quiet {
+			kind, frozen = faultPGCrashQuiet, h.liveWorkers()
+		}
+		for _, p := range frozen {
+			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		}
+		h.quiet.Store(quiet)
+		thawed := false
+		thaw := func() {
+			if !thawed {
+				thawed = true
+				for _, p := range frozen {
+					_ = p.cmd.Process.Signal(syscall.SIGCONT)
+				}
+				h.quiet.Store(false)
+			}
+		}
+		defer thaw()
+		before := h.ackCount()
+		if quiet {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(quietWindow):
+			}
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		if err := h.cluster.Crash(rctx); err != nil {
+			h.note("postgresql crash: %v", err)
+			return
+		}
+		acked := h.ackedSnapshot()
+		res := crashResult{kind: kind, acked: len(acked)}
+		if quiet {
+			res.quiet = len(acked) - before
+		}
+		port := h.cluster.Port()
+		if err := h.cluster.Start(rctx); err != nil {
+			h.note("postgresql start after the crash: %v", err)
+			return
+		}
+		if h.cluster.Port() != port {
+			h.note("postgresql came back on port %d instead of %d", h.cluster.Port(), port)
+		}
+		took := time.Since(t0)
+		thaw()
+		missing, err := h.missingAcked(rctx, acked)
+		if err != nil {
+			h.note("postgresql after the crash: read the log: %v", err)
+			return
+		}
+		res.missing = missing
+		h.faultMu.add(kind, 1)
+		h.prodMu.Lock()
+		h.crashes = append(h.crashes, res)
+		h.prodMu.Unlock()
+		how := "amid all traffic"
+		if quiet {
+			how = fmt.Sprintf("after %s with the %d workers frozen (%d events acknowledged meanwhile)", quietWindow, len(frozen), res.quiet)
+		}
+		h.logf("fault: PostgreSQL crashed (pg_ctl -m immediate stop) %s, restarted in %.1fs; acknowledged: %d, missing after recovery: %d",
+			how, took.Seconds(), res.acked, res.missing)
+	}
+}
+
+// ackedEvent is an event a producer was told is committed.
+type ackedEvent struct {
+	id  uuid.UUID
+	seq int64
+}
+
+func (h *harness) ackCount() int {
+	h.prodMu.Lock()
+	defer h.prodMu.Unlock()
+	return len(h.acked)
+}
+
+func (h *harness) ackedSnapshot() []ackedEvent {
+	h.prodMu.Lock()
+	defer h.prodMu.Unlock()
+	out := make([]ackedEvent, 0, len(h.acked))
+	for id, seq := range h.acked {
+		out = append(out, ackedEvent{id: id, seq: seq})
+	}
+	return out
+}
+
+// missingAcked counts the events of acked that are not in the log at their
+// seq with their id: lost, or their seq handed out again.
+func (h *harness) missingAcked(ctx context.Context, acked []ackedEvent) (int, error) {
+	seqs := make([]int64, len(acked))
+	for i, a := range acked {
+		seqs[i] = a.seq
+	}
+	inLog := map[int64]uuid.UUID{}
+	err := h.query(ctx, time.Minute, func(ctx context.Context) error {
+		rows, err := h.pool.Query(ctx, `SELECT seq, id FROM event_log WHERE seq = ANY ($1)`, seqs)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var seq int64
+			var id uuid.UUID
+			if err := rows.Scan(&seq, &id); err != nil {
+				return err
+			}
+			inLog[seq] = id
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, err
+	}
+	missing := 0
+	for _, a := range acked {
+		if inLog[a.seq] != a.id {
+			missing++
+		}
+	}
+	return missing, nil
+}
