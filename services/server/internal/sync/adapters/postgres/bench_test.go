@@ -95,7 +95,6 @@ func BenchmarkAppend(b *testing.B) {
 		"counter-advisory":              postgres.NewEventLog(pool, &postgres.EventLogConfig{AdvisoryLock: true}),
 		"counter-notify-intx":           postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
 		"counter-flush-inlock":          postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
-		"counter-flush-each":            postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushEach: true}),
 		"counter-flush-inlock-advisory": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true, AdvisoryLock: true}),
 	}
 	defer func() {
@@ -117,7 +116,7 @@ func BenchmarkAppend(b *testing.B) {
 				})
 			})
 		})
-		for _, name := range []string{"counter", "counter-flush-each", "counter-flush-inlock", "counter-advisory", "counter-flush-inlock-advisory", "counter-notify-intx"} {
+		for _, name := range []string{"counter", "counter-flush-inlock", "counter-advisory", "counter-flush-inlock-advisory", "counter-notify-intx"} {
 			l := logs[name]
 			b.Run(fmt.Sprintf("producers=%d/%s", c, name), func(b *testing.B) {
 				runConcurrent(b, c, func(ctx context.Context, i int) error {

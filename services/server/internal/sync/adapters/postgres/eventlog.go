@@ -55,10 +55,6 @@ type EventLogConfig struct {
 	// asynchronous and the flush is forced right after, outside the lock;
 	// see Write.
 	FlushInLock bool
-	// FlushEach makes each producer send its own flush transaction in its
-	// pipeline after COMMIT instead of sharing one with concurrent producers
-	// (benchmark only). Default false.
-	FlushEach bool
 	// Now is the clock for defaults of NewEvent. Default time.Now.
 	Now func() time.Time
 }
@@ -68,7 +64,6 @@ type EventLog struct {
 	pool     *pgxpool.Pool
 	cfg      EventLogConfig
 	notifier *notifier
-	flusher  *flusher
 }
 
 var _ sync.Producer = (*EventLog)(nil)
@@ -85,14 +80,11 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool), flusher: newFlusher(pool)}
+	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool)}
 }
 
 // Close waits for a notification in flight.
-func (l *EventLog) Close() {
-	l.notifier.wait()
-	l.flusher.wait()
-}
+func (l *EventLog) Close() { l.notifier.wait() }
 
 const appendSQL = `
 WITH c AS (
@@ -111,9 +103,9 @@ RETURNING seq, committed_at`
 // asynchronously whatever synchronous_commit says. A transactional logical
 // message has both, so its commit waits until the WAL is on disk past its
 // own commit record, which lies after the producer's. It needs no
-// privilege and no wal_level beyond the default, and decoding plugins
-// ignore its prefix. Concurrent producers' flushes share fsyncs (group
-// commit), which a flush inside the counter's lock window cannot.
+// privilege and no wal_level beyond the default. Concurrent producers' flushes share fsyncs (group
+// commit), which a flush inside the counter's lock window cannot: there each
+// holder of the counter waits for its own.
 const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
 
 // Write implements sync.Producer. The counter update with the event insert
@@ -123,11 +115,10 @@ const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
 //
 // The COMMIT inside the lock window is asynchronous (synchronous_commit off
 // for this transaction only): the counter is released as soon as the commit
-// is visible, without waiting for the disk. Write then waits, outside the
-// window, for a flush transaction (flushSQL) that began after its COMMIT,
-// shared with the producers that committed at about the same time
-// (flusher), so a caller that got nil holds a durable commit;
-// TestCrashLosesNoAcknowledgedEvent crashes PostgreSQL to check it. Other sessions may see the events a moment before they are
+// is visible, without waiting for the disk. The same pipeline then runs a
+// flush transaction (flushSQL) outside the window, so a caller that got nil
+// holds a durable commit; TestCrashLosesNoAcknowledgedEvent crashes
+// PostgreSQL to check it. Other sessions may see the events a moment before they are
 // durable: whatever shows them outside the database makes the WAL durable
 // first (see Durable). If the server crashes in between, the lost commits
 // are the newest ones, in seq order, so the log stays gapless.
@@ -202,7 +193,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	}
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
-	if !l.cfg.FlushInLock && l.cfg.FlushEach {
+	if !l.cfg.FlushInLock {
 		b.Queue(flushSQL)
 	}
 	err = conn.SendBatch(ctx, b).Close()
@@ -221,14 +212,6 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		// The transaction had failed before (an error fn swallowed); the
 		// server answered COMMIT with ROLLBACK.
 		return nil, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
-	}
-	if !l.cfg.FlushInLock && !l.cfg.FlushEach {
-		// The connection is not needed for the wait, and the flusher may
-		// need one.
-		conn.Release()
-		if err := l.flusher.flush(ctx); err != nil {
-			return nil, fmt.Errorf("append %d events: committed, durability unconfirmed: %w", n, err)
-		}
 	}
 	if l.cfg.Notify == NotifyAfterCommit {
 		l.notifier.signal()
