@@ -181,8 +181,8 @@ func verifyVAPID(r *http.Request, origin, wantPublicKey string) (time.Time, erro
 	if err != nil {
 		return time.Time{}, fmt.Errorf("vapid: k: %w", err)
 	}
-	x, y := elliptic.Unmarshal(elliptic.P256(), pub) //nolint:staticcheck // ecdsa.PublicKey still wants big.Ints
-	if x == nil {
+	pk, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), pub)
+	if err != nil {
 		return time.Time{}, errors.New("vapid: k is not a P-256 point")
 	}
 	parts := strings.Split(token, ".")
@@ -208,7 +208,6 @@ func verifyVAPID(r *http.Request, origin, wantPublicKey string) (time.Time, erro
 		return time.Time{}, errors.New("vapid: JWT signature is not 64 bytes of base64url")
 	}
 	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
-	pk := &ecdsa.PublicKey{Curve: elliptic.P256(), X: x, Y: y}
 	if !ecdsa.Verify(pk, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
 		return time.Time{}, errors.New("vapid: JWT signature does not verify")
 	}
@@ -220,7 +219,7 @@ func verifyVAPID(r *http.Request, origin, wantPublicKey string) (time.Time, erro
 		return time.Time{}, fmt.Errorf("vapid: exp %s not within the next 24 hours", exp)
 	}
 	if !strings.HasPrefix(claims.Sub, "mailto:") && !strings.HasPrefix(claims.Sub, "https:") {
-		return time.Time{}, fmt.Errorf("vapid: sub %q is neither mailto: nor https:", claims.Sub)
+		return time.Time{}, fmt.Errorf("vapid: sub %q has neither the mailto: nor the https: scheme", claims.Sub)
 	}
 	return exp, nil
 }
