@@ -16,7 +16,7 @@ type WorkerConfig struct {
 	// (consumer.poll_interval). Default 1s.
 	PollInterval time.Duration
 	// ErrorBackoff is the first wait after a failed round; it doubles up to
-	// PollInterval. Default 50ms.
+	// PollInterval. Wake-ups do not end it early. Default 50ms.
 	ErrorBackoff time.Duration
 	// RoundTimeout bounds one round, so shutdown never hangs on a query.
 	// Default 30s.
@@ -71,8 +71,9 @@ func NewWorker(rounds *RoundRunner, consumers []Consumer, cfg *WorkerConfig) (*W
 }
 
 // Wake asks every consumer to run a round soon. It never blocks; wake-ups
-// that arrive while one is pending merge into it. The LISTEN connection
-// calls it on every notification and after every reconnect.
+// that arrive while one is pending merge into it, and a consumer whose last
+// round failed waits out its backoff first. The LISTEN connection calls it
+// on every notification and after every reconnect.
 func (w *Worker) Wake() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -109,6 +110,13 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			if backoff > 0 {
+				// The last round failed and its backoff runs on timer: a
+				// notification must not cut it short, or a poison event
+				// retries (and logs) at the rate events arrive. The round
+				// the timer starts reads whatever woke us.
+				continue
+			}
 		case <-timer.C:
 		}
 		for {
