@@ -12,16 +12,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	gosync "sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -57,7 +53,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	addr := fs.String("addr", "", "address of the API (default 127.0.0.1:8080, or a free port if that is taken)")
 	dir := fs.String("dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
 	events := fs.Int("events", 3, "demo events appended at start")
-	pgMode := fs.String("postgres", "auto", "auto (127.0.0.1:5432, else a private cluster, else a container), local, private or container")
+	pgMode := fs.String("postgres", "auto", "auto (127.0.0.1:5432, else a private cluster), local or private")
 	load := configFlags(fs, e)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -188,7 +184,12 @@ See the subscription's deliveries and attempts:
 
   curl -sS %[1]s/v1/webhooks/%[6]s/deliveries -H 'Authorization: Bearer %[5]s'
 
-`, base, adminToken, devSpace, devPrincipal, token, subID, rcv.url, curl)
+Point the bothy CLI at this database (in another terminal):
+
+  export BOTHY_DATABASE_URL='%[9]s'
+  bothy consumers status
+
+`, base, adminToken, devSpace, devPrincipal, token, subID, rcv.url, curl, cfg.Database.URL)
 
 	if *events > 0 {
 		var evs []string
@@ -385,12 +386,13 @@ func (r *devReceiver) close() {
 
 // findDevDatabase finds or starts a PostgreSQL, in this order: one on
 // 127.0.0.1:5432 (user postgres), a private cluster from the local
-// PostgreSQL binaries in dir, a container if Docker runs.
+// PostgreSQL binaries in dir. Containers are not started from here: the
+// server binary carries no container code; the error says how to run one.
 func findDevDatabase(ctx context.Context, mode, dir string, out io.Writer) (*devDatabase, error) {
 	switch mode {
-	case "auto", "local", "private", "container":
+	case "auto", "local", "private":
 	default:
-		return nil, fmt.Errorf("%w: --postgres=%s: want auto, local, private or container", errUsage, mode)
+		return nil, fmt.Errorf("%w: --postgres=%s: want auto, local or private", errUsage, mode)
 	}
 	var tried []string
 	if mode == "auto" || mode == "local" {
@@ -407,31 +409,18 @@ func findDevDatabase(ctx context.Context, mode, dir string, out io.Writer) (*dev
 		return nil, fmt.Errorf("no PostgreSQL on 127.0.0.1:5432 (user postgres): %s", tried[0])
 	}
 
-	if mode != "container" {
-		bin, err := pgcluster.FindBin()
-		if err == nil {
-			db, err := startPrivatePG(ctx, bin, dir, out)
-			if err == nil {
-				return db, nil
-			}
-			tried = append(tried, fmt.Sprintf("private PostgreSQL from %s: %v", bin, err))
-		} else {
-			tried = append(tried, "local PostgreSQL binaries: "+err.Error())
-		}
-	}
-
-	if mode == "private" {
-		return nil, fmt.Errorf("no private PostgreSQL: %s", tried[len(tried)-1])
-	}
-	if !dockerAvailable() {
-		tried = append(tried, "container: Docker is not running")
-	} else {
-		fmt.Fprintln(out, "bothy dev: starting PostgreSQL in a container (testcontainers)...")
-		db, err := startContainerPG(ctx)
+	bin, err := pgcluster.FindBin()
+	if err == nil {
+		db, err := startPrivatePG(ctx, bin, dir, out)
 		if err == nil {
 			return db, nil
 		}
-		tried = append(tried, "container: "+err.Error())
+		tried = append(tried, fmt.Sprintf("private PostgreSQL from %s: %v", bin, err))
+	} else {
+		tried = append(tried, "local PostgreSQL binaries: "+err.Error())
+	}
+	if mode == "private" {
+		return nil, fmt.Errorf("no private PostgreSQL: %s", tried[len(tried)-1])
 	}
 	return nil, fmt.Errorf(`no PostgreSQL found. Tried:
   - %s
@@ -439,7 +428,7 @@ Get one of these and run bothy dev again:
   - PostgreSQL on 127.0.0.1:5432 with user postgres and trust authentication
     (Debian/Ubuntu: sudo apt-get install postgresql; macOS: brew install postgresql && brew services start postgresql)
   - the PostgreSQL server binaries (initdb, pg_ctl) installed, then bothy dev starts its own in %s
-  - Docker running, then bothy dev starts a container
+  - with Docker: docker run --rm -d -p 127.0.0.1:5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16-alpine
   - or point it at any PostgreSQL: BOTHY_DATABASE_URL=postgres://user:pass@host:5432/bothy bothy dev`,
 		strings.Join(tried, "\n  - "), dir)
 }
@@ -477,42 +466,6 @@ func startPrivatePG(ctx context.Context, bin, dir string, out io.Writer) (*devDa
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port(), devDBName)
 	return &devDatabase{url: url, what: fmt.Sprintf("private, started from %s in %s (log %s)", bin, c.Data(), c.LogFile()),
 		stop: c.Stop}, nil
-}
-
-func dockerAvailable() bool {
-	if os.Getenv("DOCKER_HOST") != "" {
-		return true
-	}
-	for _, p := range []string{"/var/run/docker.sock", filepath.Join(os.Getenv("HOME"), ".docker/run/docker.sock")} {
-		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
-			c.Close()
-			return true
-		}
-	}
-	return false
-}
-
-func startContainerPG(ctx context.Context) (db *devDatabase, err error) {
-	defer func() {
-		if p := recover(); p != nil { // testcontainers panics without Docker on some hosts
-			err = fmt.Errorf("%v", p)
-		}
-	}()
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	c, err := tcpostgres.Run(cctx, "postgres:16-alpine", tcpostgres.WithDatabase(devDBName),
-		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
-	if err != nil {
-		return nil, err
-	}
-	url, err := c.ConnectionString(cctx, "sslmode=disable")
-	if err != nil {
-		_ = testcontainers.TerminateContainer(c)
-		return nil, err
-	}
-	return &devDatabase{url: url, what: "in a Docker container (removed at exit)", stop: func(context.Context) error {
-		return testcontainers.TerminateContainer(c)
-	}}, nil
 }
 
 func randomToken() string {
