@@ -29,6 +29,13 @@ var (
 	// ErrNotFound is returned when a registration does not exist (it was
 	// removed, or the push service reported it gone).
 	ErrNotFound = errors.New("push registration not found")
+	// ErrEndpointTaken is returned by Registry.Register when another
+	// principal registered the endpoint. An endpoint is a capability URL
+	// and unique (migration 0030): a second principal presenting it is the
+	// same browser signed in to another account or someone who learned the
+	// URL, and handing them the row would silently stop the owner's
+	// notifications. The owner deletes its registration first.
+	ErrEndpointTaken = errors.New("push endpoint is registered by another principal")
 
 	// errPrivateTarget is returned by the dialer for an address that is
 	// not public while push.allow_private_targets is off.
@@ -230,14 +237,16 @@ const registerSQL = `
 INSERT INTO push_registrations (id, principal, endpoint, p256dh, auth, user_agent, token_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (endpoint) DO UPDATE
-SET principal = excluded.principal, p256dh = excluded.p256dh, auth = excluded.auth,
+SET p256dh = excluded.p256dh, auth = excluded.auth,
     user_agent = excluded.user_agent, token_id = excluded.token_id, updated_at = now()
+WHERE push_registrations.principal = excluded.principal
 RETURNING ` + registrationColumns
 
 const registrationColumns = `id, principal, endpoint, p256dh, auth, user_agent, token_id, created_at, updated_at`
 
-// Register validates and stores a device. Registering an endpoint again
-// replaces its keys and owner and keeps its id.
+// Register validates and stores a device. The same principal registering
+// an endpoint again replaces its keys and keeps its id; an endpoint of
+// another principal returns ErrEndpointTaken and changes nothing.
 func (r *Registry) Register(ctx context.Context, db DB, p *RegisterParams) (Registration, error) {
 	s, err := r.Validate(p)
 	if err != nil {
@@ -252,6 +261,9 @@ func (r *Registry) Register(ctx context.Context, db DB, p *RegisterParams) (Regi
 		return Registration{}, fmt.Errorf("register push device: %w", err)
 	}
 	reg, err := pgx.CollectExactlyOneRow(rows, scanRegistration)
+	if errors.Is(err, pgx.ErrNoRows) { // the conflict's WHERE kept another principal's row
+		return Registration{}, ErrEndpointTaken
+	}
 	if err != nil {
 		return Registration{}, fmt.Errorf("register push device: %w", err)
 	}

@@ -61,7 +61,7 @@ func TestRegistry_Register(t *testing.T) {
 		require.ErrorIs(t, err, push.ErrInvalidRegistration)
 	})
 
-	t.Run("SameEndpointReplacesKeysAndOwner", func(t *testing.T) {
+	t.Run("SamePrincipalAgainReplacesKeys", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.NewDB(t)
 		ctx := context.Background()
@@ -71,20 +71,45 @@ func TestRegistry_Register(t *testing.T) {
 		d2, err := pushtest.NewDevice()
 		require.NoError(t, err)
 		// Standard base64 with padding is accepted and stored as base64url.
-		second, err := r.Register(ctx, db.Pool, &push.RegisterParams{Principal: "carol", Subscription: subscription(fcm, toStd(d2.P256dh()), toStd(d2.Auth()))})
+		second, err := r.Register(ctx, db.Pool, &push.RegisterParams{Principal: "bob", Subscription: subscription(fcm, toStd(d2.P256dh()), toStd(d2.Auth()))})
 		require.NoError(t, err)
 		require.Equal(t, first.ID, second.ID)
-		require.Equal(t, "carol", second.Principal)
+		require.Equal(t, "bob", second.Principal)
 		require.Equal(t, d2.P256dh(), second.P256dh)
 		require.Equal(t, d2.Auth(), second.Auth)
+		require.NoError(t, r.Unregister(ctx, db.Pool, "bob", second.ID))
+		_, err = r.Get(ctx, db.Pool, second.ID)
+		require.ErrorIs(t, err, push.ErrNotFound)
+	})
+
+	t.Run("AnotherPrincipalCannotTakeOverAnEndpoint", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewDB(t)
+		ctx := context.Background()
+		r := push.NewRegistry(nil)
+		owned, err := r.Register(ctx, db.Pool, &push.RegisterParams{Principal: "bob", Subscription: subscription(fcm, d.P256dh(), d.Auth()), UserAgent: "Firefox"})
+		require.NoError(t, err)
+		// Mallory learned bob's endpoint URL and presents it with her own keys.
+		m, err := pushtest.NewDevice()
+		require.NoError(t, err)
+		_, err = r.Register(ctx, db.Pool, &push.RegisterParams{Principal: "mallory", Subscription: subscription(fcm, m.P256dh(), m.Auth())})
+		require.ErrorIs(t, err, push.ErrEndpointTaken)
 
 		list, err := r.List(ctx, db.Pool, "bob")
 		require.NoError(t, err)
+		require.Len(t, list, 1, "the owner keeps its registration")
+		require.Equal(t, owned.ID, list[0].ID)
+		require.Equal(t, d.P256dh(), list[0].P256dh, "with its own keys, so only bob's browser can read the messages")
+		require.Equal(t, d.Auth(), list[0].Auth)
+		list, err = r.List(ctx, db.Pool, "mallory")
+		require.NoError(t, err)
 		require.Empty(t, list)
-		require.ErrorIs(t, r.Unregister(ctx, db.Pool, "bob", second.ID), push.ErrNotFound, "bob no longer owns it")
-		require.NoError(t, r.Unregister(ctx, db.Pool, "carol", second.ID))
-		_, err = r.Get(ctx, db.Pool, second.ID)
-		require.ErrorIs(t, err, push.ErrNotFound)
+
+		// Once the owner removes it, the endpoint is free.
+		require.NoError(t, r.Unregister(ctx, db.Pool, "bob", owned.ID))
+		got, err := r.Register(ctx, db.Pool, &push.RegisterParams{Principal: "mallory", Subscription: subscription(fcm, m.P256dh(), m.Auth())})
+		require.NoError(t, err)
+		require.Equal(t, "mallory", got.Principal)
 	})
 }
 
