@@ -3,6 +3,7 @@ module github.com/bothy/bothy
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/SherClockHolmes/webpush-go v1.4.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0

@@ -6,9 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
-	"net/url"
 	"regexp"
 	"strings"
 	"syscall"
@@ -18,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bothy/bothy/services/server/internal/egress"
 )
 
 var (
@@ -37,8 +36,8 @@ var (
 	// notifications. The owner deletes its registration first.
 	ErrEndpointTaken = errors.New("push endpoint is registered by another principal")
 
-	// errPrivateTarget is returned by the dialer for an address that is
-	// not public while push.allow_private_targets is off.
+	// errPrivateTarget is returned by the dialer for an address the egress
+	// policy refuses (push.allow_private_targets is its AllowPrivate).
 	errPrivateTarget = errors.New("refusing to connect to a non-public push endpoint address")
 )
 
@@ -149,72 +148,21 @@ func (r *Registry) Validate(p *RegisterParams) (Subscription, error) {
 	return s, nil
 }
 
-// checkEndpoint accepts an https URL with a host, not an IP literal on a
-// private range, unless allowPrivate (which also admits http). Host names
-// are checked again at dial time, where their addresses are known.
+// checkEndpoint accepts an https URL (http too when allowPrivate) that
+// the egress policy accepts without resolving it. Host names are checked at
+// dial time, where their addresses are known.
 func checkEndpoint(raw string, allowPrivate bool) error {
 	if raw == "" {
 		return errors.New("missing")
 	}
-	if len(raw) > 2048 {
-		return fmt.Errorf("%d characters, at most 2048", len(raw))
-	}
-	u, err := url.Parse(raw)
+	u, err := egress.Policy{AllowPrivate: allowPrivate}.CheckURL(raw)
 	if err != nil {
-		return fmt.Errorf("not a URL")
+		return err
 	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && allowPrivate:
-	default:
+	if u.Scheme != "https" && !allowPrivate {
 		return fmt.Errorf("scheme %q: push endpoints must be https", u.Scheme)
 	}
-	if u.Host == "" || u.Hostname() == "" {
-		return errors.New("no host")
-	}
-	if u.User != nil {
-		return errors.New("must not carry user information")
-	}
-	if u.Fragment != "" {
-		return errors.New("must not carry a fragment")
-	}
-	if allowPrivate {
-		return nil
-	}
-	host := u.Hostname()
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return fmt.Errorf("host %q is local", host)
-	}
-	if ip, err := netip.ParseAddr(host); err == nil && !publicAddr(ip) {
-		return fmt.Errorf("address %s is not public", ip)
-	}
 	return nil
-}
-
-// publicAddr reports whether outgoing requests may reach ip.
-func publicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return ip.IsValid() && !ip.IsLoopback() && !ip.IsPrivate() && !ip.IsLinkLocalUnicast() &&
-		!ip.IsLinkLocalMulticast() && !ip.IsInterfaceLocalMulticast() && !ip.IsMulticast() &&
-		!ip.IsUnspecified() && !sharedOrReserved(ip)
-}
-
-var reserved = []netip.Prefix{
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach IPv4 private space
-}
-
-func sharedOrReserved(ip netip.Addr) bool {
-	for _, p := range reserved {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // decodeKey accepts base64url or standard base64, padded or not, as
@@ -346,24 +294,14 @@ func scanRegistration(row pgx.CollectableRow) (Registration, error) {
 	return g, err
 }
 
-// guardDial refuses connections to addresses that are not public, unless
-// allowPrivate. It runs after name resolution, so a public host name that
-// resolves to a private address is caught too.
-func guardDial(allowPrivate bool) func(network, address string, _ syscall.RawConn) error {
-	return func(network, address string, _ syscall.RawConn) error {
-		if allowPrivate {
-			return nil
-		}
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		ip, err := netip.ParseAddr(host)
-		if err != nil {
-			return fmt.Errorf("%w: %s is not an IP address", errPrivateTarget, address)
-		}
-		if !publicAddr(ip) {
-			return fmt.Errorf("%w: %s (push.allow_private_targets is off)", errPrivateTarget, ip)
+// guardDial refuses connections the egress policy refuses, marked as
+// errPrivateTarget. It runs after name resolution, so a public host name
+// that resolves to a private address is caught too.
+func guardDial(allowPrivate bool) func(network, address string, c syscall.RawConn) error {
+	p := egress.Policy{AllowPrivate: allowPrivate}
+	return func(network, address string, c syscall.RawConn) error {
+		if err := p.Control(network, address, c); err != nil {
+			return fmt.Errorf("%w: %w", errPrivateTarget, err)
 		}
 		return nil
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/egress"
 )
 
 // fuzzResolver answers without DNS: names under .internal resolve to a
@@ -37,12 +39,16 @@ var targetSeeds = []string{
 	"https://user:pw@example.com/", "ftp://example.com/", "//example.com/", "https:///path", "https://a.internal/",
 	"https://a.meta/", "https://a.none/", "https://a.fail/", "https://localhost/", "https://x.localhost:1/", "https://e.com/#frag",
 	"https://%zz/", "https://e.com:99999/", "http://[fe80::1%25eth0]/", "https://0.0.0.0/", "https://255.255.255.255/", "",
-	"https://e.com/\x00", "HTTPS://E.COM/",
+	"https://e.com/\x00", "HTTPS://E.COM/", "http://[::127.0.0.1]/", "http://[2002:7f00:1::]/", "http://[2001::]/",
+	"http://[::ffff:0:127.0.0.1]/", "https://[2002:a9fe:a9fe::]/", "https://[2001:0:4136:e378:8000:63bf:5601:5601]/",
+	"https://[64:ff9b:1::a9fe:a9fe]/", "http://2130706433/", "http://0177.0.0.1/", "http://127.1/", "https://e.com:0/",
+	"https://e.com:65535/", "https://e.com./", "https://localhost./",
 }
 
 // FuzzValidateTarget checks fuzzed subscription URLs: never a panic, every
 // refusal wraps ErrTargetRefused, and an accepted URL is absolute http(s)
-// with a host, no user information and no fragment.
+// with a host, no user information, no fragment, a port from 1 to 65535 if
+// any, and at most egress.MaxURLLength bytes.
 func FuzzValidateTarget(f *testing.F) {
 	for _, s := range targetSeeds {
 		f.Add(s, false)
@@ -58,6 +64,14 @@ func FuzzValidateTarget(f *testing.F) {
 		}
 		if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || u.Fragment != "" {
 			t.Fatalf("%q accepted as %v", raw, u)
+		}
+		if len(raw) > egress.MaxURLLength {
+			t.Fatalf("a URL of %d bytes was accepted", len(raw))
+		}
+		if ps := u.Port(); ps != "" {
+			if n, err := strconv.Atoi(ps); err != nil || n < 1 || n > 65535 {
+				t.Fatalf("%q: port %q accepted", raw, ps)
+			}
 		}
 		if strings.HasSuffix(u.Hostname(), ".meta") {
 			t.Fatalf("%q: a name resolving to the metadata address was accepted", raw)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -35,6 +37,7 @@ var resolver = fakeResolver{
 	"rebind.example":    {"93.184.216.34", "127.0.0.1"},
 	"intranet.example":  {"10.0.0.7"},
 	"localhost":         {"127.0.0.1", "::1"},
+	"metadata.example":  {"169.254.169.254"},
 }
 
 func TestValidateTarget(t *testing.T) {
@@ -55,6 +58,16 @@ func TestValidateTarget(t *testing.T) {
 		"http://0.0.0.0/",
 		"http://[::ffff:127.0.0.1]/",
 		"http://[64:ff9b::10.0.0.1]/",
+		"http://[::127.0.0.1]/",
+		"http://[2002:7f00:1::]/",
+		"http://[2001::]/",
+		"http://[::ffff:0:127.0.0.1]/",
+		"http://2130706433/",
+		"http://0x7f.1/",
+		"http://0177.0.0.1/",
+		"https://hooks.example.com:0/",
+		"https://hooks.example.com:99999/",
+		"https://hooks.example.com/" + strings.Repeat("a", 10<<10),
 		"http://rebind.example/hook",
 		"http://intranet.example/hook",
 		"http://unknown.example/hook",
@@ -73,6 +86,10 @@ func TestValidateTarget(t *testing.T) {
 		require.NoError(t, err, u)
 	}
 
+	t.Run("RefusalNamesTheFieldAndTheReason", func(t *testing.T) {
+		_, err := webhooks.ValidateTarget(ctx, resolver, "http://[::ffff:0:127.0.0.1]/", false)
+		require.EqualError(t, err, "webhook target refused: url: address ::ffff:0:7f00:1 (carrying 127.0.0.1) is not public (loopback)")
+	})
 	t.Run("AllowPrivateTargetsLetsLoopbackAndPrivateThrough", func(t *testing.T) {
 		for _, u := range []string{"http://127.0.0.1:8080/", "http://localhost/", "http://10.0.0.1/", "http://intranet.example/"} {
 			_, err := webhooks.ValidateTarget(ctx, resolver, u, true)
@@ -80,9 +97,13 @@ func TestValidateTarget(t *testing.T) {
 		}
 	})
 	t.Run("MetadataIsRefusedEvenWhenPrivateIsAllowed", func(t *testing.T) {
-		for _, u := range []string{"http://169.254.169.254/", "http://[fd00:ec2::254]/", "http://100.100.100.200/"} {
+		for _, u := range []string{
+			"http://169.254.169.254/", "http://[fd00:ec2::254]/", "http://100.100.100.200/", "http://[::ffff:169.254.169.254]/",
+			"http://[64:ff9b::a9fe:a9fe]/", "http://[2002:a9fe:a9fe::]/", "http://metadata.example/",
+		} {
 			_, err := webhooks.ValidateTarget(ctx, resolver, u, true)
 			require.ErrorIs(t, err, webhooks.ErrTargetRefused, u)
+			require.ErrorIs(t, err, egress.ErrRefused, u)
 		}
 	})
 }
