@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -124,7 +125,7 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("database %s: %w", pc.ConnConfig.Host, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s (database.url): %w", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), err)
 	}
 	return pool, nil
 }
@@ -198,6 +199,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	roleInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bothy_server_role", Help: "Role this process runs (always 1)."}, []string{"role"})
 	roleInfo.WithLabelValues(role).Set(1)
 	s.registry.MustRegister(roleInfo)
+	s.registry.MustRegister(buildinfo.NewCollector(buildinfo.Read()))
 
 	eventLog := postgres.NewEventLog(pool, nil)
 	defer eventLog.Close()
