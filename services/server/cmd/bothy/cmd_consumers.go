@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -12,38 +11,36 @@ import (
 )
 
 func init() {
-	register(command{Name: "consumers status", Summary: "per consumer: last_seq, head, lag, pending age, last successful round [--json]", Run: runConsumersStatus})
+	register(command{Name: "consumers status", Summary: "per consumer: last_seq, head, lag, pending age, last successful round", Setup: setupConsumersStatus})
 }
 
-func runConsumersStatus(ctx context.Context, e *env, args []string) error {
-	var asJSON *bool
-	_, pool, _, err := dbCommand(ctx, e, "consumers status", args, func(fs *flag.FlagSet) {
-		asJSON = fs.Bool("json", false, "print JSON")
-	})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	sts, err := postgres.ConsumerStatuses(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if err := postgres.Durable(ctx, pool); err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sts)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tLAST_SEQ\tHEAD\tLAG\tPENDING_AGE\tLAST_ROUND")
-	for _, s := range sts {
-		last := "never"
-		if s.LastRoundAt != nil {
-			last = fmt.Sprintf("%s (%s ago)", s.LastRoundAt.UTC().Format(time.RFC3339), time.Since(*s.LastRoundAt).Round(time.Second))
+func setupConsumersStatus(fs *flag.FlagSet) func(context.Context, *call) error {
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.LastSeq, s.Head, s.Lag, s.PendingAge.Round(time.Millisecond), last)
+		defer pool.Close()
+		sts, err := postgres.ConsumerStatuses(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if err := postgres.Durable(ctx, pool); err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(sts)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONSUMER\tLAST_SEQ\tHEAD\tLAG\tPENDING_AGE\tLAST_ROUND")
+		for _, s := range sts {
+			last := "never"
+			if s.LastRoundAt != nil {
+				last = fmt.Sprintf("%s (%s ago)", s.LastRoundAt.UTC().Format(time.RFC3339), time.Since(*s.LastRoundAt).Round(time.Second))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.LastSeq, s.Head, s.Lag, s.PendingAge.Round(time.Millisecond), last)
+		}
+		return tw.Flush()
 	}
-	return tw.Flush()
 }

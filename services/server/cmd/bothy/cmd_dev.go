@@ -27,7 +27,7 @@ import (
 )
 
 func init() {
-	register(command{Name: "dev", Summary: "run everything locally: database, all roles, a demo space, token and webhook receiver", Run: runDev})
+	register(command{Name: "dev", Summary: "run everything locally: database, all roles, a demo space, token and webhook receiver", Setup: setupDev})
 }
 
 const (
@@ -48,19 +48,24 @@ type devDatabase struct {
 	stop func(ctx context.Context) error
 }
 
-func runDev(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("dev", e)
-	addr := fs.String("addr", "", "address of the API (default 127.0.0.1:8080, or a free port if that is taken)")
-	dir := fs.String("dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
-	events := fs.Int("events", 3, "demo events appended at start")
-	pgMode := fs.String("postgres", "auto", "auto (127.0.0.1:5432, else a private cluster), local or private")
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bothy dev takes no arguments", errUsage)
-	}
+// devFlags are the flags of bothy dev.
+type devFlags struct {
+	addr, dir, pgMode string
+	events            int
+}
+
+func setupDev(fs *flag.FlagSet) func(context.Context, *call) error {
+	f := &devFlags{}
+	fs.StringVar(&f.addr, "addr", "", "address of the API (default 127.0.0.1:8080, or a free port if that is taken)")
+	fs.StringVar(&f.dir, "dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
+	fs.IntVar(&f.events, "events", 3, "demo events appended at start")
+	fs.StringVar(&f.pgMode, "postgres", "auto", "auto (127.0.0.1:5432, else a private cluster), local or private")
+	return func(ctx context.Context, c *call) error { return runDev(ctx, c, f) }
+}
+
+func runDev(ctx context.Context, c *call, f *devFlags) error {
+	e, fs, load := c.env, c.fs, c.load
+	addr, dir, events, pgMode := &f.addr, &f.dir, &f.events, &f.pgMode
 	visited := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
 	// setDefault sets a configuration key for dev unless the user chose a

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,14 +12,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
 func init() {
-	register(command{Name: "events emit", Summary: "append events through the producer API (--space --type --count --rate --concurrency)", Run: runEventsEmit})
+	register(command{Name: "events emit", Summary: "append events through the producer API, at a rate and concurrency", Setup: setupEventsEmit})
+}
+
+// emitJSON is the summary "bothy events emit --json" prints.
+type emitJSON struct {
+	Appended  int     `json:"appended"`
+	Space     string  `json:"space"`
+	HeadSeq   int64   `json:"head_seq"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
 }
 
 // parseRate accepts "500", "500/s", "30/m".
@@ -40,8 +50,7 @@ func parseRate(s string) (float64, error) {
 	return 0, fmt.Errorf("--rate %q: want N, N/s or N/m", s)
 }
 
-func runEventsEmit(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("events emit", e)
+func setupEventsEmit(fs *flag.FlagSet) func(context.Context, *call) error {
 	space := fs.String("space", "", "space the events belong to (required)")
 	typ := fs.String("type", "item.changed", "event type")
 	actor := fs.String("actor", "cli", "acting principal")
@@ -49,51 +58,59 @@ func runEventsEmit(ctx context.Context, e *env, args []string) error {
 	count := fs.Int("count", 1, "events to append")
 	rateS := fs.String("rate", "", "events per second overall (N, N/s or N/m); default as fast as possible")
 	conc := fs.Int("concurrency", 1, "concurrent producers")
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		rate, err := parseRate(*rateS)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if *space == "" || *count < 1 || *conc < 1 {
+			return fmt.Errorf("%w: --space is required; --count and --concurrency must be at least 1", errUsage)
+		}
+		var base map[string]any
+		if err := json.Unmarshal([]byte(*data), &base); err != nil || base == nil {
+			return fmt.Errorf("%w: --data must be a JSON object", errUsage)
+		}
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return emit(ctx, c, pool, &emitParams{space: *space, typ: *typ, actor: *actor, base: base, count: *count, rate: rate, conc: *conc, asJSON: *asJSON})
 	}
-	rate, err := parseRate(*rateS)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if *space == "" || *count < 1 || *conc < 1 {
-		return fmt.Errorf("%w: --space is required; --count and --concurrency must be at least 1", errUsage)
-	}
-	var base map[string]any
-	if err := json.Unmarshal([]byte(*data), &base); err != nil || base == nil {
-		return fmt.Errorf("%w: --data must be a JSON object", errUsage)
-	}
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	pool, err := app.OpenPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+}
+
+// emitParams are the parsed flags of "bothy events emit".
+type emitParams struct {
+	space, typ, actor string
+	base              map[string]any
+	count, conc       int
+	rate              float64
+	asJSON            bool
+}
+
+func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error {
 	log := postgres.NewEventLog(pool, nil)
 	defer log.Close()
 
 	var next atomic.Int64
 	var first, last atomic.Int64
 	var tick <-chan time.Time
-	if rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	if p.rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / p.rate))
 		defer t.Stop()
 		tick = t.C
 	}
 	start := time.Now()
 	var wg gosync.WaitGroup
-	errs := make(chan error, *conc)
-	for range *conc {
+	errs := make(chan error, p.conc)
+	for range p.conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := next.Add(1)
-				if i > int64(*count) {
+				if i > int64(p.count) {
 					return
 				}
 				if tick != nil {
@@ -104,13 +121,13 @@ func runEventsEmit(ctx context.Context, e *env, args []string) error {
 					}
 				}
 				d := map[string]any{}
-				for k, v := range base {
+				for k, v := range p.base {
 					d[k] = v
 				}
 				d["n"] = i
 				raw, _ := json.Marshal(d)
 				evs, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
-					return []sync.NewEvent{{Space: *space, Type: *typ, Actor: *actor, Data: raw}}, nil
+					return []sync.NewEvent{{Space: p.space, Type: p.typ, Actor: p.actor, Data: raw}}, nil
 				})
 				if err != nil {
 					errs <- err
@@ -135,6 +152,10 @@ func runEventsEmit(ctx context.Context, e *env, args []string) error {
 		return ctx.Err()
 	}
 	el := time.Since(start)
-	fmt.Fprintf(e.stdout, "appended %d events to space %s (head seq %d) in %s, %.0f/s\n", *count, *space, last.Load(), el.Round(time.Millisecond), float64(*count)/el.Seconds())
+	if p.asJSON {
+		return c.printJSON(emitJSON{Appended: p.count, Space: p.space, HeadSeq: last.Load(),
+			Seconds: el.Seconds(), PerSecond: float64(p.count) / el.Seconds()})
+	}
+	fmt.Fprintf(c.stdout, "appended %d events to space %s (head seq %d) in %s, %.0f/s\n", p.count, p.space, last.Load(), el.Round(time.Millisecond), float64(p.count)/el.Seconds())
 	return nil
 }

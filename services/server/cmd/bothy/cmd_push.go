@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/bothy/bothy/services/server/internal/push"
@@ -9,27 +10,27 @@ import (
 
 func init() {
 	modules = append(modules, push.NewModule)
-	register(command{Name: "push vapid-keys", Summary: "generate a VAPID key pair for push notifications", Run: runPushVAPIDKeys})
+	register(command{Name: "push vapid-keys", Summary: "generate a VAPID key pair for push notifications", NoConfig: true, Setup: setupPushVAPIDKeys})
 }
 
-// runPushVAPIDKeys prints a new key pair as configuration lines, ready to
-// go into the file given with --config (or into BOTHY_PUSH_VAPID_* variables).
-// The private key goes to stdout only; keep it out of shell history and logs.
-func runPushVAPIDKeys(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("push vapid-keys", e)
-	if err := fs.Parse(args); err != nil {
-		return err
+// setupPushVAPIDKeys prints a new key pair as configuration lines, ready to
+// go into the file given with --config (or into BOTHY_PUSH_VAPID_* variables),
+// or with --json as an object keyed by the configuration keys. The private
+// key goes to stdout only; keep it out of shell history and logs.
+func setupPushVAPIDKeys(fs *flag.FlagSet) func(context.Context, *call) error {
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		k, err := push.GenerateVAPIDKeys()
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(map[string]string{"push.vapid_public_key": k.Public, "push.vapid_private_key": k.Private})
+		}
+		fmt.Fprintln(c.stdout, "# Web Push application server keys (RFC 8292). Clients subscribe with the public key;")
+		fmt.Fprintln(c.stdout, "# changing the pair invalidates every existing subscription.")
+		fmt.Fprintf(c.stdout, "push.vapid_public_key = %s\n", k.Public)
+		fmt.Fprintf(c.stdout, "push.vapid_private_key = %s\n", k.Private)
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: push vapid-keys takes no arguments", errUsage)
-	}
-	k, err := push.GenerateVAPIDKeys()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(e.stdout, "# Web Push application server keys (RFC 8292). Clients subscribe with the public key;")
-	fmt.Fprintln(e.stdout, "# changing the pair invalidates every existing subscription.")
-	fmt.Fprintf(e.stdout, "push.vapid_public_key = %s\n", k.Public)
-	fmt.Fprintf(e.stdout, "push.vapid_private_key = %s\n", k.Private)
-	return nil
 }

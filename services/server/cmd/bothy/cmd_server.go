@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"flag"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 )
@@ -12,31 +12,27 @@ import (
 var modules []app.ModuleFactory
 
 func init() {
-	register(command{Name: "server", Summary: "run a role: --role=api|worker|all", Run: runServer})
+	register(command{Name: "server", Summary: "run a role: the HTTP API (api), the consumers and jobs (worker) or both (all)", Setup: setupServer})
 }
 
-func runServer(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("server", e)
+func setupServer(fs *flag.FlagSet) func(context.Context, *call) error {
 	role := fs.String("role", "", "api, worker or all (same as --server.role)")
 	migrate := fs.Bool("migrate", false, "apply migrations before starting (same as --server.migrate=true)")
-	load := configFlags(fs, e)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *role != "" {
-		if err := fs.Set("server.role", *role); err != nil {
+	return func(ctx context.Context, c *call) error {
+		if *role != "" {
+			if err := c.fs.Set("server.role", *role); err != nil {
+				return err
+			}
+		}
+		if *migrate {
+			if err := c.fs.Set("server.migrate", "true"); err != nil {
+				return err
+			}
+		}
+		cfg, err := c.config()
+		if err != nil {
 			return err
 		}
+		return app.NewServer(cfg, newLogger(cfg, c.stderr), modules).Run(ctx)
 	}
-	if *migrate {
-		if err := fs.Set("server.migrate", "true"); err != nil {
-			return err
-		}
-	}
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	logger := newLogger(cfg, e.stderr)
-	return app.NewServer(cfg, logger, modules).Run(ctx)
 }

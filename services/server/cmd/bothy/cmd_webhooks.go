@@ -16,56 +16,91 @@ import (
 
 func init() {
 	modules = append(modules, webhooks.NewModule)
-	register(command{Name: "webhooks list", Summary: "webhook subscriptions with status and pending count [--owner --space]", Run: runWebhooksList})
-	register(command{Name: "webhooks create", Summary: "subscribe a URL to a space's events --owner --space --url [--events --token]", Run: runWebhooksCreate})
-	register(command{Name: "webhooks disable", Summary: "disable a subscription by hand: ID [--reason]", Run: runWebhooksDisable})
-	register(command{Name: "webhooks enable", Summary: "re-enable a subscription; it resumes from the current head: ID", Run: runWebhooksEnable})
-	register(command{Name: "webhooks rotate-secret", Summary: "new signing secret, old one still signs for --overlap: ID", Run: runWebhooksRotate})
-	register(command{Name: "webhooks deliveries", Summary: "a subscription's deliveries and attempts: ID [--status --limit --attempts]", Run: runWebhooksDeliveries})
+	register(command{Name: "webhooks list", Summary: "webhook subscriptions with status and pending count", Setup: setupWebhooksList})
+	register(command{Name: "webhooks create", Summary: "subscribe a URL to a space's events, printing the signing secret once", Setup: setupWebhooksCreate})
+	register(command{Name: "webhooks disable", Args: "SUBSCRIPTION_ID", Summary: "disable a subscription by hand", Setup: setupWebhooksDisable})
+	register(command{Name: "webhooks enable", Args: "SUBSCRIPTION_ID", Summary: "re-enable a subscription; it resumes from the current head", Setup: setupWebhooksEnable})
+	register(command{Name: "webhooks rotate-secret", Args: "SUBSCRIPTION_ID", Summary: "new signing secret; the old one still signs for --overlap", Setup: setupWebhooksRotate})
+	register(command{Name: "webhooks deliveries", Args: "SUBSCRIPTION_ID", Summary: "a subscription's deliveries and attempts", Setup: setupWebhooksDeliveries})
 }
 
-func oneID(name string, rest []string) (uuid.UUID, error) {
-	if len(rest) != 1 {
-		return uuid.Nil, fmt.Errorf("%w: %s takes one subscription ID", errUsage, name)
-	}
-	id, err := uuid.Parse(rest[0])
+// subscriptionID parses the command's one argument.
+func subscriptionID(c *call) (uuid.UUID, error) {
+	id, err := uuid.Parse(c.args[0])
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("%w: %q is not a subscription ID", errUsage, rest[0])
+		return uuid.Nil, fmt.Errorf("%w: %q is not a subscription ID", errUsage, c.args[0])
 	}
 	return id, nil
 }
 
-func runWebhooksList(ctx context.Context, e *env, args []string) error {
-	var owner, space string
-	_, pool, _, err := dbCommand(ctx, e, "webhooks list", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&owner, "owner", "", "only this owner's subscriptions")
-		fs.StringVar(&space, "space", "", "only subscriptions on this space")
-	})
-	if err != nil {
-		return err
+// subscriptionJSON is a subscription in --json output, with the field
+// names of the HTTP API. The URL's query is redacted as in the table.
+type subscriptionJSON struct {
+	ID               uuid.UUID  `json:"id"`
+	Owner            string     `json:"owner"`
+	Space            string     `json:"space"`
+	URL              string     `json:"url"`
+	EventTypes       []string   `json:"event_types"`
+	TokenID          *uuid.UUID `json:"token_id,omitempty"`
+	Status           string     `json:"status"`
+	DisabledCause    string     `json:"disabled_cause,omitempty"`
+	DisabledDetail   string     `json:"disabled_detail,omitempty"`
+	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
+	ResumeAfterSeq   int64      `json:"resume_after_seq"`
+	LastDeliveredSeq int64      `json:"last_delivered_seq"`
+	Pending          int64      `json:"pending"`
+	CreatedAt        time.Time  `json:"created_at"`
+}
+
+func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
+	types := s.EventTypes
+	if types == nil {
+		types = []string{}
 	}
-	defer pool.Close()
-	subs, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: owner, Space: space})
-	if err != nil {
-		return err
-	}
-	if err := postgres.Durable(ctx, pool); err != nil { // pending counts come from rounds
-		return err
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tOWNER\tSPACE\tSTATUS\tLAST_DELIVERED\tPENDING\tEVENTS\tURL")
-	for _, s := range subs {
-		status := s.Status
-		if s.DisabledCause != "" {
-			status += " (" + s.DisabledCause + ")"
+	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: redactURL(s.URL), EventTypes: types, TokenID: s.TokenID,
+		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt}
+}
+
+func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
+	owner := fs.String("owner", "", "only this owner's subscriptions")
+	space := fs.String("space", "", "only subscriptions on this space")
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
 		}
-		types := strings.Join(s.EventTypes, ",")
-		if types == "" {
-			types = "*"
+		defer pool.Close()
+		subs, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: *owner, Space: *space})
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Owner, s.Space, status, s.LastDeliveredSeq, s.Pending, types, redactURL(s.URL))
+		if err := postgres.Durable(ctx, pool); err != nil { // pending counts come from rounds
+			return err
+		}
+		if *asJSON {
+			out := []subscriptionJSON{}
+			for _, s := range subs {
+				out = append(out, toSubscriptionJSON(s))
+			}
+			return c.printJSON(out)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tOWNER\tSPACE\tSTATUS\tLAST_DELIVERED\tPENDING\tEVENTS\tURL")
+		for _, s := range subs {
+			status := s.Status
+			if s.DisabledCause != "" {
+				status += " (" + s.DisabledCause + ")"
+			}
+			types := strings.Join(s.EventTypes, ",")
+			if types == "" {
+				types = "*"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Owner, s.Space, status, s.LastDeliveredSeq, s.Pending, types, redactURL(s.URL))
+		}
+		return tw.Flush()
 	}
-	return tw.Flush()
 }
 
 // redactURL hides a URL's query, which often carries a credential.
@@ -76,153 +111,243 @@ func redactURL(u string) string {
 	return u
 }
 
-func runWebhooksCreate(ctx context.Context, e *env, args []string) error {
-	var owner, space, url, events, token string
-	cfg, pool, rest, err := dbCommand(ctx, e, "webhooks create", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&owner, "owner", "", "principal the deliveries act for (required; needs read on the space)")
-		fs.StringVar(&space, "space", "", "space whose events are delivered (required)")
-		fs.StringVar(&url, "url", "", "absolute http(s) target URL (required)")
-		fs.StringVar(&events, "events", "", "comma-separated event types: item.created, item.* or * (default all)")
-		fs.StringVar(&token, "token", "", "token ID whose current scopes bound every delivery (default: the owner's full rights)")
-	})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if len(rest) > 0 || owner == "" || space == "" || url == "" {
-		return fmt.Errorf("%w: webhooks create needs --owner, --space and --url", errUsage)
-	}
-	p := &webhooks.CreateParams{Owner: owner, Space: space, URL: url, AllowPrivateTargets: cfg.Webhooks.AllowPrivateTargets}
-	if events != "" {
-		for _, t := range strings.Split(events, ",") {
-			p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))
+func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
+	owner := fs.String("owner", "", "principal the deliveries act for (required; needs read on the space)")
+	space := fs.String("space", "", "space whose events are delivered (required)")
+	url := fs.String("url", "", "absolute http(s) target URL (required)")
+	events := fs.String("events", "", "comma-separated event types: item.created, item.* or * (default all)")
+	token := fs.String("token", "", "token ID whose current scopes bound every delivery (default: the owner's full rights)")
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		if *owner == "" || *space == "" || *url == "" {
+			return fmt.Errorf("%w: webhooks create needs --owner, --space and --url", errUsage)
 		}
-	}
-	if token != "" {
-		id, err := uuid.Parse(token)
+		p := &webhooks.CreateParams{Owner: *owner, Space: *space, URL: *url}
+		if *events != "" {
+			for _, t := range strings.Split(*events, ",") {
+				p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))
+			}
+		}
+		if *token != "" {
+			id, err := uuid.Parse(*token)
+			if err != nil {
+				return fmt.Errorf("%w: --token %q is not a token ID", errUsage, *token)
+			}
+			p.TokenID = &id
+		}
+		cfg, pool, err := c.open(ctx)
 		if err != nil {
-			return fmt.Errorf("%w: --token %q is not a token ID", errUsage, token)
+			return err
 		}
-		p.TokenID = &id
-	}
-	s, secret, err := webhooks.Create(ctx, pool, p)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "subscription %s created on space %s, starting after seq %d\n", s.ID, s.Space, s.ResumeAfterSeq)
-	fmt.Fprintf(e.stdout, "signing secret (shown once; give it to the receiver): %s\n", secret)
-	return nil
-}
-
-func runWebhooksDisable(ctx context.Context, e *env, args []string) error {
-	var reason string
-	_, pool, rest, err := dbCommand(ctx, e, "webhooks disable", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&reason, "reason", "disabled by hand", "note stored with the subscription")
-	})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := oneID("webhooks disable", rest)
-	if err != nil {
-		return err
-	}
-	if err := webhooks.Disable(ctx, pool, id, reason); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "subscription %s disabled (manual)\n", id)
-	return nil
-}
-
-func runWebhooksEnable(ctx context.Context, e *env, args []string) error {
-	_, pool, rest, err := dbCommand(ctx, e, "webhooks enable", args, nil)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := oneID("webhooks enable", rest)
-	if err != nil {
-		return err
-	}
-	res, err := webhooks.Enable(ctx, pool, id)
-	if err != nil {
-		return err
-	}
-	if res.ResumeAfterSeq == 0 && res.WasCause == "" {
-		fmt.Fprintf(e.stdout, "subscription %s was already active\n", id)
+		defer pool.Close()
+		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
+		s, secret, err := webhooks.Create(ctx, pool, p)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(struct {
+				subscriptionJSON
+				Secret string `json:"secret"`
+			}{toSubscriptionJSON(s), secret})
+		}
+		fmt.Fprintf(c.stdout, "subscription %s created on space %s, starting after seq %d\n", s.ID, s.Space, s.ResumeAfterSeq)
+		fmt.Fprintf(c.stdout, "signing secret (shown once; give it to the receiver): %s\n", secret)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "subscription %s enabled (was disabled: %s); it resumes from the current head: events after seq %d are delivered\n",
-		id, res.WasCause, res.ResumeAfterSeq)
-	if res.NotDeliveredTo > 0 {
-		fmt.Fprintf(e.stdout, "events of its space in seq %d..%d were NOT delivered and never will be (%d pending deliveries skipped); resynchronize the receiver from the source\n",
-			res.NotDeliveredFrom, res.NotDeliveredTo, res.Skipped)
-	}
-	return nil
 }
 
-func runWebhooksRotate(ctx context.Context, e *env, args []string) error {
-	var overlap time.Duration
-	_, pool, rest, err := dbCommand(ctx, e, "webhooks rotate-secret", args, func(fs *flag.FlagSet) {
-		fs.DurationVar(&overlap, "overlap", 24*time.Hour, "how long the old secret still signs as well (0: stop at once)")
-	})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := oneID("webhooks rotate-secret", rest)
-	if err != nil {
-		return err
-	}
-	secret, err := webhooks.RotateSecret(ctx, pool, id, overlap)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "new signing secret for %s (shown once): %s\n", id, secret)
-	if overlap > 0 {
-		fmt.Fprintf(e.stdout, "requests carry signatures with the old and the new secret for %s\n", overlap)
-	}
-	return nil
-}
-
-func runWebhooksDeliveries(ctx context.Context, e *env, args []string) error {
-	var status string
-	var limit int
-	var attempts bool
-	_, pool, rest, err := dbCommand(ctx, e, "webhooks deliveries", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&status, "status", "", "pending, delivered, dead or skipped (default all)")
-		fs.IntVar(&limit, "limit", 50, "newest first, at most this many")
-		fs.BoolVar(&attempts, "attempts", false, "also list every attempt of each delivery")
-	})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := oneID("webhooks deliveries", rest)
-	if err != nil {
-		return err
-	}
-	ds, err := webhooks.Deliveries(ctx, pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: status, Limit: limit})
-	if err != nil {
-		return err
-	}
-	if err := postgres.Durable(ctx, pool); err != nil { // deliveries are made by rounds
-		return err
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tWEBHOOK-ID\tSTATUS\tATTEMPTS\tCREATED\tNEXT_ATTEMPT\tLAST_ERROR")
-	for _, d := range ds {
-		next := ""
-		if d.NextAttemptAt != nil && d.Status == webhooks.DeliveryPending {
-			next = d.NextAttemptAt.UTC().Format(time.RFC3339)
+func setupWebhooksDisable(fs *flag.FlagSet) func(context.Context, *call) error {
+	reason := fs.String("reason", "disabled by hand", "note stored with the subscription")
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.EventID, d.Status, d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), next, d.LastError)
-		if attempts {
-			as, err := webhooks.Attempts(ctx, pool, id, d.Seq)
-			if err != nil {
-				return err
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := webhooks.Disable(ctx, pool, id, *reason); err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(struct {
+				ID            uuid.UUID `json:"id"`
+				Status        string    `json:"status"`
+				DisabledCause string    `json:"disabled_cause"`
+				Reason        string    `json:"reason"`
+			}{id, webhooks.StatusDisabled, "manual", *reason})
+		}
+		fmt.Fprintf(c.stdout, "subscription %s disabled (manual)\n", id)
+		return nil
+	}
+}
+
+// enableJSON is what "bothy webhooks enable --json" prints, with the field
+// names of the HTTP API; NotDelivered is null when nothing was missed.
+type enableJSON struct {
+	ID             uuid.UUID `json:"id"`
+	WasCause       string    `json:"was_cause"`
+	ResumeAfterSeq int64     `json:"resume_after_seq"`
+	Skipped        int64     `json:"skipped"`
+	NotDelivered   *struct {
+		From int64 `json:"from"`
+		To   int64 `json:"to"`
+	} `json:"not_delivered"`
+}
+
+func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
+		}
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		res, err := webhooks.Enable(ctx, pool, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			out := enableJSON{ID: id, WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped}
+			if res.NotDeliveredTo > 0 {
+				out.NotDelivered = &struct {
+					From int64 `json:"from"`
+					To   int64 `json:"to"`
+				}{res.NotDeliveredFrom, res.NotDeliveredTo}
 			}
-			for _, a := range as {
+			return c.printJSON(out)
+		}
+		if res.ResumeAfterSeq == 0 && res.WasCause == "" {
+			fmt.Fprintf(c.stdout, "subscription %s was already active\n", id)
+			return nil
+		}
+		fmt.Fprintf(c.stdout, "subscription %s enabled (was disabled: %s); it resumes from the current head: events after seq %d are delivered\n",
+			id, res.WasCause, res.ResumeAfterSeq)
+		if res.NotDeliveredTo > 0 {
+			fmt.Fprintf(c.stdout, "events of its space in seq %d..%d were NOT delivered and never will be (%d pending deliveries skipped); resynchronize the receiver from the source\n",
+				res.NotDeliveredFrom, res.NotDeliveredTo, res.Skipped)
+		}
+		return nil
+	}
+}
+
+func setupWebhooksRotate(fs *flag.FlagSet) func(context.Context, *call) error {
+	overlap := fs.Duration("overlap", 24*time.Hour, "how long the old secret still signs as well (0: stop at once)")
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
+		}
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		secret, err := webhooks.RotateSecret(ctx, pool, id, *overlap)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(struct {
+				ID             uuid.UUID `json:"id"`
+				Secret         string    `json:"secret"`
+				OverlapSeconds float64   `json:"overlap_seconds"`
+			}{id, secret, overlap.Seconds()})
+		}
+		fmt.Fprintf(c.stdout, "new signing secret for %s (shown once): %s\n", id, secret)
+		if *overlap > 0 {
+			fmt.Fprintf(c.stdout, "requests carry signatures with the old and the new secret for %s\n", *overlap)
+		}
+		return nil
+	}
+}
+
+// deliveryJSON and attemptJSON are deliveries in --json output, with the
+// field names of the HTTP API; attempts are listed with --attempts only.
+type deliveryJSON struct {
+	Seq           int64         `json:"seq"`
+	EventID       uuid.UUID     `json:"event_id"`
+	Status        string        `json:"status"`
+	Attempts      int           `json:"attempts"`
+	CreatedAt     time.Time     `json:"created_at"`
+	FinishedAt    *time.Time    `json:"finished_at,omitempty"`
+	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
+	LastError     string        `json:"last_error,omitempty"`
+	AttemptList   []attemptJSON `json:"attempt_list,omitempty"`
+}
+
+type attemptJSON struct {
+	At              time.Time `json:"at"`
+	StatusCode      *int      `json:"status_code"`
+	DurationSeconds float64   `json:"duration_seconds"`
+	Error           string    `json:"error,omitempty"`
+	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
+}
+
+func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) error {
+	status := fs.String("status", "", "pending, delivered, dead or skipped (default all)")
+	limit := fs.Int("limit", 50, "newest first, at most this many")
+	attempts := fs.Bool("attempts", false, "also list every attempt of each delivery")
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
+		}
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		ds, err := webhooks.Deliveries(ctx, pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: *status, Limit: *limit})
+		if err != nil {
+			return err
+		}
+		if err := postgres.Durable(ctx, pool); err != nil { // deliveries are made by rounds
+			return err
+		}
+		as := make([][]webhooks.Attempt, len(ds))
+		if *attempts {
+			for i, d := range ds {
+				if as[i], err = webhooks.Attempts(ctx, pool, id, d.Seq); err != nil {
+					return err
+				}
+			}
+		}
+		if *asJSON {
+			out := []deliveryJSON{}
+			for i, d := range ds {
+				dj := deliveryJSON{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
+					FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError}
+				if *attempts {
+					dj.AttemptList = []attemptJSON{}
+				}
+				for _, a := range as[i] {
+					dj.AttemptList = append(dj.AttemptList, attemptJSON{At: a.At, StatusCode: a.StatusCode, DurationSeconds: a.Duration.Seconds(),
+						Error: a.Error, ResponseExcerpt: a.ResponseHead})
+				}
+				out = append(out, dj)
+			}
+			return c.printJSON(out)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tWEBHOOK-ID\tSTATUS\tATTEMPTS\tCREATED\tNEXT_ATTEMPT\tLAST_ERROR")
+		for i, d := range ds {
+			next := ""
+			if d.NextAttemptAt != nil && d.Status == webhooks.DeliveryPending {
+				next = d.NextAttemptAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.EventID, d.Status, d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), next, d.LastError)
+			for _, a := range as[i] {
 				code := "-"
 				if a.StatusCode != nil {
 					code = fmt.Sprint(*a.StatusCode)
@@ -230,6 +355,6 @@ func runWebhooksDeliveries(ctx context.Context, e *env, args []string) error {
 				fmt.Fprintf(tw, "\t  attempt\t%s\t%s\t%s\t\t%s\n", code, a.Duration.Round(time.Microsecond), a.At.UTC().Format(time.RFC3339Nano), a.Error)
 			}
 		}
+		return tw.Flush()
 	}
-	return tw.Flush()
 }
