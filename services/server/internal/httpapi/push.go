@@ -86,11 +86,14 @@ func (a *API) createRegistration(w http.ResponseWriter, r *http.Request, s *auth
 		}
 	}
 	tokenID := s.TokenID
-	// An endpoint registered by another principal is taken over: the
-	// browser that holds its keys is now this principal's (push.Register).
+	// An endpoint another principal registered is refused, never taken
+	// over (push.ErrEndpointTaken).
 	reg, err := a.registry.Register(r.Context(), a.pool, &push.RegisterParams{Principal: s.Principal, Subscription: sub, UserAgent: ua, TokenID: &tokenID})
 	if errors.Is(err, push.ErrInvalidRegistration) {
 		return errorf(http.StatusUnprocessableEntity, kindInvalid, "%v", err)
+	}
+	if errors.Is(err, push.ErrEndpointTaken) {
+		return errorf(http.StatusConflict, kindConflict, "%v", err)
 	}
 	if err != nil {
 		return err

@@ -40,15 +40,24 @@ func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
 		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt}
 }
 
-// webhookError maps the webhooks package's errors to problems.
+// kindConflict is the problem kind of a request that the resource's
+// current state refuses (409): a secret rotation while the previous secret
+// still signs, a push endpoint registered by another principal.
+const kindConflict = "conflict"
+
+// webhookError maps the webhooks package's errors to problems. A limit is
+// a 422 like any other refused field; its detail names the field and the
+// configuration key.
 func webhookError(err error) error {
 	switch {
 	case errors.Is(err, webhooks.ErrNotFound):
 		return errorf(http.StatusNotFound, kindNotFound, "no such webhook subscription")
 	case errors.Is(err, webhooks.ErrForbidden):
 		return errorf(http.StatusForbidden, kindForbidden, "%v", err)
-	case errors.Is(err, webhooks.ErrInvalid), errors.Is(err, webhooks.ErrTargetRefused):
+	case errors.Is(err, webhooks.ErrInvalid), errors.Is(err, webhooks.ErrTargetRefused), errors.Is(err, webhooks.ErrLimit):
 		return errorf(http.StatusUnprocessableEntity, kindInvalid, "%v", err)
+	case errors.Is(err, webhooks.ErrRotationInProgress):
+		return errorf(http.StatusConflict, kindConflict, "%v", err)
 	}
 	return err
 }

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -70,4 +73,105 @@ func benchDeliveries(b *testing.B, subs, total int) {
 		return pending == 0
 	}, "every delivery recorded as delivered")
 	require.Equal(b, int64(b.N*events*subs), got.Load(), "no duplicates")
+}
+
+// scanConsumer is the webhooks consumer as it matched before filters were
+// looked up (migration 0052): every event against every filter of every
+// active subscription on its space. It is here only for
+// BenchmarkRoundFilters to compare with.
+type scanConsumer struct{}
+
+func (scanConsumer) Name() string { return webhooks.ConsumerName }
+
+func (scanConsumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
+	n := len(events)
+	seqs, ids := make([]int64, n), make([]uuid.UUID, n)
+	spaces, types := make([]string, n), make([]string, n)
+	for i := range events {
+		seqs[i], ids[i], spaces[i], types[i] = events[i].Seq, events[i].ID, events[i].Space, events[i].Type
+	}
+	rows, err := tx.Query(ctx, `
+WITH ev AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS e(seq, id, space, type)
+), ins AS (
+    INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
+    SELECT s.id, ev.seq, ev.id
+    FROM ev JOIN webhook_subscriptions s ON s.space = ev.space AND s.status = 'active' AND ev.seq > s.resume_after_seq
+    WHERE cardinality(s.event_types) = 0
+       OR ev.type = ANY (s.event_types)
+       OR EXISTS (SELECT 1 FROM unnest(s.event_types) p
+                  WHERE p = '*' OR (right(p, 2) = '.*' AND starts_with(ev.type, left(p, -1))))
+    ON CONFLICT (subscription_id, event_seq) DO NOTHING
+    RETURNING subscription_id, event_seq
+)
+SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER BY subscription_id`, seqs, ids, spaces, types)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (sync.Job, error) {
+		var a webhooks.DeliverArgs
+		err := row.Scan(&a.SubscriptionID, &a.Seq)
+		return sync.Job{Args: a}, err
+	})
+}
+
+// BenchmarkRoundFilters measures one round of the webhooks consumer (ns/op)
+// over a batch of 100 events on a space with 30 subscriptions of filters
+// filters each. With deliveries=30 the last filter of each matches and
+// every variant records the same 3000 deliveries and 30 jobs; with
+// deliveries=0 none matches, as in the incident of issue 13, and the
+// round's work is the matching alone. matching=lookup is the server's
+// consumer, matching=scan the one it replaced. The same filters sit on
+// another space too, so the lookup's table is not tiny. Variants
+// alternate; run the whole benchmark twice or more, with -benchtime 3x (a
+// scan round at 10,000 filters takes seconds).
+func BenchmarkRoundFilters(b *testing.B) {
+	for _, deliveries := range []int{0, 30} {
+		for _, filters := range []int{1, 100, 10_000} {
+			for _, matching := range []string{"scan", "lookup"} {
+				b.Run(fmt.Sprintf("deliveries=%d/filters=%d/matching=%s", deliveries, filters, matching), func(b *testing.B) {
+					var c sync.Consumer = scanConsumer{}
+					if matching == "lookup" {
+						c = webhooks.NewConsumer()
+					}
+					benchRoundFilters(b, c, filters, deliveries > 0)
+				})
+			}
+		}
+	}
+}
+
+func benchRoundFilters(b *testing.B, c sync.Consumer, filters int, match bool) {
+	const subs, events = 30, 100
+	bn := setup(b, nil)
+	ctx := context.Background()
+	last := "noise.last"
+	if match {
+		last = "item.created"
+	}
+	for _, space := range []string{"s1", "s9"} {
+		_, err := bn.db.Pool.Exec(ctx, `
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, resume_after_seq, last_delivered_seq)
+SELECT gen_random_uuid(), 'alice', $1, 'http://127.0.0.1:9/x', 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=',
+       (SELECT coalesce(array_agg('noise.t' || g), '{}') FROM generate_series(1, $3::int - 1) g) || ARRAY[$4::text],
+       e.last_seq, e.last_seq
+FROM event_seq e, generate_series(1, $2::int)`, space, subs, filters, last)
+		require.NoError(b, err)
+	}
+	_, err := bn.db.Pool.Exec(ctx, `ANALYZE webhook_subscriptions; ANALYZE webhook_subscription_filters`)
+	require.NoError(b, err)
+	jobs := 0
+	if match {
+		jobs = subs
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		bn.emit(b, "s1", events)
+		b.StartTimer()
+		res, err := bn.rounds.Run(ctx, c)
+		require.NoError(b, err)
+		require.Equal(b, events, res.Events)
+		require.Equal(b, jobs, res.Jobs)
+	}
 }

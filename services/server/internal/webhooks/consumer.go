@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -32,20 +33,25 @@ func NewConsumer() *Consumer { return &Consumer{} }
 func (*Consumer) Name() string { return ConsumerName }
 
 // handleSQL matches the whole batch against the active subscriptions in one
-// statement: events arrive as arrays, the join uses the partial index on
-// space, and the unique key (subscription_id, event_seq) makes a replayed
-// batch insert nothing. It returns, per subscription, the lowest new seq.
+// statement. Each event arrives as its candidate filter patterns (see
+// candidates), and each candidate is looked up by (space, pattern) in
+// webhook_subscription_filters (migration 0052), so a round reads only the
+// filters that match: its cost follows the matches, not how many filters
+// the subscriptions on a space have. DISTINCT merges a subscription that
+// matches one event through several patterns; the unique key
+// (subscription_id, event_seq) makes a replayed batch insert nothing. It
+// returns, per subscription, the lowest new seq.
 const handleSQL = `
-WITH ev AS (
-    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS e(seq, id, space, type)
+WITH cand AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS c(seq, id, space, pattern)
+), hit AS (
+    SELECT DISTINCT f.subscription_id, c.seq, c.id
+    FROM cand c JOIN webhook_subscription_filters f ON f.space = c.space AND f.pattern = c.pattern
 ), ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
-    SELECT s.id, ev.seq, ev.id
-    FROM ev JOIN webhook_subscriptions s ON s.space = ev.space AND s.status = 'active' AND ev.seq > s.resume_after_seq
-    WHERE cardinality(s.event_types) = 0
-       OR ev.type = ANY (s.event_types)
-       OR EXISTS (SELECT 1 FROM unnest(s.event_types) p
-                  WHERE p = '*' OR (right(p, 2) = '.*' AND starts_with(ev.type, left(p, -1))))
+    SELECT s.id, hit.seq, hit.id
+    FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
+    WHERE s.status = 'active' AND hit.seq > s.resume_after_seq
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
 )
@@ -53,13 +59,16 @@ SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER B
 
 // Handle implements sync.Consumer.
 func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
-	n := len(events)
-	seqs, ids := make([]int64, n), make([]uuid.UUID, n)
-	spaces, types := make([]string, n), make([]string, n)
+	var seqs []int64
+	var ids []uuid.UUID
+	var spaces, patterns []string
 	for i := range events {
-		seqs[i], ids[i], spaces[i], types[i] = events[i].Seq, events[i].ID, events[i].Space, events[i].Type
+		e := &events[i]
+		for _, p := range candidates(e.Type) {
+			seqs, ids, spaces, patterns = append(seqs, e.Seq), append(ids, e.ID), append(spaces, e.Space), append(patterns, p)
+		}
 	}
-	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, types)
+	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
@@ -68,6 +77,27 @@ func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]
 		err := row.Scan(&a.SubscriptionID, &a.Seq)
 		return sync.Job{Args: a}, err
 	})
+}
+
+// candidates returns every filter pattern that matches an event of type
+// typ: the type itself, "p.*" for each prefix p of it that ends before a
+// dot, and "*". For a.b.c: a.b.c, a.b.*, a.* and *. These are exactly the
+// filters the grammar of CreateParams.EventTypes lets match typ, so looking
+// them up finds every matching filter without reading the others.
+func candidates(typ string) []string {
+	out := make([]string, 0, 2+strings.Count(typ, "."))
+	out = append(out, typ)
+	for i := len(typ) - 1; i >= 0; i-- {
+		if typ[i] == '.' {
+			if p := typ[:i+1] + "*"; p != typ {
+				out = append(out, p)
+			}
+		}
+	}
+	if typ != "*" {
+		out = append(out, "*")
+	}
+	return out
 }
 
 // HandleLost implements sync.ConsumerLossHandler. The events of the lost

@@ -99,6 +99,61 @@ func TestConsumer_Handle(t *testing.T) {
 	require.Empty(t, jobs, "a replayed batch creates nothing: unique (subscription_id, event_seq)")
 }
 
+// TestConsumer_HandleFollowsFilterRows checks the lookup table behind the
+// round's matching (migration 0052) against what every way of writing a
+// subscription leaves in it.
+func TestConsumer_HandleFollowsFilterRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	rv := newReceiver(t, nil)
+	both, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*", "item.created", "item.*"}})
+	deep, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.sub.*"}})
+	changed, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"note.deleted"}})
+	widened, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"note.deleted"}})
+	off, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	require.NoError(t, webhooks.Disable(ctx, b.db.Pool, off.ID, ""))
+	types := []string{"item.created"}
+	_, err := webhooks.Update(ctx, b.db.Pool, changed.ID, &webhooks.UpdateParams{EventTypes: &types})
+	require.NoError(t, err)
+	none := []string{}
+	_, err = webhooks.Update(ctx, b.db.Pool, widened.ID, &webhooks.UpdateParams{EventTypes: &none})
+	require.NoError(t, err)
+	url := rv.url() + "?moved"
+	_, err = webhooks.Update(ctx, b.db.Pool, deep.ID, &webhooks.UpdateParams{URL: &url, AllowPrivateTargets: true})
+	require.NoError(t, err, "an update of the URL alone keeps the filter")
+	var direct string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, resume_after_seq, last_delivered_seq)
+SELECT gen_random_uuid(), 'alice', 's1', $1, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=', '{note.*}', last_seq, last_seq
+FROM event_seq RETURNING id`, rv.url()).Scan(&direct))
+
+	evs, err := b.log.Write(ctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+		return []sync.NewEvent{
+			{Space: "s1", Type: "item.created", Actor: "bob"},
+			{Space: "s1", Type: "item.sub.moved", Actor: "bob"},
+			{Space: "s1", Type: "note.deleted", Actor: "bob"},
+			{Space: "s2", Type: "item.created", Actor: "bob"},
+		}, nil
+	})
+	require.NoError(t, err)
+	b.round(t)
+
+	seqs := func(id any) []int64 {
+		rows, err := b.db.Pool.Query(ctx, `SELECT event_seq FROM webhook_deliveries WHERE subscription_id = $1 ORDER BY event_seq`, id)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return out
+	}
+	require.Equal(t, []int64{evs[0].Seq, evs[1].Seq}, seqs(both.ID), "one delivery per event, however many filters match it")
+	require.Equal(t, []int64{evs[1].Seq}, seqs(deep.ID))
+	require.Equal(t, []int64{evs[0].Seq}, seqs(changed.ID), "the updated filter, not the old one")
+	require.Equal(t, []int64{evs[0].Seq, evs[1].Seq, evs[2].Seq}, seqs(widened.ID), "an empty filter delivers every type")
+	require.Equal(t, []int64{evs[2].Seq}, seqs(direct), "rows written in SQL are matched too")
+	require.Empty(t, seqs(off.ID), "disabled")
+}
+
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -50,7 +51,101 @@ var (
 	// ErrForbidden is returned when the owner may not manage webhooks on
 	// the space.
 	ErrForbidden = errors.New("not allowed")
+	// ErrLimit is returned by Create and Update when a subscription would
+	// exceed one of Limits; the wrapping error names the field and the
+	// configuration key.
+	ErrLimit = errors.New("webhook subscription limit reached")
+	// ErrRotationInProgress is returned by RotateSecret when the previous
+	// secret still signs (its overlap has not ended) and the new rotation
+	// would keep an overlap too.
+	ErrRotationInProgress = errors.New("a secret rotation is in progress")
 )
+
+// Defaults of Limits, the defaults of the configuration keys named there.
+const (
+	DefaultMaxEventTypes            = 100
+	DefaultMaxSubscriptionsPerSpace = 100
+	DefaultMaxSubscriptionsPerOwner = 1000
+)
+
+// Limits bound what one owner or space can ask of the webhooks consumer.
+// A round's matching no longer grows with filter counts, but every
+// subscription on a space is a row each event of the space may match and a
+// sender that may run; the limits keep one tenant's share of rounds and
+// senders in proportion. Subscriptions of every status count: a disabled
+// one can be enabled again. Rows written before a limit existed (or
+// directly in SQL) keep working and are matched at the same cost; an update
+// of such a subscription must come within the limit.
+type Limits struct {
+	// MaxEventTypes is the most event-type filters one subscription may
+	// have (webhooks.max_event_types). Default DefaultMaxEventTypes.
+	MaxEventTypes int
+	// MaxSubscriptionsPerSpace is the most subscriptions of all owners on
+	// one space (webhooks.max_subscriptions_per_space). Default
+	// DefaultMaxSubscriptionsPerSpace.
+	MaxSubscriptionsPerSpace int
+	// MaxSubscriptionsPerOwner is the most subscriptions of one owner on
+	// all spaces (webhooks.max_subscriptions_per_owner). Default
+	// DefaultMaxSubscriptionsPerOwner.
+	MaxSubscriptionsPerOwner int
+}
+
+// withDefaults returns l (nil: all defaults) with zero fields defaulted.
+func (l *Limits) withDefaults() Limits {
+	c := Limits{}
+	if l != nil {
+		c = *l
+	}
+	c.MaxEventTypes = cmp.Or(c.MaxEventTypes, DefaultMaxEventTypes)
+	c.MaxSubscriptionsPerSpace = cmp.Or(c.MaxSubscriptionsPerSpace, DefaultMaxSubscriptionsPerSpace)
+	c.MaxSubscriptionsPerOwner = cmp.Or(c.MaxSubscriptionsPerOwner, DefaultMaxSubscriptionsPerOwner)
+	return c
+}
+
+// maxTypeFilterLen is the longest filter that can match anything: event
+// types are at most 128 bytes (sync.NewEvent).
+const maxTypeFilterLen = 128
+
+// validateEventTypes checks a filter list against the grammar and the
+// limit, naming the field as the HTTP API spells it.
+func validateEventTypes(types []string, l Limits) error {
+	if len(types) > l.MaxEventTypes {
+		return fmt.Errorf("%w: event_types: %d filters, at most %d (webhooks.max_event_types); "+
+			"use a prefix filter such as item.* instead of listing its types", ErrLimit, len(types), l.MaxEventTypes)
+	}
+	for _, t := range types {
+		if len(t) > maxTypeFilterLen || !typeFilter.MatchString(t) {
+			return fmt.Errorf("%w: event_types: filter %q: want item.created, item.* or *, at most %d bytes",
+				ErrInvalid, t, maxTypeFilterLen)
+		}
+	}
+	return nil
+}
+
+// countsSQL counts the subscriptions of a space and of an owner, of every
+// status.
+const countsSQL = `
+SELECT (SELECT count(*) FROM webhook_subscriptions WHERE space = $1),
+       (SELECT count(*) FROM webhook_subscriptions WHERE owner = $2)`
+
+// checkCounts refuses a new subscription on space for owner beyond the
+// limits. It runs in Create's transaction, after the lock atHead takes,
+// which orders every Create: two cannot both see room for one.
+func checkCounts(ctx context.Context, tx pgx.Tx, space, owner string, l Limits) error {
+	var inSpace, ofOwner int
+	if err := tx.QueryRow(ctx, countsSQL, space, owner).Scan(&inSpace, &ofOwner); err != nil {
+		return fmt.Errorf("count webhook subscriptions: %w", err)
+	}
+	if inSpace >= l.MaxSubscriptionsPerSpace {
+		return fmt.Errorf("%w: space: %q has %d subscriptions, at most %d (webhooks.max_subscriptions_per_space); "+
+			"delete one first", ErrLimit, space, inSpace, l.MaxSubscriptionsPerSpace)
+	}
+	if ofOwner >= l.MaxSubscriptionsPerOwner {
+		return fmt.Errorf("%w: owner: %q has %d subscriptions, at most %d (webhooks.max_subscriptions_per_owner); "+
+			"delete one first", ErrLimit, owner, ofOwner, l.MaxSubscriptionsPerOwner)
+	}
+	return nil
+}
 
 // Subscription is a stored subscription, without its secrets.
 type Subscription struct {
@@ -101,6 +196,9 @@ type CreateParams struct {
 	AllowPrivateTargets bool
 	// Resolver for the target host. Default net.DefaultResolver.
 	Resolver Resolver
+	// Limits bound the filter and the subscription counts. Nil: the
+	// defaults.
+	Limits *Limits
 }
 
 var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?)$`)
@@ -119,10 +217,9 @@ func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscriptio
 	if err != nil {
 		return nil, "", err
 	}
-	for _, t := range p.EventTypes {
-		if !typeFilter.MatchString(t) {
-			return nil, "", fmt.Errorf("%w: event type filter %q: want item.created, item.* or *", ErrInvalid, t)
-		}
+	limits := p.Limits.withDefaults()
+	if err := validateEventTypes(p.EventTypes, limits); err != nil {
+		return nil, "", err
 	}
 	d, err := authz.Allowed(ctx, q, &authz.Request{Action: authz.ActionWebhookManage, Principal: p.Owner, Space: p.Space, Token: p.TokenID})
 	if err != nil {
@@ -149,12 +246,18 @@ func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscriptio
 	}
 	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive}
 	err = atHead(ctx, q, func(tx pgx.Tx) error {
+		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, `
 INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq)
 SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
 			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
 	})
+	if errors.Is(err, ErrLimit) {
+		return nil, "", err
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("create webhook subscription: %w", err)
 	}
@@ -276,25 +379,50 @@ SELECT old.cause, old.last_delivered_seq, coalesce((SELECT resume_after_seq FROM
 	return res, nil
 }
 
+// rotateSQL replaces the secret unless an earlier rotation's overlap is
+// still running and this one asks for an overlap too. It returns whether
+// it rotated and until when the previous secret signs; no row: no such
+// subscription.
+const rotateSQL = `
+WITH cur AS (
+    SELECT id, previous_secret_until AS until, coalesce(previous_secret_until > now(), false) AS overlapping
+    FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE
+), up AS (
+    UPDATE webhook_subscriptions s
+    SET previous_secret = CASE WHEN $3 > 0 THEN s.secret END,
+        previous_secret_until = CASE WHEN $3 > 0 THEN now() + make_interval(secs => $3) END,
+        secret = $2, updated_at = now()
+    FROM cur WHERE s.id = cur.id AND ($3 = 0 OR NOT cur.overlapping)
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM up), cur.until FROM cur`
+
 // RotateSecret gives the subscription a new signing secret and returns it.
-// The old one stays valid for overlap: every request carries signatures
-// with both until then, so receivers can switch without losing a delivery.
+// With overlap > 0 the old one stays valid until then: every request
+// carries signatures with both, so receivers can switch without losing a
+// delivery. A request carries at most one old secret's signature, so while
+// an earlier rotation's old secret still signs, a rotation with an overlap
+// returns ErrRotationInProgress (with the time that overlap ends) instead
+// of dropping that secret before its announced end, which would fail every
+// receiver that has not switched yet. Overlap 0 always rotates and ends
+// every old secret at once: the way out when a secret has leaked.
 func RotateSecret(ctx context.Context, q authz.Querier, id uuid.UUID, overlap time.Duration) (string, error) {
 	secret, err := NewSecret()
 	if err != nil {
 		return "", err
 	}
-	ct, err := q.Exec(ctx, `
-UPDATE webhook_subscriptions
-SET previous_secret = CASE WHEN $3 > 0 THEN secret END,
-    previous_secret_until = CASE WHEN $3 > 0 THEN now() + make_interval(secs => $3) END,
-    secret = $2, updated_at = now()
-WHERE id = $1`, id, secret, overlap.Seconds())
+	var rotated bool
+	var until *time.Time
+	err = q.QueryRow(ctx, rotateSQL, id, secret, overlap.Seconds()).Scan(&rotated, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
 	if err != nil {
 		return "", fmt.Errorf("rotate secret of %s: %w", id, err)
 	}
-	if ct.RowsAffected() == 0 {
-		return "", fmt.Errorf("%s: %w", id, ErrNotFound)
+	if !rotated {
+		return "", fmt.Errorf("%w: the previous secret signs until %s; rotate again after that, or with an overlap of 0 "+
+			"to end every old secret now", ErrRotationInProgress, until.UTC().Format(time.RFC3339))
 	}
 	return secret, nil
 }

@@ -21,6 +21,8 @@ type UpdateParams struct {
 	AllowPrivateTargets bool
 	// Resolver for the target host. Default net.DefaultResolver.
 	Resolver Resolver
+	// Limits bound the filter. Nil: the defaults.
+	Limits *Limits
 }
 
 // Update changes a subscription's target and filter and returns it. The
@@ -47,10 +49,8 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 		if types == nil {
 			types = []string{}
 		}
-		for _, t := range types {
-			if !typeFilter.MatchString(t) {
-				return nil, fmt.Errorf("%w: event type filter %q: want item.created, item.* or *", ErrInvalid, t)
-			}
+		if err := validateEventTypes(types, p.Limits.withDefaults()); err != nil {
+			return nil, err
 		}
 	}
 	ct, err := q.Exec(ctx, `
