@@ -20,7 +20,7 @@ import (
 // perf.push_handoff_p95 is logged, not asserted: under "go test ./..." the
 // load test shares two cores with every other package's tests, and timing
 // figures belong to the tool's own run (go run ./perf/push_handoff), which
-// exits non-zero above the budget (D-M3-24-12).
+// exits non-zero above the budget.
 func TestPushHandoffShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test: skipped with -short")

@@ -1,8 +1,8 @@
 package authz
 
 // Appending events to a space (the HTTP API's stand-in for the sync write
-// path, issue 8). Added in its own file by the HTTP API work (D-M4-02-3) so
-// the rule table stays the one place Allowed reads.
+// path). In a file of its own so the rule table stays the one place Allowed
+// reads.
 
 const (
 	// ActionEventAppend appends events to a space: write on the space and

@@ -183,7 +183,7 @@ func Load(path string, environ []string, flags map[string]string) (*Config, erro
 
 // check holds the rules that relate several keys.
 func (c *Config) check() error {
-	// D-M2-01-6: the alarm must fire while the events are still there.
+	// The lag alarm must fire while the events are still there.
 	if c.Consumer.PendingAlertAfter >= c.Sync.EventRetention {
 		return fmt.Errorf("consumer.pending_alert_after (%s) must be strictly below sync.event_retention (%s): "+
 			"the lag alarm has to fire before retention removes unprocessed events",

@@ -9,8 +9,7 @@ import (
 )
 
 // Preference reports whether the principal wants pushes for the space: true
-// unless it muted the space (SetPreference). Added for the HTTP API's GET
-// (issue 8, D-M4-02-4).
+// unless it muted the space (SetPreference).
 func (r *Registry) Preference(ctx context.Context, db DB, principal, space string) (bool, error) {
 	var notify bool
 	err := db.QueryRow(ctx, `SELECT notify FROM push_preferences WHERE principal = $1 AND space = $2`, principal, space).Scan(&notify)

@@ -53,7 +53,7 @@ func ConsumerStatuses(ctx context.Context, db interface {
 }
 
 // LagCollector exports the consumer gauges computed from the database at
-// scrape time, so every role reports them (D-M2-01-5): a dead worker cannot
+// scrape time, so every role reports them: a dead worker cannot
 // leave a stale, healthy-looking value behind.
 type LagCollector struct {
 	pool    *pgxpool.Pool
