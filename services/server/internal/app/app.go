@@ -27,6 +27,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -218,7 +219,21 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	queues := map[string]river.QueueConfig{}
 	var consumers []sync.Consumer
+	var alive *liveness.Holder
 	if worker {
+		// The process's liveness lock, held under its River client ID while
+		// it lives: others take over its jobs and webhook claims within
+		// seconds of its death. Released after River has stopped.
+		alive, err = liveness.NewHolder(&liveness.HolderConfig{ConnString: cfg.Database.URL, Logger: s.logger,
+			ApplicationName: fmt.Sprintf("bothy-%s-%d-alive", role, os.Getpid())})
+		if err != nil {
+			return err
+		}
+		if err := alive.Acquire(ctx); err != nil {
+			return err
+		}
+		defer alive.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing releases the lock either way
+		rcfg.ID = alive.ID()
 		river.AddWorker(workers, &maintainWorker{parts: postgres.NewPartitions(pool, &postgres.PartitionConfig{
 			Interval: cfg.Sync.EventPartitionInterval, Retention: cfg.Sync.EventRetention,
 		}), logger: s.logger})
@@ -309,8 +324,14 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: s.logger,
 			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", role, os.Getpid())})
+		rescuer, err := liveness.NewRescuer(pool, alive, &liveness.RescuerConfig{Registerer: s.registry, Logger: s.logger})
+		if err != nil {
+			return stop(err)
+		}
 		g.Go(func() error { return w.Run(gctx) })
 		g.Go(func() error { return listener.Run(gctx) })
+		g.Go(func() error { return alive.Run(gctx) })
+		g.Go(func() error { return rescuer.Run(gctx) })
 		if err := rc.Start(gctx); err != nil {
 			return stop(fmt.Errorf("river start: %w", err))
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,6 +51,9 @@ type DeliverConfig struct {
 	// MaxRetryAfter caps how long a Retry-After can postpone a retry.
 	// Default 1h.
 	MaxRetryAfter time.Duration
+	// PruneEvery is how often a worker deletes the records of sends that
+	// no job can need any more (older than TTL plus an hour). Default 1m.
+	PruneEvery time.Duration
 	// Transport, if set, replaces the guarded transport (tests only).
 	Transport http.RoundTripper
 	// Logger. Default slog.Default().
@@ -74,6 +79,9 @@ func (c *DeliverConfig) validate() error {
 	if c.TTL < 0 {
 		return fmt.Errorf("push.ttl %s: must not be negative", c.TTL)
 	}
+	if c.PruneEvery < 0 {
+		return fmt.Errorf("push deliver config: PruneEvery %s must not be negative", c.PruneEvery)
+	}
 	return nil
 }
 
@@ -81,6 +89,18 @@ func (c *DeliverConfig) validate() error {
 // device still exists, still wants the space and that its principal still
 // may read it (authz.ActionPushDeliver), then sends one encrypted message.
 // It holds no transaction while it talks to the push service.
+//
+// A device gets a message at most once per (registration, event), outside
+// one window: right after the push service's 2xx the worker records the send
+// in push_sends, and a job that runs again (River retried it because its
+// completion was lost, or the job of a dead process was made available
+// again) finds the record and sends nothing
+// (TestDeliver_RunAgainAfterASendSendsNothing). Only a process that dies,
+// or loses the database, between the 2xx and that insert (milliseconds)
+// leaves no record; the job then sends again. That second copy carries the
+// same Topic header (derived from the event ID), so a push service that
+// still holds the first one undelivered replaces it (RFC 8030 section 5.4),
+// and the same payload; clients deduplicate by its event_id.
 type DeliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 
@@ -90,8 +110,13 @@ type DeliverWorker struct {
 	vapid  *vapidSigner
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
-	// calls right after Work returns, in the same process, for the same job.
+	// calls right after Work returns, in the same process, for the same job,
+	// unless the job ends for good (its last attempt): then nothing is
+	// stored.
 	retryMu retryAfters
+
+	// lastPrune is when this worker last pruned push_sends (unix nanos).
+	lastPrune atomic.Int64
 }
 
 type retryAfters struct {
@@ -108,6 +133,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 5*time.Second)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
+	c.PruneEvery = cmp.Or(c.PruneEvery, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -173,27 +199,46 @@ type target struct {
 	p256dh, auth string
 	tokenID      *uuid.UUID
 	wants        bool
+	// sent: the push service already accepted this message.
+	sent bool
 }
 
 const targetSQL = `
 SELECT r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
-       NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = $2 AND NOT pp.notify)
+       NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = $2 AND NOT pp.notify),
+       EXISTS (SELECT 1 FROM push_sends s WHERE s.registration_id = r.id AND s.event_seq = $3)
 FROM push_registrations r WHERE r.id = $1`
 
-// Timeout bounds a whole job: up to two reads, the request, and removing a
-// gone registration.
+// recordSendSQL is written right after a 2xx; see DeliverWorker.
+const recordSendSQL = `
+INSERT INTO push_sends (registration_id, event_seq, event_id, status) VALUES ($1, $2, $3, $4)
+ON CONFLICT (registration_id, event_seq) DO NOTHING`
+
+// pruneSendsSQL deletes one batch of records older than $1.
+const pruneSendsSQL = `
+DELETE FROM push_sends WHERE ctid = ANY (ARRAY(SELECT ctid FROM push_sends WHERE sent_at < $1 LIMIT $2))`
+
+// pruneBatch bounds one DELETE of push_sends.
+const pruneBatch = 5000
+
+// Timeout bounds a whole job: up to two reads, the request, removing a gone
+// registration or recording the send, and a prune now and then.
 func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return w.cfg.Timeout + 3*w.cfg.QueryTimeout
+	return w.cfg.Timeout + 4*w.cfg.QueryTimeout
 }
 
 // Work implements river.Worker.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	a := job.Args
 	now := w.cfg.Now()
+	t, dec, err := w.check(ctx, &a)
+	if err == nil && t.sent {
+		w.count(resultAlreadySent)
+		return nil
+	}
 	if age := now.Sub(a.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
 		return w.cancel(resultExpired, fmt.Errorf("message for seq %d is %s old, past push.ttl %s", a.Seq, age.Round(time.Second), w.cfg.TTL))
 	}
-	t, dec, err := w.check(ctx, &a)
 	if errors.Is(err, ErrNotFound) {
 		return w.cancel(resultDenied, fmt.Errorf("registration %s was removed", a.RegistrationID))
 	}
@@ -222,6 +267,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		if w.cfg.Metrics != nil {
 			w.cfg.Metrics.handoff.Observe(w.cfg.Now().Sub(a.CommittedAt).Seconds())
 		}
+		w.recordSend(ctx, &a, status)
+		w.prune(ctx)
 		return nil
 	case status == http.StatusNotFound || status == http.StatusGone:
 		if err := w.remove(ctx, a.RegistrationID, t.endpoint); err != nil {
@@ -231,7 +278,9 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 			slog.String("registration", a.RegistrationID.String()), slog.Int("status", status), slog.String("host", hostOf(t.endpoint)))
 		return w.cancel(resultGone, fmt.Errorf("push service answered %d: subscription gone, registration removed", status))
 	case status == http.StatusTooManyRequests || status >= 500:
-		if retryAfter > 0 {
+		// On the last attempt River discards the job without asking
+		// NextRetry, which would never take the entry out.
+		if retryAfter > 0 && job.Attempt < job.MaxAttempts {
 			w.retryMu.Lock()
 			w.retryMu.at[job.ID] = now.Add(min(retryAfter, w.cfg.MaxRetryAfter))
 			w.retryMu.Unlock()
@@ -275,8 +324,8 @@ func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, auth
 	var t target
 	found := false
 	b := &pgx.Batch{}
-	b.Queue(targetSQL, a.RegistrationID, a.Space).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants)
+	b.Queue(targetSQL, a.RegistrationID, a.Space, a.Seq).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants, &t.sent)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -301,6 +350,50 @@ func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, auth
 	}
 	dec, err := pending.Decision()
 	return t, dec, err
+}
+
+// recordSend records that the push service accepted the message. It runs
+// even when the job's context ends right after the answer, since the send
+// happened. Failing, it logs: the job still completes, and only a run of
+// the same job again would send a second copy.
+func (w *DeliverWorker) recordSend(ctx context.Context, a *DeliverArgs, status int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := w.db.Exec(ctx, recordSendSQL, a.RegistrationID, a.Seq, a.EventID, status); err != nil {
+		if w.cfg.Metrics != nil {
+			w.cfg.Metrics.unrecorded.Inc()
+		}
+		w.cfg.Logger.WarnContext(ctx, "push sent but not recorded; a rerun of this job would send it again",
+			slog.String("registration", a.RegistrationID.String()), slog.Int64("seq", a.Seq), slog.Any("error", err))
+	}
+}
+
+// prune deletes, at most once per PruneEvery in this worker, the records of
+// sends older than push.ttl plus an hour: no job for them can still run
+// (Work cancels older messages before it would send). It runs in the job
+// that just sent, after the send and its record, in batches that together
+// take at most QueryTimeout; what is left waits for the next prune.
+func (w *DeliverWorker) prune(ctx context.Context) {
+	now := w.cfg.Now()
+	last := w.lastPrune.Load()
+	if now.UnixNano()-last < int64(w.cfg.PruneEvery) || !w.lastPrune.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	before := now.Add(-w.cfg.TTL - time.Hour)
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	defer cancel()
+	for {
+		ct, err := w.db.Exec(ctx, pruneSendsSQL, before, pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.cfg.Logger.WarnContext(ctx, "prune push_sends", slog.Any("error", err))
+			}
+			return
+		}
+		if ct.RowsAffected() < pruneBatch {
+			return
+		}
+	}
 }
 
 // remove deletes a gone registration, unless it was registered again with
@@ -338,6 +431,7 @@ func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("TTL", strconv.Itoa(int(w.cfg.TTL/time.Second)))
 	req.Header.Set("Urgency", w.cfg.Urgency)
+	req.Header.Set("Topic", Topic(a.EventID))
 	req.Header.Set("Authorization", auth)
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -358,6 +452,14 @@ func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int
 	resp.Body.Close()
 	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
 }
+
+// Topic is the RFC 8030 Topic header of the message about event: its 16
+// bytes in unpadded base64url, 22 characters (at most 32 are allowed, from
+// the URL-safe alphabet). A push service that still holds an undelivered
+// message with the same topic for the subscription replaces it with the
+// new one, so a copy sent again by a rerun job while the device was offline
+// reaches it once.
+func Topic(event uuid.UUID) string { return base64.RawURLEncoding.EncodeToString(event[:]) }
 
 // parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
 func parseRetryAfter(v string, now time.Time) time.Duration {

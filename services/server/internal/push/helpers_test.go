@@ -45,6 +45,7 @@ type bundle struct {
 	registry *push.Registry
 	rcv      *pushtest.Receiver
 	vapid    push.VAPIDKeys
+	worker   *push.DeliverWorker
 	started  bool
 }
 
@@ -90,7 +91,7 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 	t.Cleanup(log.Close)
 	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: logger})
 	b := &bundle{db: db, log: log, river: rc, rounds: rounds, consumer: push.NewConsumer(nil),
-		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true}), rcv: rcv, vapid: vapid}
+		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true}), rcv: rcv, vapid: vapid, worker: worker}
 	t.Cleanup(func() {
 		if b.started {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

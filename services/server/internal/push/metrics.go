@@ -10,13 +10,17 @@ const (
 	resultExpired = "expired" // older than push.ttl
 	resultRetry   = "retry"   // 429, 5xx or a network error: tried again later
 	resultFailed  = "failed"  // another answer: the job is cancelled
+	// resultAlreadySent: the job ran again and found its message recorded as
+	// sent, so it sent nothing.
+	resultAlreadySent = "already_sent"
 )
 
-var results = []string{resultSent, resultGone, resultDenied, resultExpired, resultRetry, resultFailed}
+var results = []string{resultSent, resultGone, resultDenied, resultExpired, resultRetry, resultFailed, resultAlreadySent}
 
 // Metrics are the push delivery metrics.
 type Metrics struct {
 	deliveries *prometheus.CounterVec
+	unrecorded prometheus.Counter
 	send       prometheus.Histogram
 	handoff    prometheus.Histogram
 }
@@ -26,8 +30,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bothy_push_deliveries_total",
-			Help: "push.deliver job runs by result: sent, gone, denied, expired, retry, failed.",
+			Help: "push.deliver job runs by result: sent, gone, denied, expired, retry, failed, already_sent (a rerun that found its send recorded and sent nothing).",
 		}, []string{"result"}),
+		unrecorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bothy_push_sends_unrecorded_total",
+			Help: "Messages the push service accepted whose record in push_sends failed: a rerun of their job would send them again.",
+		}),
 		send: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bothy_push_send_duration_seconds",
 			Help:    "Duration of one request to a push service, encryption included.",
@@ -39,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0025, .005, .01, .015, .025, .05, .1, .25, .5, 1, 5, 30, 300},
 		}),
 	}
-	reg.MustRegister(m.deliveries, m.send, m.handoff)
+	reg.MustRegister(m.deliveries, m.unrecorded, m.send, m.handoff)
 	for _, r := range results {
 		m.deliveries.WithLabelValues(r)
 	}

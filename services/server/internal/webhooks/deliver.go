@@ -24,6 +24,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -73,6 +74,10 @@ type DeliverConfig struct {
 	// Slice is how long one job keeps sending a subscription's backlog
 	// before it yields its worker slot to other subscriptions. Default 5s.
 	Slice time.Duration
+	// LivenessSettle is how old the session of a step must be before the
+	// step may judge the process of another job's claim dead
+	// (liveness.GoneSQL). Default liveness.Settle.
+	LivenessSettle time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for retry decisions. Default time.Now.
@@ -87,6 +92,7 @@ func (c *DeliverConfig) withDefaults() DeliverConfig {
 	out.RetryBase = cmp.Or(out.RetryBase, 5*time.Second)
 	out.RetryMax = cmp.Or(out.RetryMax, time.Hour)
 	out.Slice = cmp.Or(out.Slice, 5*time.Second)
+	out.LivenessSettle = cmp.Or(out.LivenessSettle, liveness.Settle)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -106,6 +112,8 @@ func (c *DeliverConfig) validate() error {
 		return errors.New("webhooks deliver config: MaxResponseBytes must not be negative")
 	case c.RetryBase < 0 || c.RetryMax < c.RetryBase:
 		return errors.New("webhooks deliver config: RetryBase must be between 0 and RetryMax")
+	case c.LivenessSettle < 0:
+		return errors.New("webhooks deliver config: LivenessSettle must not be negative")
 	}
 	return nil
 }
@@ -126,6 +134,14 @@ const leaseMargin = 30 * time.Second
 // snoozes) or its slice is used up (it snoozes for 0 and is picked up
 // again). Jobs that find another live sender end at once: that sender will
 // see their deliveries. No transaction is open during an HTTP request.
+//
+// A claim names the process that wrote it (pump_owner, its River client
+// ID, when the process takes part in package liveness). A claim is live
+// until pump_until, unless its owner's liveness lock is free: then the
+// owner died (SIGKILL, a lost host) and the next job of the subscription
+// takes over at once instead of after pump_until
+// (TestDelivery_TakesOverFromADeadSender). The delivery the dead sender
+// had in flight is sent again: receivers deduplicate by webhook-id.
 type Deliverer struct {
 	river.WorkerDefaults[DeliverArgs]
 	pool    *pgxpool.Pool
@@ -192,9 +208,10 @@ type next struct {
 // Work implements river.Worker.
 func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	start := time.Now()
+	me := sender{jobID: job.ID, owner: liveness.OwnerOf(job.AttemptedBy)}
 	var prev *outcome
 	for {
-		n, err := d.step(ctx, job.ID, job.Args.SubscriptionID, prev, time.Since(start) < d.cfg.Slice)
+		n, err := d.step(ctx, me, job.Args.SubscriptionID, prev, time.Since(start) < d.cfg.Slice)
 		if err != nil {
 			return err
 		}
@@ -208,6 +225,13 @@ func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error
 	}
 }
 
+// sender is who claims: the job, and the process running it ("" if that
+// process takes no part in liveness).
+type sender struct {
+	jobID int64
+	owner string
+}
+
 // subRow is the subscription as a step reads it, locked.
 type subRow struct {
 	owner, space, url, secret, prevSecret string
@@ -218,9 +242,18 @@ type subRow struct {
 	now                                   time.Time
 }
 
-const lockSubSQL = `
+// lockSubSQL locks the subscription and says whether its claim is live:
+// unexpired, and either the claim of this job ($2), of this process ($3),
+// of a process outside liveness, or of a process whose lock is held. Only
+// an unexpired claim of another process pays for the liveness check.
+var lockSubSQL = `
 SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
-       token_id, status, pump_job_id, coalesce(pump_until > now(), false), now()
+       token_id, status, pump_job_id,
+       CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
+            WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
+            ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
+       END,
+       now()
 FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
 
 // headSQL reads the subscription's lowest pending delivery with its event;
@@ -232,7 +265,7 @@ FROM (SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
       WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1) d
 LEFT JOIN event_log e ON e.seq = d.event_seq`
 
-const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3 WHERE id = $1`
+const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3, pump_owner = NULLIF($4::text, '') WHERE id = $1`
 
 // claimSQL starts an attempt: the retry budget counts from the first one,
 // and the job becomes the subscription's sender until $4.
@@ -241,7 +274,7 @@ WITH a AS (
     UPDATE webhook_deliveries SET first_attempt_at = coalesce(first_attempt_at, now())
     WHERE subscription_id = $1 AND event_seq = $2
 )
-UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4 WHERE id = $1`
+UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4, pump_owner = NULLIF($5::text, '') WHERE id = $1`
 
 const deadSQL = `
 UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
@@ -257,7 +290,7 @@ const maxRefusalsPerStep = 500
 
 // step runs one short transaction: record prev's outcome, then decide what
 // comes next and, if it is a send, claim it.
-func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev *outcome, mayContinue bool) (n next, err error) {
+func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *outcome, mayContinue bool) (n next, err error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
 	var results []string // metric results, counted after commit
@@ -281,7 +314,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 	}
 
 	var s subRow
-	err = tx.QueryRow(ctx, lockSubSQL, subID).Scan(&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID,
+	err = tx.QueryRow(ctx, lockSubSQL, subID, me.jobID, me.owner, d.cfg.LivenessSettle.Milliseconds()).Scan(&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID,
 		&s.status, &s.pumpJobID, &s.pumpLive, &s.now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = nil
@@ -290,7 +323,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 	if err != nil {
 		return n, fmt.Errorf("deliver %s: lock subscription: %w", subID, err)
 	}
-	mine := s.pumpJobID != nil && *s.pumpJobID == jobID
+	mine := s.pumpJobID != nil && *s.pumpJobID == me.jobID
 
 	if prev != nil {
 		r, wait, err := d.record(ctx, tx, prev, s.now)
@@ -299,7 +332,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 		}
 		results = append(results, r)
 		if wait != nil {
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(*wait+d.cfg.Timeout+leaseMargin)); err != nil {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(*wait+d.cfg.Timeout+leaseMargin), me.owner); err != nil {
 				return n, fmt.Errorf("deliver %s: keep sender: %w", subID, err)
 			}
 			n.snooze = wait
@@ -314,7 +347,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 
 	if s.status != StatusActive {
 		if mine {
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil); err != nil {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil, ""); err != nil {
 				return n, err
 			}
 		}
@@ -325,7 +358,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 	}
 
 	release := func() error {
-		_, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil)
+		_, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil, "")
 		return err
 	}
 	for range maxRefusalsPerStep {
@@ -352,7 +385,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 			// The head waits for its retry. Whoever gets here (the job that
 			// snoozed, or one that found the claim expired) waits with it.
 			wait := nextAt.Sub(s.now)
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, nextAt.Add(d.cfg.Timeout+leaseMargin)); err != nil {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, nextAt.Add(d.cfg.Timeout+leaseMargin), me.owner); err != nil {
 				return n, err
 			}
 			n.snooze = &wait
@@ -361,7 +394,7 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 		if !mayContinue {
 			// Slice used up: keep the claim briefly and come back at once,
 			// behind the jobs of other subscriptions.
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(leaseMargin)); err != nil {
+			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(leaseMargin), me.owner); err != nil {
 				return n, err
 			}
 			zero := time.Duration(0)
@@ -410,14 +443,14 @@ func (d *Deliverer) step(ctx context.Context, jobID int64, subID uuid.UUID, prev
 		if err != nil {
 			return n, fmt.Errorf("deliver %s: envelope %d: %w", subID, seq, err)
 		}
-		if _, err := tx.Exec(ctx, claimSQL, subID, seq, jobID, s.now.Add(d.cfg.Timeout+leaseMargin)); err != nil {
+		if _, err := tx.Exec(ctx, claimSQL, subID, seq, me.jobID, s.now.Add(d.cfg.Timeout+leaseMargin), me.owner); err != nil {
 			return n, fmt.Errorf("deliver %s: claim %d: %w", subID, seq, err)
 		}
 		n.send = &claim{subID: subID, seq: seq, eventID: eventID, url: s.url, secret: s.secret, previousSecret: s.prevSecret, body: body}
 		return n, commit()
 	}
 	// Many refusals in a row: yield and come back.
-	if _, err := tx.Exec(ctx, setPumpSQL, subID, jobID, s.now.Add(leaseMargin)); err != nil {
+	if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(leaseMargin), me.owner); err != nil {
 		return n, err
 	}
 	zero := time.Duration(0)

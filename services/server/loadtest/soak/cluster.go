@@ -119,6 +119,7 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 		if quiet {
 			kind, frozen = faultPGCrashQuiet, h.liveWorkers()
 		}
+		h.recordFault(kind)
 		for _, p := range frozen {
 			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
 		}

@@ -26,7 +26,6 @@ const (
 	faultWHTimeout    = "webhook receiver timeout window"
 	faultWH410        = "webhook receiver 410 window (+enable)"
 	faultPush5xx      = "push service 5xx window"
-	faultRescue       = "river rescue of killed jobs (stand-in)"
 )
 
 // action is one planned step of the fault schedule.
@@ -38,14 +37,13 @@ type action struct {
 
 // injectFaults runs the schedule until ctx ends: every kind once at a
 // random moment, then more kills and terminations at random moments. Kills
-// come early in short mode: jobs a killed worker was running are only taken
-// up again after their River timeout (see rescueLoop).
+// come early in short mode, so the drain also covers what they left.
 func (h *harness) injectFaults(ctx context.Context) {
 	start := time.Now()
 	// In short mode the receiver windows come first and the kills after
 	// them: a killed worker stalls the subscriptions it was sending for
-	// until its jobs are rescued, and a stalled subscription would not see
-	// its window.
+	// until another worker takes them over (seconds), and a stalled
+	// subscription could miss a short window.
 	killLo, killHi, winHi := 0.1, 0.6, 0.0
 	if h.opts.short {
 		killLo, killHi, winHi = 0.2, 0.35, 0.15
@@ -140,17 +138,28 @@ func (h *harness) killWorker(ctx context.Context) {
 	h.procMu.Lock()
 	h.killed[p] = true
 	h.procMu.Unlock()
+	victim := p.riverClientID()
+	killedAt := h.recordFault(faultKill)
 	if err := p.kill(); err != nil {
 		h.note("SIGKILL %s: %v", p.name, err)
 		return
 	}
 	h.faultMu.add(faultKill, 1)
+	// Listed once the process is gone: a job it had finished but whose
+	// completion River had not written yet would otherwise count as taken
+	// over at once.
+	held := h.heldJobs(ctx, victim)
+	h.measures.Add(1)
+	go func() {
+		defer h.measures.Done()
+		h.measureTakeover(context.WithoutCancel(ctx), p.name, victim, killedAt, held)
+	}()
 	n, err := h.startWorker(context.WithoutCancel(ctx))
 	if err != nil {
 		h.note("restart after SIGKILL of %s: %v", p.name, err)
 		return
 	}
-	h.logf("fault: SIGKILL %s (pid %d), restarted as %s (pid %d)", p.name, p.pid(), n.name, n.pid())
+	h.logf("fault: SIGKILL %s (pid %d, left %d running jobs and sender claims), restarted as %s (pid %d)", p.name, p.pid(), len(held), n.name, n.pid())
 }
 
 const terminateSQL = `
@@ -173,6 +182,7 @@ func (h *harness) terminatePool(ctx context.Context) {
 		return
 	}
 	p := ws[h.randN(len(ws))]
+	h.recordFault(faultTermPool)
 	n, err := h.terminate(ctx, []string{p.appName()})
 	if err != nil {
 		h.note("terminate backends of %s: %v", p.name, err)
@@ -188,6 +198,7 @@ func (h *harness) terminateListen(ctx context.Context) {
 	for _, p := range h.liveWorkers() {
 		names = append(names, p.listenAppName())
 	}
+	h.recordFault(faultTermListen)
 	n, err := h.terminate(ctx, names)
 	if err != nil {
 		h.note("terminate LISTEN backends: %v", err)
@@ -341,56 +352,6 @@ func (h *harness) setPush5xx(on bool) func(context.Context) {
 			return
 		}
 		h.logf("push service healthy again for pu-flaky-phone")
-	}
-}
-
-// Stand-in thresholds for River's rescuer: a job still "running" this long
-// after its attempt started has outlived its River timeout (push.deliver:
-// request 10s + 3 queries of 5s; webhook_out.deliver: slice 5s +
-// webhooks.timeout + lease margin 30s) by 5s, so the process running it is
-// gone.
-var rescueAfter = map[string]time.Duration{
-	"push.deliver":       30 * time.Second,
-	webhooks.KindDeliver: 5*time.Second + whTimeout + 30*time.Second + 5*time.Second,
-}
-
-const rescueSQL = `
-UPDATE river_job SET state = 'available', scheduled_at = now()
-WHERE state = 'running' AND kind = $1 AND attempted_at < now() - make_interval(secs => $2)
-RETURNING id`
-
-// rescueLoop plays River's rescuer for jobs of killed workers. River's own
-// rescuer waits RescueStuckJobsAfter (default one hour beyond the job
-// timeout), which bothy does not configure; without the stand-in a killed
-// worker's in-flight deliveries would wait an hour. The count is reported.
-func (h *harness) rescueLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if h.quiet.Load() {
-			continue // its commit would flush the WAL before a crash
-		}
-		for kind, after := range rescueAfter {
-			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			rows, err := h.pool.Query(qctx, rescueSQL, kind, after.Seconds())
-			n := 0
-			if err == nil {
-				for rows.Next() {
-					n++
-				}
-				rows.Close()
-			}
-			cancel()
-			if n > 0 {
-				h.faultMu.add(faultRescue, n)
-				h.logf("rescued %d %s jobs left running by a killed worker", n, kind)
-			}
-		}
 	}
 }
 

@@ -49,13 +49,17 @@ type proc struct {
 	done    chan error // receives the exit once
 	started time.Time
 
-	mu     gosync.Mutex
-	tail   []string // last lines of stderr
-	exited bool
-	exit   error
+	mu       gosync.Mutex
+	tail     []string // last lines of stderr
+	exited   bool
+	exit     error
+	clientID string // River client ID under the liveness lock (workers)
 }
 
-var addrLine = regexp.MustCompile(`msg="bothy server started".* addr=(\S+)`)
+var (
+	addrLine     = regexp.MustCompile(`msg="bothy server started".* addr=(\S+)`)
+	clientIDLine = regexp.MustCompile(`msg="liveness lock held" client_id=(\S+)`)
+)
 
 // startProc starts bin with args and env; stderr goes to a log file in dir
 // (kept for inspection) and its last lines are kept for the report.
@@ -90,6 +94,11 @@ func startProc(bin, dir, name, role string, env []string) (*proc, error) {
 				p.tail = p.tail[len(p.tail)-20:]
 			}
 			p.mu.Unlock()
+			if m := clientIDLine.FindStringSubmatch(line); m != nil {
+				p.mu.Lock()
+				p.clientID = m[1]
+				p.mu.Unlock()
+			}
 			if m := addrLine.FindStringSubmatch(line); m != nil {
 				select {
 				case p.addr <- m[1]:
@@ -113,6 +122,14 @@ func (p *proc) appName() string { return fmt.Sprintf("bothy-%s-%d", p.role, p.pi
 
 // listenAppName is the application_name of its LISTEN connection.
 func (p *proc) listenAppName() string { return p.appName() + "-listen" }
+
+// riverClientID is the River client ID the process logged with its
+// liveness lock ("" before that, and for the api process).
+func (p *proc) riverClientID() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.clientID
+}
 
 func (p *proc) tailText() string {
 	p.mu.Lock()

@@ -31,7 +31,14 @@
 // mode one amid all traffic), and a right revoked mid-stream for a webhook
 // owner and for a push receiver. Then it drains, verifies (among the checks: every
 // acknowledged event is in the log at its seq with its id) and prints a
-// table, and returns ErrViolations if any check failed. Everything listens
+// table, and returns ErrViolations if any check failed. The receivers count
+// arrivals: a message that should have arrived and did not is a violation;
+// a copy of a message already accepted (a duplicate arrival) is counted and
+// attributed to the fault that hit the moment between the send and its
+// record, and is a violation only when no fault explains it. For every
+// SIGKILL it reports how soon other workers took over the jobs the killed
+// worker was running (liveness locks; River's own rescue would take
+// minutes) and how soon its webhook subscriptions got their next delivery. Everything listens
 // and connects on 127.0.0.1 only, and every wait is bounded.
 package soak
 
@@ -170,7 +177,7 @@ type harness struct {
 	cluster    *pgcluster.Cluster
 	clusterDir string
 	// quiet is set while the workers are frozen before a crash; the
-	// harness's own writes (the rescue stand-in) wait meanwhile.
+	// takeover watchers do not poll meanwhile.
 	quiet atomic.Bool
 
 	procMu   gosync.Mutex
@@ -209,13 +216,21 @@ type harness struct {
 	faultMu sync2Map
 	notes   []string // problems seen while running (unexpected exits, failed restarts)
 	notesMu gosync.Mutex
+
+	// faultLog is every process or database fault with its moment, to
+	// attribute duplicate arrivals; takeovers what each SIGKILL left and
+	// when others took it over. measures waits for the takeover watchers.
+	faultLogMu gosync.Mutex
+	faultLog   []faultEvent
+	takeovers  []takeover
+	measures   gosync.WaitGroup
 }
 
 // sync2Map counts faults by kind.
 type sync2Map struct {
 	mu gosync.Mutex
 	n  map[string]int
-	x  map[string]int // extra figure per kind (backends terminated, rescued jobs)
+	x  map[string]int // extra figure per kind (backends terminated)
 }
 
 func (m *sync2Map) add(kind string, extra int) {
@@ -336,9 +351,6 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
-	rescueCtx, stopRescue := context.WithCancel(ctx)
-	rescueDone := make(chan struct{})
-	go func() { defer close(rescueDone); h.rescueLoop(rescueCtx) }()
 	var wg gosync.WaitGroup
 	for i := range o.producers {
 		wg.Add(1)
@@ -349,15 +361,13 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	wg.Wait()
 	<-faultsDone
 	if ctx.Err() != nil {
-		stopRescue()
-		<-rescueDone
+		h.measures.Wait()
 		return ctx.Err()
 	}
 	h.logf("load done: %d acknowledged events; draining", len(h.acked))
 	h.ensureWorkers(ctx)
 	drained, drainTook := h.drain(ctx)
-	stopRescue()
-	<-rescueDone
+	h.measures.Wait()
 
 	// A clean stop of every process still running is part of the check.
 	for _, p := range h.liveProcs() {

@@ -171,12 +171,14 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	crashes := slices.Clone(h.crashes)
 	h.prodMu.Unlock()
 
-	if err := h.verifyWebhooks(ctx, r, head, spaceSeqs); err != nil {
+	missing := map[string]int{}
+	if err := h.verifyWebhooks(ctx, r, head, spaceSeqs, missing); err != nil {
 		return nil, err
 	}
-	if err := h.verifyPush(ctx, r, spaceSeqs); err != nil {
+	if err := h.verifyPush(ctx, r, spaceSeqs, missing); err != nil {
 		return nil, err
 	}
+	dupsByCause := h.arrivalsReport(r, missing)
 
 	// Cursors.
 	var crow [][]string
@@ -212,17 +214,19 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 		}
 	}
 	for _, k := range []string{faultKill, faultTermPool, faultTermListen, faultPGCrashQuiet, faultPGCrash, faultRevokeWH, faultRevokePush,
-		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx, faultRescue} {
+		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx} {
 		n, x := h.faultMu.get(k)
 		detail := ""
 		switch k {
+		case faultKill:
+			jobs, next, _, _ := h.takeoverFigures()
+			detail = fmt.Sprintf("takeover p95 %s (%d jobs and claims), next healthy webhook 2xx p95 %s", fmtTook(percentile(jobs, .95)), len(jobs),
+				fmtTook(percentile(next, .95)))
 		case faultTermPool, faultTermListen:
 			detail = fmt.Sprintf("%d backends", x)
 			if n > 0 && x == 0 {
 				r.fail("%s: no backend was found to terminate", k)
 			}
-		case faultRescue:
-			detail = fmt.Sprintf("%d jobs", x)
 		case faultWH5xx:
 			detail = fmt.Sprintf("%d answers", h.target("flaky-5xx").faultResp.Load())
 		case faultWHTimeout:
@@ -256,9 +260,11 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 				r.fail("fault %q: the receiver never answered with the fault (no request in the window)", k)
 			}
 		}
-		frow = append(frow, []string{k, itoa(n), detail})
+		frow = append(frow, []string{k, itoa(n), detail, itoa(dupsByCause[k][chanWebhooks]), itoa(dupsByCause[k][chanPush])})
 	}
-	r.table("FAULTS", "fault\tcount\tdetail", frow)
+	frow = append(frow, []string{noFault, "", "", itoa(dupsByCause[noFault][chanWebhooks]), itoa(dupsByCause[noFault][chanPush])})
+	r.table("FAULTS (a duplicate arrival is attributed to the fault nearest to the accepted arrival)",
+		"fault\tcount\tdetail\tdup arrivals webhooks\tdup arrivals push", frow)
 
 	// The run itself.
 	var misc [][]string
@@ -287,7 +293,7 @@ func firstLine(s string) string {
 // verifyWebhooks checks delivery rows per (subscription, seq) against the
 // events of each subscription's active intervals, the receivers' arrivals
 // and the revocation.
-func (h *harness) verifyWebhooks(ctx context.Context, r *report, head int64, spaceSeqs map[string][]int64) error {
+func (h *harness) verifyWebhooks(ctx context.Context, r *report, head int64, spaceSeqs map[string][]int64, missingArrivals map[string]int) error {
 	status := map[uuid.UUID]string{}
 	srows, err := h.pool.Query(ctx, `SELECT id, status FROM webhook_subscriptions`)
 	if err != nil {
@@ -452,6 +458,7 @@ GROUP BY args->>'subscription_id', args->>'seq' HAVING count(*) > 1`, webhooks.K
 		delRows = append(delRows, []string{t.name, t.space, itoa(len(resumes)), status[t.id], itoa(counts["delivered"]),
 			itoa(counts["dead"]), itoa(counts["skipped"]), itoa(counts["pending"]), itoa(len(arrivals)),
 			itoa(undelivered), itoa(neverReceived), itoa(outOfOrder), itoa(afterRevoke), itoa(badSig)})
+		missingArrivals[chanWebhooks] += undelivered + neverReceived
 		if undelivered > 0 {
 			r.fail("webhooks %s: %d deliveries not delivered", t.name, undelivered)
 		}
@@ -475,7 +482,7 @@ GROUP BY args->>'subscription_id', args->>'seq' HAVING count(*) > 1`, webhooks.K
 
 // verifyPush checks push.deliver jobs per (registration, seq) and the
 // decrypted messages.
-func (h *harness) verifyPush(ctx context.Context, r *report, spaceSeqs map[string][]int64) error {
+func (h *harness) verifyPush(ctx context.Context, r *report, spaceSeqs map[string][]int64, missingArrivals map[string]int) error {
 	jobs := map[key][]string{}
 	rows, err := h.pool.Query(ctx, `
 SELECT (args->>'registration_id')::uuid, (args->>'seq')::bigint, state FROM river_job WHERE kind = 'push.deliver'`)
@@ -593,6 +600,15 @@ SELECT (args->>'registration_id')::uuid, (args->>'seq')::bigint, state FROM rive
 		for s := range arrived {
 			if !has[s] {
 				orphan++
+			}
+		}
+		if isRevoked {
+			missingArrivals[chanPush] += notArrived
+		} else {
+			for _, s := range evs {
+				if s <= upTo && arrived[s] == 0 {
+					missingArrivals[chanPush]++
+				}
 			}
 		}
 		delRows = append(delRows, []string{d.name, d.principal, strings.Join(d.spaces, ","), itoa(states["completed"]),

@@ -1,0 +1,107 @@
+package webhooks_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// workerProcess is what a worker process runs for webhooks: its liveness
+// lock and a River client with the delivery worker, under the lock's ID.
+// One worker slot, so a process whose sender hangs fetches nothing else.
+// River's own rescuer waits ten minutes and the claims last minutes, so
+// neither explains a takeover within the test.
+func workerProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig) (*liveness.Holder, *river.Client[pgx.Tx]) {
+	t.Helper()
+	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Acquire(context.Background()))
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	del, err := webhooks.NewDeliverer(b.db.Pool, nil, cfg)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, del)
+	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
+		ID:                   h.ID(),
+		Queues:               map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 1}},
+		Workers:              workers,
+		FetchCooldown:        5 * time.Millisecond,
+		FetchPollInterval:    20 * time.Millisecond,
+		RescueStuckJobsAfter: 10 * time.Minute,
+		Logger:               quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.StopAndCancel(ctx)
+	})
+	return h, rc
+}
+
+// TestDelivery_TakesOverFromADeadSender: a sender hangs in its request and
+// its process's session ends (as a SIGKILL ends it); the next job of the
+// subscription, on another process, must take the claim over and deliver
+// within seconds, although the claim itself would hold for minutes.
+func TestDelivery_TakesOverFromADeadSender(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil) // its River client only inserts the rounds' jobs
+	hung := make(chan struct{})
+	var hangOnce gosync.Once
+	release := make(chan struct{})
+	rv := newReceiver(t, nil)
+	t.Cleanup(func() { close(release) }) // before the server closes
+	rv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		hangOnce.Do(func() { first = true })
+		if first {
+			_, _ = io.Copy(io.Discard, r.Body)
+			close(hung)
+			select { // the dead process's request never ends
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		rv.serve(w, r)
+	})
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+
+	cfg := fastRetries()
+	cfg.Timeout = 2 * time.Minute // the claim holds for Timeout + 30 s
+	cfg.LivenessSettle = time.Millisecond
+	dead, _ := workerProcess(t, b, cfg)
+	evs := b.emit(t, "s1", 1)
+	b.round(t)
+	select {
+	case <-hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first sender never sent")
+	}
+	var owner string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, s.ID).Scan(&owner))
+	require.Equal(t, dead.ID(), owner, "the claim names the sender's process")
+
+	workerProcess(t, b, cfg)
+	killedAt := time.Now()
+	require.NoError(t, dead.Close(context.Background()))
+	evs = append(evs, b.emit(t, "s1", 1)...)
+	b.round(t) // a new job for the subscription, which only the live process can run
+
+	eventually(t, 30*time.Second, func() bool { return rv.count() >= 2 }, "the live process delivers both events")
+	t.Logf("delivered after %s", time.Since(killedAt))
+	require.Equal(t, []int64{evs[0].Seq, evs[1].Seq}, seqsOf(rv.requests()), "the dead sender's delivery first, then the next")
+}

@@ -1,0 +1,216 @@
+package soak
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// Channels of arrivals.
+const (
+	chanWebhooks = "webhooks"
+	chanPush     = "push"
+)
+
+// noFault names duplicates that no process or database fault explains.
+const noFault = "no fault between the first arrival and the copy"
+
+// duplicate is an arrival of a message its receiver had already accepted:
+// a webhook request for a (subscription, seq) that the receiver already
+// answered with a 2xx, or a second decrypted push message for a (device,
+// seq). Senders record a send right after the 2xx; a fault in between
+// (the sender's process killed, its connection cut, PostgreSQL crashed)
+// leaves no record, and the message is sent again.
+type duplicate struct {
+	channel, target string
+	seq             int64
+	first, again    time.Time
+	cause           string // the fault kind, or noFault
+}
+
+// attributionWindow bounds how far a fault may lie from the accepted
+// arrival it is blamed for: the fault hits between the request and the
+// record of its answer, and a request may have been in flight (held by a
+// slow receiver) for up to twice webhooks.timeout.
+const attributionWindow = 2 * time.Second
+
+// duplicates finds every duplicate arrival at the receivers and attributes
+// it to the process or database fault nearest to the accepted arrival,
+// within attributionWindow and before the copy: the fault that hit the
+// moment between the 2xx and its record.
+func (h *harness) duplicates() []duplicate {
+	var out []duplicate
+	h.procMu.Lock()
+	targets := slices.Clone(h.targets)
+	h.procMu.Unlock()
+	for _, t := range targets {
+		arrivals, _ := t.snapshot()
+		accepted := map[int64]time.Time{}
+		for _, a := range arrivals {
+			if first, ok := accepted[a.seq]; ok {
+				out = append(out, duplicate{channel: chanWebhooks, target: t.name, seq: a.seq, first: first, again: a.at})
+				continue
+			}
+			if a.status >= 200 && a.status < 300 {
+				accepted[a.seq] = a.at
+			}
+		}
+	}
+	for _, d := range h.devices {
+		seen := map[int64]time.Time{}
+		for _, m := range h.pr.messages(d.name) {
+			if first, ok := seen[m.seq]; ok {
+				out = append(out, duplicate{channel: chanPush, target: d.name, seq: m.seq, first: first, again: m.at})
+				continue
+			}
+			seen[m.seq] = m.at
+		}
+	}
+	h.faultLogMu.Lock()
+	faults := slices.Clone(h.faultLog)
+	h.faultLogMu.Unlock()
+	slices.SortFunc(faults, func(a, b faultEvent) int { return a.at.Compare(b.at) })
+	for i := range out {
+		d := &out[i]
+		d.cause = noFault
+		best := attributionWindow + 1
+		for _, f := range faults {
+			dist := f.at.Sub(d.first).Abs()
+			if dist <= attributionWindow && !f.at.After(d.again) && dist < best {
+				d.cause, best = f.kind, dist
+			}
+		}
+	}
+	return out
+}
+
+// takeoverFigures summarizes the kills: every job and sender claim a killed
+// worker held and how soon it was taken over, and for each webhook
+// subscription it was sending for whose receiver never fails (healthy-*:
+// the others may be in a failure window or revoked, which delays their next
+// 2xx whoever sends), how soon the next request reached the receiver with a
+// 2xx. Other subscriptions' figures are listed per kill, not summarized.
+func (h *harness) takeoverFigures() (jobs, nextDelivery []time.Duration, never int, rows [][]string) {
+	h.faultLogMu.Lock()
+	tos := slices.Clone(h.takeovers)
+	h.faultLogMu.Unlock()
+	slices.SortFunc(tos, func(a, b takeover) int { return a.at.Compare(b.at) })
+	byID := map[string]*target{}
+	h.procMu.Lock()
+	for _, t := range h.targets {
+		byID[t.id.String()] = t
+	}
+	h.procMu.Unlock()
+	for _, to := range tos {
+		var took, next []time.Duration
+		nWH, nPush, nClaims := 0, 0, 0
+		subs := map[string]bool{}
+		for i, j := range to.jobs {
+			if to.took[i] < 0 {
+				never++
+			} else {
+				took = append(took, to.took[i])
+			}
+			switch j.kind {
+			case webhooks.KindDeliver:
+				nWH++
+				subs[j.sub.String()] = true
+			case kindClaim:
+				nClaims++
+				subs[j.sub.String()] = true
+			case "push.deliver":
+				nPush++
+			}
+		}
+		var others []string
+		for sub := range subs {
+			t := byID[sub]
+			if t == nil {
+				continue
+			}
+			arrivals, _ := t.snapshot()
+			for _, a := range arrivals {
+				if a.at.After(to.at) && a.status >= 200 && a.status < 300 {
+					d := a.at.Sub(to.at)
+					switch {
+					case !strings.HasPrefix(t.name, "healthy-"):
+						others = append(others, fmt.Sprintf("%s %s", t.name, fmtTook(d)))
+					case d < takeoverLimit:
+						next = append(next, d)
+					}
+					break
+				}
+			}
+		}
+		slices.Sort(others)
+		jobs = append(jobs, took...)
+		nextDelivery = append(nextDelivery, next...)
+		worst, worstNext := "-", "-"
+		if len(took) > 0 {
+			worst = fmtTook(slices.Max(took))
+		}
+		if len(took) < len(to.jobs) {
+			worst = fmtTook(-1)
+		}
+		if len(next) > 0 {
+			worstNext = fmtTook(slices.Max(next))
+		}
+		rows = append(rows, []string{to.victim, fmt.Sprintf("t+%.1fs", to.at.Sub(h.start).Seconds()),
+			itoa(nWH), itoa(nPush), itoa(nClaims), worst, worstNext, strings.Join(others, ", ")})
+	}
+	return jobs, nextDelivery, never, rows
+}
+
+// arrivalsReport adds the tables of arrivals, duplicates and takeovers and
+// the violations among them: a missing arrival, a duplicate that no fault
+// explains, a kill whose jobs were not taken over within takeoverLimit.
+// Duplicates that a fault explains are expected and only counted.
+func (h *harness) arrivalsReport(r *report, missing map[string]int) map[string]map[string]int {
+	dups := h.duplicates()
+	byCause := map[string]map[string]int{}
+	perChannel := map[string]int{}
+	for _, d := range dups {
+		if byCause[d.cause] == nil {
+			byCause[d.cause] = map[string]int{}
+		}
+		byCause[d.cause][d.channel]++
+		perChannel[d.channel]++
+	}
+	var rows [][]string
+	for _, ch := range []string{chanWebhooks, chanPush} {
+		rows = append(rows, []string{ch, itoa(missing[ch]), itoa(perChannel[ch]), itoa(byCause[noFault][ch])})
+		if missing[ch] > 0 {
+			r.fail("%s: %d messages that should have arrived did not", ch, missing[ch])
+		}
+		if n := byCause[noFault][ch]; n > 0 {
+			r.fail("%s: %d duplicate arrivals with no process or database fault between the first arrival and the copy", ch, n)
+		}
+	}
+	r.table("ARRIVALS AT THE RECEIVERS (duplicates: a copy of a message already accepted)",
+		"channel\tmissing\tduplicate arrivals\tof them without a fault", rows)
+	for _, d := range dups {
+		h.logf("duplicate arrival: %s %s seq %d, accepted at t+%.2fs, again at t+%.2fs (%s)", d.channel, d.target, d.seq,
+			d.first.Sub(h.start).Seconds(), d.again.Sub(h.start).Seconds(), d.cause)
+	}
+
+	jobs, next, never, krows := h.takeoverFigures()
+	pct := func(ds []time.Duration, p float64) string {
+		if len(ds) == 0 {
+			return "-"
+		}
+		return fmtTook(percentile(ds, p))
+	}
+	r.table(fmt.Sprintf("TAKEOVER AFTER SIGKILL (River's rescue_stuck_jobs_after would take 2m; goal p95 < 5s)\n"+
+		"jobs and sender claims taken over: %d, p50 %s, p95 %s, max %s; not within %s: %d\n"+
+		"next 2xx at the killed sender's always-healthy webhook subscriptions: %d, p50 %s, p95 %s, max %s",
+		len(jobs), pct(jobs, .5), pct(jobs, .95), pct(jobs, 1), takeoverLimit, never,
+		len(next), pct(next, .5), pct(next, .95), pct(next, 1)),
+		"killed\tat\twebhook jobs\tpush jobs\twebhook claims\tall taken over after\tnext healthy webhook 2xx after\tnext 2xx at other subscriptions", krows)
+	if never > 0 {
+		r.fail("%d jobs or sender claims of killed workers were not taken over within %s", never, takeoverLimit)
+	}
+	return byCause
+}
