@@ -3,15 +3,20 @@ package sync
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
 
 // FuzzNewEventNormalize normalizes fuzzed events: it must never panic, and
 // an accepted event must hold every rule a consumer relies on (an id, a
-// time, data that is a JSON object within the limit, names that match).
+// time RFC 3339 can write, data that is a JSON object within the limit
+// with UTF-8 text and no NUL, names that match). FuzzEventLogWrite, in the
+// PostgreSQL adapter, checks that the log stores what Normalize accepts.
 func FuzzNewEventNormalize(f *testing.F) {
 	f.Add("space-1", "item.created", "alice", []byte(`{"a":1}`), int64(0))
 	f.Add("", "", "", []byte(nil), int64(-1))
@@ -20,11 +25,16 @@ func FuzzNewEventNormalize(f *testing.F) {
 	f.Add("s", "item.created", "a", []byte(`{"a":`), int64(0))
 	f.Add("s\x00", "item.created\n", "a", []byte(`{}`+"\n"), int64(0))
 	f.Add("s", "item.created", "a", bytes.Repeat([]byte(" "), MaxEventData+1), int64(0))
+	f.Add("s", "item.created", "a", []byte(`{"a":"\u0000","\ud800":1}`), int64(0))
+	f.Add("s", "item.created", "a", []byte("{\"a\":\"\xff\xfe\"}"), int64(0))
+	f.Add("s", "item.created", "a", []byte(`{"a":[1e131072,1E-16384,0e1073741823]}`), int64(0))
+	f.Add("s", "item.created", "a", []byte(`{"a":"\ud83d\ude00","b":1e131071}`), int64(253402300799))
+	f.Add("s", "item.created", "a", []byte(`{}`), int64(-62167219201))
 	now := time.Date(2026, 10, 10, 12, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, space, typ, actor string, data []byte, occurred int64) {
 		e := NewEvent{Space: space, Type: typ, Actor: actor, Data: data}
 		if occurred != 0 {
-			e.OccurredAt = time.Unix(occurred%(1<<35), 0)
+			e.OccurredAt = time.Unix(occurred%(1<<38), 0) // ±8,700 years around 1970
 		}
 		if err := e.Normalize(now); err != nil {
 			if err.Error() == "" {
@@ -41,6 +51,15 @@ func FuzzNewEventNormalize(f *testing.F) {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(e.Data, &obj); err != nil || obj == nil {
 			t.Fatalf("accepted data that is not a JSON object: %q", e.Data)
+		}
+		var tree any
+		dec := json.NewDecoder(bytes.NewReader(e.Data))
+		dec.UseNumber()
+		if err := dec.Decode(&tree); err != nil {
+			t.Fatalf("accepted data does not decode: %v", err)
+		}
+		if !utf8.Valid(e.Data) || hasNUL(tree) {
+			t.Fatalf("accepted data with invalid UTF-8 or a NUL: %q", e.Data)
 		}
 		if !namePattern.MatchString(e.Space) || !namePattern.MatchString(e.Actor) || !typePattern.MatchString(e.Type) {
 			t.Fatalf("accepted bad names: %+v", e)
@@ -59,6 +78,24 @@ func FuzzNewEventNormalize(f *testing.F) {
 			t.Fatalf("envelope round trip changed fields: %+v -> %+v", e, back)
 		}
 	})
+}
+
+// hasNUL reports whether a decoded JSON value holds a NUL in a string or
+// a key.
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		return slices.ContainsFunc(v, hasNUL)
+	case map[string]any:
+		for k, x := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // FuzzEnvelopeDecode decodes fuzzed JSON as an Envelope (what a receiver
