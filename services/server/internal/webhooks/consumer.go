@@ -37,7 +37,8 @@ func (*Consumer) Name() string { return ConsumerName }
 // candidates), and each candidate is looked up by (space, pattern) in
 // webhook_subscription_filters (migration 0052), so a round reads only the
 // filters that match: its cost follows the matches, not how many filters
-// the subscriptions on a space have. DISTINCT merges a subscription that
+// the subscriptions on a space have (BenchmarkRoundFilters,
+// TestConsumer_TenantIsolation). DISTINCT merges a subscription that
 // matches one event through several patterns; the unique key
 // (subscription_id, event_seq) makes a replayed batch insert nothing. It
 // returns, per subscription, the lowest new seq.

@@ -69,13 +69,14 @@ const (
 )
 
 // Limits bound what one owner or space can ask of the webhooks consumer.
-// A round's matching no longer grows with filter counts, but every
-// subscription on a space is a row each event of the space may match and a
-// sender that may run; the limits keep one tenant's share of rounds and
-// senders in proportion. Subscriptions of every status count: a disabled
-// one can be enabled again. Rows written before a limit existed (or
-// directly in SQL) keep working and are matched at the same cost; an update
-// of such a subscription must come within the limit.
+// A round's matching does not grow with filter counts (see handleSQL), but
+// every subscription on a space is a delivery row per matching event and a
+// sender that may run, and every filter is a row to store; the limits keep
+// one tenant's share of rounds and senders in proportion. Subscriptions of
+// every status count: a disabled one can be enabled again. Rows written
+// before a limit existed (or directly in SQL) keep working and are matched
+// at the same cost (TestConsumer_TenantIsolation); an update of such a
+// subscription must come within the limit.
 type Limits struct {
 	// MaxEventTypes is the most event-type filters one subscription may
 	// have (webhooks.max_event_types). Default DefaultMaxEventTypes.
