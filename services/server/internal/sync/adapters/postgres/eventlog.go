@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,10 +109,50 @@ RETURNING seq, committed_at`
 // holder of the counter waits for its own.
 const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
 
+// claimIDsSQL records the events' ids in event_ids before the counter is
+// taken, and returns those that were not there. The unique index makes a
+// producer claiming an id that an uncommitted transaction claimed wait for
+// it to end, outside the counter's window; the ids come sorted, so two
+// producers claiming overlapping sets take them in the same order and cannot
+// deadlock. after_seq is the head before this producer takes the counter,
+// so the event's seq is larger (see loggedEventsSQL).
+const claimIDsSQL = `
+INSERT INTO event_ids (id, after_seq)
+SELECT id, (SELECT last_seq FROM event_seq) FROM unnest($1::uuid[]) AS id
+ON CONFLICT (id) DO NOTHING
+RETURNING id`
+
+// loggedEventsSQL finds the logged events of ids that were claimed before:
+// the first event with the id after its claim's after_seq, looking at most
+// $3 seqs ahead. event_log has no index on id; its primary key leads with
+// seq, so each id costs a short range scan per partition.
+const loggedEventsSQL = `
+SELECT e.seq, e.committed_at, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, e.data = d.data
+FROM unnest($1::uuid[], $2::jsonb[]) AS d(id, data)
+JOIN event_ids i ON i.id = d.id
+CROSS JOIN LATERAL (
+    SELECT * FROM event_log e
+    WHERE e.seq > i.after_seq AND e.seq <= i.after_seq + $3 AND e.id = d.id
+    ORDER BY e.seq LIMIT 1
+) e`
+
+// sameDataSQL returns the positions (from 1) of the pairs whose jsonb
+// values differ: what "the same data" means for a repeated event id.
+const sameDataSQL = `
+SELECT array_agg(n) FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS t(a, b, n) WHERE a <> b`
+
 // Write implements sync.Producer. The counter update with the event insert
 // and COMMIT go to the server as one pipeline, so the serialized phase (from
 // the counter's row lock to its release at commit) contains no client round
 // trip.
+//
+// Before that, outside the window, the events' ids are claimed in
+// event_ids (claimIDsSQL): an id that is there already, or that a
+// concurrent producer holds and then commits, is not appended again; the
+// caller gets the logged event with Duplicate set
+// (TestEventLog_WriteRepeatedID). A repeated id whose space, type, actor or
+// data differ is an *sync.EventError wrapping sync.ErrEventIDConflict, and
+// nothing commits.
 //
 // The COMMIT inside the lock window is asynchronous (synchronous_commit off
 // for this transaction only): the counter is released as soon as the commit
@@ -151,18 +192,39 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		return nil, nil
 	}
 	now := l.cfg.Now()
-	n := len(news)
+	news = slices.Clone(news) // Normalize fills defaults; leave the caller's slice alone
+	for i := range news {
+		if err := news[i].Normalize(now); err != nil {
+			return nil, &sync.EventError{Index: i, Err: err}
+		}
+	}
+	p, err := planAppend(ctx, tx, news)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sync.Event, len(news))
+	if len(p.fresh) == 0 {
+		// Every event is in the log already: no counter, and a commit that
+		// is synchronous like any other. What the answer shows (the logged
+		// events) is made durable first, as a read would.
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("append: commit: %w", err)
+		}
+		committed = true
+		if _, err := conn.Exec(ctx, durableSQL); err != nil {
+			return nil, fmt.Errorf("append: committed, flush the log: %w", err)
+		}
+		p.fill(out, nil)
+		return out, nil
+	}
+	n := len(p.fresh)
 	ids := make([]uuid.UUID, n)
 	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
 	occurred := make([]time.Time, n)
 	datas := make([]json.RawMessage, n)
-	news = slices.Clone(news) // Normalize fills defaults; leave the caller's slice alone
-	for i := range news {
+	for j, i := range p.fresh {
 		e := &news[i]
-		if err := e.Normalize(now); err != nil {
-			return nil, fmt.Errorf("append event %d: %w", i, err)
-		}
-		ids[i], spaces[i], types[i], actors[i], occurred[i], datas[i] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
+		ids[j], spaces[j], types[j], actors[j], occurred[j], datas[j] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
 	}
 
 	b := &pgx.Batch{}
@@ -172,19 +234,19 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	if l.cfg.AdvisoryLock {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
-	out := make([]sync.Event, 0, n)
+	appended := make([]sync.Event, 0, n)
 	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas).Query(func(rows pgx.Rows) error {
-		i := 0
+		j := 0
 		for rows.Next() {
 			var seq int64
 			var at time.Time
 			if err := rows.Scan(&seq, &at); err != nil {
 				return err
 			}
-			e := news[i]
-			out = append(out, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
+			e := news[p.fresh[j]]
+			appended = append(appended, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
 				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data})
-			i++
+			j++
 		}
 		return rows.Err()
 	})
@@ -216,7 +278,167 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	if l.cfg.Notify == NotifyAfterCommit {
 		l.notifier.signal()
 	}
+	p.fill(out, appended)
 	return out, nil
+}
+
+// appendPlan says what becomes of each event of a Write.
+type appendPlan struct {
+	// fresh are the positions of the events to append, in call order.
+	fresh []int
+	// first maps each position to the first event of the call with its id
+	// (itself for the first).
+	first []int
+	// logged holds, by position, the logged event of a first occurrence
+	// whose id was in the log already.
+	logged map[int]sync.Event
+}
+
+// fill writes the call's result into out: appended are the events of
+// p.fresh, in order, as the counter numbered them.
+func (p *appendPlan) fill(out []sync.Event, appended []sync.Event) {
+	for j, i := range p.fresh {
+		out[i] = appended[j]
+	}
+	for i, e := range p.logged {
+		out[i] = e
+	}
+	for i, f := range p.first {
+		if f != i {
+			out[i] = out[f]
+			out[i].Duplicate = true
+		}
+	}
+}
+
+// planAppend collapses repeated ids within news, claims the ids in
+// event_ids and finds the logged events of those claimed before. It
+// returns an *sync.EventError wrapping sync.ErrEventIDConflict for a
+// repeated id whose event differs.
+func planAppend(ctx context.Context, tx pgx.Tx, news []sync.NewEvent) (*appendPlan, error) {
+	p := &appendPlan{first: make([]int, len(news)), logged: map[int]sync.Event{}}
+	firstOf := make(map[uuid.UUID]int, len(news))
+	var later []int // repeats within the call
+	for i := range news {
+		f, seen := firstOf[news[i].ID]
+		if !seen {
+			f = i
+			firstOf[news[i].ID] = i
+		} else {
+			later = append(later, i)
+		}
+		p.first[i] = f
+	}
+	if err := sameWithinCall(ctx, tx, news, p.first, later); err != nil {
+		return nil, err
+	}
+
+	unique := make([]uuid.UUID, 0, len(firstOf))
+	for id := range firstOf {
+		unique = append(unique, id)
+	}
+	slices.SortFunc(unique, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	rows, err := tx.Query(ctx, claimIDsSQL, unique)
+	if err != nil {
+		return nil, fmt.Errorf("append: claim event ids: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("append: claim event ids: %w", err)
+	}
+	isNew := make(map[uuid.UUID]bool, len(claimed))
+	for _, id := range claimed {
+		isNew[id] = true
+	}
+	var repeated []int // first occurrences whose id was claimed before
+	for i, f := range p.first {
+		switch {
+		case f != i:
+		case isNew[news[i].ID]:
+			p.fresh = append(p.fresh, i)
+		default:
+			repeated = append(repeated, i)
+		}
+	}
+	if len(repeated) > 0 {
+		if err := p.findLogged(ctx, tx, news, repeated); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// sameWithinCall checks that every later event of the call with an earlier
+// event's id is that event again.
+func sameWithinCall(ctx context.Context, tx pgx.Tx, news []sync.NewEvent, first, later []int) error {
+	if len(later) == 0 {
+		return nil
+	}
+	a, b := make([]json.RawMessage, len(later)), make([]json.RawMessage, len(later))
+	for k, i := range later {
+		e, f := &news[i], &news[first[i]]
+		if e.Space != f.Space || e.Type != f.Type || e.Actor != f.Actor {
+			return &sync.EventError{Index: i, Err: fmt.Errorf("id %s is also the id of event %d, which differs in space, type or actor: %w", e.ID, first[i], sync.ErrEventIDConflict)}
+		}
+		a[k], b[k] = e.Data, f.Data
+	}
+	var differ []int
+	if err := tx.QueryRow(ctx, sameDataSQL, a, b).Scan(&differ); err != nil {
+		return fmt.Errorf("append: compare repeated events: %w", err)
+	}
+	if len(differ) > 0 {
+		i := later[differ[0]-1]
+		return &sync.EventError{Index: i, Err: fmt.Errorf("id %s is also the id of event %d, which differs in data: %w", news[i].ID, first[i], sync.ErrEventIDConflict)}
+	}
+	return nil
+}
+
+// findLogged reads the logged events of the positions in repeated, whose
+// ids were claimed by transactions that have committed, and records them in
+// p.logged. The search widens until it covers the whole log; an id whose
+// event is not found (retention removed it before the id) is a conflict too.
+func (p *appendPlan) findLogged(ctx context.Context, tx pgx.Tx, news []sync.NewEvent, repeated []int) error {
+	var head int64
+	if err := tx.QueryRow(ctx, `SELECT last_seq FROM event_seq`).Scan(&head); err != nil {
+		return fmt.Errorf("append: read head: %w", err)
+	}
+	left := slices.Clone(repeated)
+	for span := int64(1024); len(left) > 0; span *= 8 {
+		ids, datas := make([]uuid.UUID, len(left)), make([]json.RawMessage, len(left))
+		at := make(map[uuid.UUID]int, len(left))
+		for k, i := range left {
+			ids[k], datas[k], at[news[i].ID] = news[i].ID, news[i].Data, i
+		}
+		rows, err := tx.Query(ctx, loggedEventsSQL, ids, datas, span)
+		if err != nil {
+			return fmt.Errorf("append: read logged events: %w", err)
+		}
+		for rows.Next() {
+			var e sync.Event
+			var sameData bool
+			if err := rows.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data, &sameData); err != nil {
+				rows.Close()
+				return fmt.Errorf("append: read logged events: %w", err)
+			}
+			i := at[e.ID]
+			ne := &news[i]
+			if e.Space != ne.Space || e.Type != ne.Type || e.Actor != ne.Actor || !sameData {
+				rows.Close()
+				return &sync.EventError{Index: i, Err: fmt.Errorf("id %s already names an event in the log that differs in space, type, actor or data: %w", ne.ID, sync.ErrEventIDConflict)}
+			}
+			e.Duplicate = true
+			p.logged[i] = e
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("append: read logged events: %w", err)
+		}
+		left = slices.DeleteFunc(left, func(i int) bool { _, ok := p.logged[i]; return ok })
+		if len(left) > 0 && span >= head {
+			i := left[0]
+			return &sync.EventError{Index: i, Err: fmt.Errorf("id %s was used by an event that is no longer in the log: %w", news[i].ID, sync.ErrEventIDConflict)}
+		}
+	}
+	return nil
 }
 
 // durableSQL flushes the WAL up to its current end unless that is flushed

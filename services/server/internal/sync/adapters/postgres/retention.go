@@ -204,8 +204,14 @@ func (p *Partitions) dropBefore(ctx context.Context, r *lockRetrier, cutoff time
 	}
 	var dropped []string
 	for _, name := range names {
+		err := r.run(ctx, p.pool, "forget event ids of "+name, func(tx pgx.Tx) error {
+			return forgetEventIDs(ctx, tx, name)
+		})
+		if err != nil {
+			return dropped, err
+		}
 		var gone bool
-		err := r.run(ctx, p.pool, "drop partition "+name, func(tx pgx.Tx) (err error) {
+		err = r.run(ctx, p.pool, "drop partition "+name, func(tx pgx.Tx) (err error) {
 			gone, err = dropPartition(ctx, tx, name)
 			return err
 		})
@@ -217,6 +223,23 @@ func (p *Partitions) dropBefore(ctx context.Context, r *lockRetrier, cutoff time
 		}
 	}
 	return dropped, nil
+}
+
+// forgetEventIDs deletes from event_ids the ids of partition name's events
+// (every id claimed before its highest seq was committed), so that
+// event_ids stays as long as the log. It runs before the partition is
+// dropped, in its own transaction: the scan of event_ids takes no lock that
+// producers wait for, and the drop's transaction, which holds event_log's
+// ACCESS EXCLUSIVE lock, stays short. Until the drop, a repeated id of
+// those events (older than the retention period) may be appended again
+// (TestPartitions_MaintainForgetsEventIDs).
+func forgetEventIDs(ctx context.Context, tx pgx.Tx, name string) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_log_partitions WHERE name = $1)`, name).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM event_ids WHERE after_seq < (SELECT max(seq) FROM `+pgx.Identifier{name}.Sanitize()+`)`)
+	return err
 }
 
 // dropPartition detaches and drops partition name and raises the retention
