@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -21,19 +22,43 @@ type appendEventsRequest struct {
 }
 
 type newEventJSON struct {
-	// ID, if set, is the event's id (idempotency is the caller's).
+	// ID, if set, is the event's id; sending it again repeats the event
+	// instead of appending another (see appendEvents).
 	ID         *uuid.UUID      `json:"id"`
 	Type       string          `json:"type"`
 	OccurredAt *time.Time      `json:"occurred_at"`
 	Data       json.RawMessage `json:"data"`
 }
 
+// appendedEvent is an event of the answer: its envelope as logged, marked
+// when it was in the log before this request or earlier in it.
+type appendedEvent struct {
+	sync.Envelope
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
 // appendEvents appends events to a space in one transaction through the
 // event log's producer, with the subject as actor. It stands in for the
 // sync write path until that exists; consumers see these events as any
 // other.
+//
+// Appending is idempotent by event id, as a retry after a lost answer
+// needs: an event whose id is already in the log (within retention), or
+// earlier in the request, is not appended again. The answer is 201 with
+// every event as logged, the original seq included, whether or not some or
+// all were there before, so a retry gets the answer its first attempt
+// would have (as a replayed Stripe idempotency key does); a repeated event
+// carries "duplicate": true. An id already used for an event with another
+// space, type, actor or data is 409, and nothing is appended. occurred_at
+// is not compared: it defaults to the time of each attempt.
+//
+// Everything PostgreSQL would refuse is refused here first, as 4xx naming
+// the field (sync.NewEvent.Normalize), and a database outage is 503 (fail).
 func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
-	space := r.PathValue("space")
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
 	if err := a.allow(r, s, authz.ActionEventAppend, space); err != nil {
 		return err
 	}
@@ -55,18 +80,51 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 			ne.OccurredAt = *e.OccurredAt
 		}
 		if err := ne.Normalize(now); err != nil {
-			return errorf(http.StatusUnprocessableEntity, kindInvalid, "events[%d]: %v", i, err)
+			return eventError(i, err)
 		}
 		news[i] = ne
 	}
 	evs, err := a.log.Write(r.Context(), func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil })
 	if err != nil {
+		var ee *sync.EventError
+		if errors.As(err, &ee) {
+			return eventError(ee.Index, ee.Err)
+		}
 		return err
 	}
-	out := make([]sync.Envelope, len(evs))
+	out := make([]appendedEvent, len(evs))
 	for i := range evs {
-		out[i] = evs[i].Envelope()
+		out[i] = appendedEvent{Envelope: evs[i].Envelope(), Duplicate: evs[i].Duplicate}
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"events": out})
 	return nil
+}
+
+// eventError is the problem for an error about events[i] of a request: the
+// field Normalize refused (422) or a reused id (409).
+func eventError(i int, err error) error {
+	var fe *sync.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "events[%d].%s: %s", i, fe.Field, fe.Reason)
+	case errors.Is(err, sync.ErrEventIDConflict):
+		return errorf(http.StatusConflict, kindIDReused, "events[%d].id: %v; send a new id for a different event", i, err)
+	}
+	return errorf(http.StatusUnprocessableEntity, kindInvalid, "events[%d]: %v", i, err)
+}
+
+// pathSpace returns the space named in the path. A name that cannot be a
+// space (PostgreSQL could not even store some of them, such as %00) is
+// refused before anything reads the database, as forbidden: no right can
+// exist on it.
+func pathSpace(r *http.Request) (string, error) {
+	space := r.PathValue("space")
+	if err := sync.CheckSpace(space); err != nil {
+		var fe *sync.FieldError
+		if errors.As(err, &fe) {
+			return "", errorf(http.StatusForbidden, kindForbidden, "space in the path: %s", fe.Reason)
+		}
+		return "", err
+	}
+	return space, nil
 }

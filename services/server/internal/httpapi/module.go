@@ -247,12 +247,22 @@ func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {
 }
 
 // fail writes err as a problem; an error that is not an *apiError is an
-// internal one, logged with the request and answered without its text.
+// internal one, logged with the request and answered without its text,
+// unless the database is unavailable (databaseUnavailable): that is 503
+// with Retry-After, which a client may retry as it is (appending events is
+// idempotent by id).
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 			return // the client left
+		}
+		if databaseUnavailable(err) {
+			a.cfg.Logger.WarnContext(r.Context(), "http api: database unavailable", slog.String("method", r.Method),
+				slog.String("path", r.URL.Path), slog.Any("error", err))
+			w.Header().Set("Retry-After", retryAfterUnavailable)
+			writeProblem(w, r, errorf(http.StatusServiceUnavailable, kindUnavailable, "the database is unavailable; retry in a few seconds"))
+			return
 		}
 		a.cfg.Logger.ErrorContext(r.Context(), "http api", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Any("error", err))
