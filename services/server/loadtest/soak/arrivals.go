@@ -31,16 +31,22 @@ type duplicate struct {
 	cause           string // the fault kind, or noFault
 }
 
-// attributionWindow bounds how far a fault may lie from the accepted
-// arrival it is blamed for: the fault hits between the request and the
-// record of its answer, and a request may have been in flight (held by a
-// slow receiver) for up to twice webhooks.timeout.
-const attributionWindow = 2 * time.Second
+// attributionSlack is how long before the accepted arrival its fault may
+// have begun: the request was in flight when the sender was killed or
+// frozen, and the receiver still answered it.
+const attributionSlack = time.Second
+
+// duplicateCauses are the faults that can come between a 2xx and its
+// record: the sender's process dies, its connections are cut, PostgreSQL
+// goes away. (A terminated LISTEN connection only delays wake-ups.)
+var duplicateCauses = []string{faultKill, faultTermPool, faultPGCrashQuiet, faultPGCrash}
 
 // duplicates finds every duplicate arrival at the receivers and attributes
-// it to the process or database fault nearest to the accepted arrival,
-// within attributionWindow and before the copy: the fault that hit the
-// moment between the 2xx and its record.
+// it to the first fault among duplicateCauses that began after the accepted
+// arrival (less attributionSlack) and before the copy: the fault that hit
+// the moment between the 2xx and its record. That moment includes the wait
+// for a pool connection for the record, which under load can be far longer
+// than the insert itself.
 func (h *harness) duplicates() []duplicate {
 	var out []duplicate
 	h.procMu.Lock()
@@ -76,11 +82,10 @@ func (h *harness) duplicates() []duplicate {
 	for i := range out {
 		d := &out[i]
 		d.cause = noFault
-		best := attributionWindow + 1
 		for _, f := range faults {
-			dist := f.at.Sub(d.first).Abs()
-			if dist <= attributionWindow && !f.at.After(d.again) && dist < best {
-				d.cause, best = f.kind, dist
+			if slices.Contains(duplicateCauses, f.kind) && !f.at.Before(d.first.Add(-attributionSlack)) && !f.at.After(d.again) {
+				d.cause = f.kind
+				break
 			}
 		}
 	}

@@ -263,7 +263,7 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 		frow = append(frow, []string{k, itoa(n), detail, itoa(dupsByCause[k][chanWebhooks]), itoa(dupsByCause[k][chanPush])})
 	}
 	frow = append(frow, []string{noFault, "", "", itoa(dupsByCause[noFault][chanWebhooks]), itoa(dupsByCause[noFault][chanPush])})
-	r.table("FAULTS (a duplicate arrival is attributed to the fault nearest to the accepted arrival)",
+	r.table("FAULTS (a duplicate arrival is attributed to the first kill, pool termination or crash after the accepted arrival)",
 		"fault\tcount\tdetail\tdup arrivals webhooks\tdup arrivals push", frow)
 
 	// The run itself.
