@@ -141,6 +141,8 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 		}
 		defer pool.Close()
 		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
+		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes,
+			MaxSubscriptionsPerSpace: cfg.Webhooks.MaxSubscriptionsPerSpace, MaxSubscriptionsPerOwner: cfg.Webhooks.MaxSubscriptionsPerOwner}
 		s, secret, err := webhooks.Create(ctx, pool, p)
 		if err != nil {
 			return err

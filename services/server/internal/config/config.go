@@ -78,10 +78,13 @@ type River struct {
 
 // Webhooks configures outgoing webhooks.
 type Webhooks struct {
-	AllowPrivateTargets bool
-	Timeout             time.Duration
-	RetryBudget         time.Duration
-	MaxResponseBytes    int
+	AllowPrivateTargets      bool
+	Timeout                  time.Duration
+	RetryBudget              time.Duration
+	MaxResponseBytes         int
+	MaxEventTypes            int
+	MaxSubscriptionsPerSpace int
+	MaxSubscriptionsPerOwner int
 }
 
 // Push configures Web Push.

@@ -128,13 +128,13 @@ var Keys = []Key{
 	// and the CLI pass them on; until then they are validated only.
 	{Name: "webhooks.max_event_types", Default: "100", Range: "1..10000",
 		Doc: "Most event-type filters one webhook subscription may have; create and update refuse more with 422.",
-		set: func(c *Config, v string) error { return intIn(new(int), v, 1, 10000) }},
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.MaxEventTypes, v, 1, 10000) }},
 	{Name: "webhooks.max_subscriptions_per_space", Default: "100", Range: "1..10000",
 		Doc: "Most webhook subscriptions (any owner, any status) on one space; creating one more is refused with 422.",
-		set: func(c *Config, v string) error { return intIn(new(int), v, 1, 10000) }},
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.MaxSubscriptionsPerSpace, v, 1, 10000) }},
 	{Name: "webhooks.max_subscriptions_per_owner", Default: "1000", Range: "1..100000",
 		Doc: "Most webhook subscriptions (any space, any status) of one owner; creating one more is refused with 422.",
-		set: func(c *Config, v string) error { return intIn(new(int), v, 1, 100000) }},
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.MaxSubscriptionsPerOwner, v, 1, 100000) }},
 
 	{Name: "push.vapid_public_key", Default: "", Range: "base64url P-256 public key (bothy push vapid-keys)",
 		Doc: "VAPID public key; push delivery is off while it is empty.",

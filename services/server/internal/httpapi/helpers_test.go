@@ -42,10 +42,11 @@ func setup(t *testing.T) *testBundle {
 }
 
 // startServer runs the server in role on the database at url until the
-// test ends and returns its base URL.
-func startServer(t *testing.T, url, role string) string {
+// test ends and returns its base URL; extra are configuration keys and
+// values.
+func startServer(t *testing.T, url, role string, extra ...string) string {
 	t.Helper()
-	cfg, err := config.Load("", nil, map[string]string{
+	flags := map[string]string{
 		"database.url":                   url,
 		"server.role":                    role,
 		"server.listen_addr":             "127.0.0.1:0",
@@ -55,7 +56,11 @@ func startServer(t *testing.T, url, role string) string {
 		"river.fetch_cooldown":           "20ms",
 		"river.fetch_poll_interval":      "100ms",
 		"server.shutdown_timeout":        "5s",
-	})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		flags[extra[i]] = extra[i+1]
+	}
+	cfg, err := config.Load("", nil, flags)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := app.NewServer(cfg, logger, []app.ModuleFactory{webhooks.NewModule, push.NewModule, httpapi.NewModule})

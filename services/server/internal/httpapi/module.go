@@ -19,8 +19,10 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 //go:embed openapi/bothy.json
@@ -37,6 +39,9 @@ type Config struct {
 	// AllowPrivateWebhookTargets accepts webhook URLs on loopback and
 	// private addresses (webhooks.allow_private_targets). Default false.
 	AllowPrivateWebhookTargets bool
+	// WebhookLimits bound filters and subscription counts
+	// (webhooks.max_*). Default: webhooks' defaults.
+	WebhookLimits webhooks.Limits
 	// AllowPrivatePushEndpoints accepts push endpoints on private
 	// addresses (push.allow_private_targets). Default false.
 	AllowPrivatePushEndpoints bool
@@ -94,6 +99,11 @@ func New(pool *pgxpool.Pool, log EventLog, riverClient func() *river.Client[pgx.
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints})}
 }
 
+func webhookLimits(c *config.Config) webhooks.Limits {
+	return webhooks.Limits{MaxEventTypes: c.Webhooks.MaxEventTypes, MaxSubscriptionsPerSpace: c.Webhooks.MaxSubscriptionsPerSpace,
+		MaxSubscriptionsPerOwner: c.Webhooks.MaxSubscriptionsPerOwner}
+}
+
 // module adapts API to app.Module: it has no consumers or workers.
 type module struct{ api *API }
 
@@ -101,6 +111,7 @@ type module struct{ api *API }
 func NewModule(d *app.Deps) (app.Module, error) {
 	api := New(d.Pool, d.Log, func() *river.Client[pgx.Tx] { return d.River }, &Config{
 		AllowPrivateWebhookTargets: d.Config.Webhooks.AllowPrivateTargets,
+		WebhookLimits:              webhookLimits(d.Config),
 		AllowPrivatePushEndpoints:  d.Config.Push.AllowPrivateTargets,
 		AdminToken:                 d.Config.Server.AdminToken,
 		Logger:                     d.Logger,

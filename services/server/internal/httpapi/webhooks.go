@@ -179,7 +179,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	tokenID := s.TokenID
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
-		Secret: req.Secret, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets,
+		Secret: req.Secret, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 	})
 	if err != nil {
 		return webhookError(err)
@@ -218,7 +218,7 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url and/or event_types")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
-		URL: req.URL, EventTypes: req.EventTypes, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets,
+		URL: req.URL, EventTypes: req.EventTypes, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 	})
 	if err != nil {
 		return webhookError(err)

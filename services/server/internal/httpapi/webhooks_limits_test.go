@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
 // TestAPI_WebhookLimitsAndRotation checks what the API makes of the
@@ -49,4 +50,21 @@ func TestAPI_WebhookLimitsAndRotation(t *testing.T) {
 	require.Contains(t, detail, "the previous secret signs until ")
 	r = b.do(t, "POST", sp+"/rotate-secret", owner, `{"overlap_seconds":0}`)
 	require.Equal(t, http.StatusOK, r.status, "an immediate rotation is always allowed: %s", r.body)
+}
+
+// TestAPI_WebhookLimitsFollowTheConfiguration: the limits are the
+// configured ones, not only the defaults.
+func TestAPI_WebhookLimitsFollowTheConfiguration(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	b := &testBundle{db: db, base: startServer(t, db.URL, "api", "webhooks.max_event_types", "2",
+		"webhooks.max_subscriptions_per_space", "1")}
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	url := `"http://127.0.0.1:9/hook"`
+	detail := b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`,"event_types":["a","b","c"]}`).problem(t, http.StatusUnprocessableEntity)
+	require.Contains(t, detail, "at most 2 (webhooks.max_event_types)")
+	r := b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`,"event_types":["a","b"]}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	detail = b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`}`).problem(t, http.StatusUnprocessableEntity)
+	require.Contains(t, detail, "webhooks.max_subscriptions_per_space")
 }
