@@ -152,7 +152,10 @@ type preferenceJSON struct {
 }
 
 func (a *API) getPreference(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
-	space := r.PathValue("space")
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
 	if err := a.allow(r, s, authz.ActionPushManage, space); err != nil {
 		return err
 	}
@@ -169,7 +172,10 @@ type putPreferenceRequest struct {
 }
 
 func (a *API) putPreference(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
-	space := r.PathValue("space")
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
 	if err := a.allow(r, s, authz.ActionPushManage, space); err != nil {
 		return err
 	}
