@@ -18,7 +18,10 @@ type WriteFunc func(ctx context.Context, tx pgx.Tx) ([]NewEvent, error)
 // COMMIT, so the serialized phase holds nothing else — takes the counter,
 // inserts the events with their seq and commits. Either the domain writes and
 // the events commit together or neither does. Readers are woken after the
-// commit. Write is safe for concurrent use. On context cancellation before
+// commit. When Write returns nil the commit is durable. An event whose id is
+// already in the log is not appended again: Write returns the logged event
+// with Duplicate set, or ErrEventIDConflict when the id names a different
+// event. Write is safe for concurrent use. On context cancellation before
 // the commit is sent the transaction rolls back; an error after that point
 // may leave the outcome unknown, as with any COMMIT.
 type Producer interface {
