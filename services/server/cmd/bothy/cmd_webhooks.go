@@ -273,28 +273,6 @@ func setupWebhooksRotate(fs *flag.FlagSet) func(context.Context, *call) error {
 	}
 }
 
-// deliveryJSON and attemptJSON are deliveries in --json output, with the
-// field names of the HTTP API; attempts are listed with --attempts only.
-type deliveryJSON struct {
-	Seq           int64         `json:"seq"`
-	EventID       uuid.UUID     `json:"event_id"`
-	Status        string        `json:"status"`
-	Attempts      int           `json:"attempts"`
-	CreatedAt     time.Time     `json:"created_at"`
-	FinishedAt    *time.Time    `json:"finished_at,omitempty"`
-	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
-	LastError     string        `json:"last_error,omitempty"`
-	AttemptList   []attemptJSON `json:"attempt_list,omitempty"`
-}
-
-type attemptJSON struct {
-	At              time.Time `json:"at"`
-	StatusCode      *int      `json:"status_code"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	Error           string    `json:"error,omitempty"`
-	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
-}
-
 func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) error {
 	status := fs.String("status", "", "pending, delivered, dead or skipped (default all)")
 	limit := fs.Int("limit", 50, "newest first, at most this many")
@@ -326,18 +304,9 @@ func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) erro
 			}
 		}
 		if *asJSON {
-			out := []deliveryJSON{}
-			for i, d := range ds {
-				dj := deliveryJSON{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
-					FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError}
-				if *attempts {
-					dj.AttemptList = []attemptJSON{}
-				}
-				for _, a := range as[i] {
-					dj.AttemptList = append(dj.AttemptList, attemptJSON{At: a.At, StatusCode: a.StatusCode, DurationSeconds: a.Duration.Seconds(),
-						Error: a.Error, ResponseExcerpt: a.ResponseHead})
-				}
-				out = append(out, dj)
+			out := make([]webhooks.DeliveryView, 0, len(ds))
+			for i := range ds {
+				out = append(out, webhooks.NewDeliveryView(&ds[i], as[i], *attempts))
 			}
 			return c.printJSON(out)
 		}

@@ -329,26 +329,6 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *aut
 	return nil
 }
 
-type deliveryJSON struct {
-	Seq           int64         `json:"seq"`
-	EventID       uuid.UUID     `json:"event_id"`
-	Status        string        `json:"status"`
-	Attempts      int           `json:"attempts"`
-	CreatedAt     time.Time     `json:"created_at"`
-	FinishedAt    *time.Time    `json:"finished_at,omitempty"`
-	NextAttemptAt *time.Time    `json:"next_attempt_at,omitempty"`
-	LastError     string        `json:"last_error,omitempty"`
-	AttemptList   []attemptJSON `json:"attempt_list"`
-}
-
-type attemptJSON struct {
-	At              time.Time `json:"at"`
-	StatusCode      *int      `json:"status_code"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	Error           string    `json:"error,omitempty"`
-	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
-}
-
 var deliveryStatuses = map[string]bool{"": true, webhooks.DeliveryPending: true, webhooks.DeliveryDelivered: true,
 	webhooks.DeliveryDead: true, webhooks.DeliverySkipped: true}
 
@@ -374,19 +354,13 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err != nil {
 		return err
 	}
-	out := make([]deliveryJSON, 0, len(ds))
-	for _, d := range ds {
-		atts, err := webhooks.Attempts(r.Context(), a.pool, sub.ID, d.Seq)
+	out := make([]webhooks.DeliveryView, 0, len(ds))
+	for i := range ds {
+		atts, err := webhooks.Attempts(r.Context(), a.pool, sub.ID, ds[i].Seq)
 		if err != nil {
 			return err
 		}
-		dj := deliveryJSON{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
-			FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, AttemptList: []attemptJSON{}}
-		for _, at := range atts {
-			dj.AttemptList = append(dj.AttemptList, attemptJSON{At: at.At, StatusCode: at.StatusCode,
-				DurationSeconds: at.Duration.Seconds(), Error: at.Error, ResponseExcerpt: at.ResponseHead})
-		}
-		out = append(out, dj)
+		out = append(out, webhooks.NewDeliveryView(&ds[i], atts, true))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
 	return nil
