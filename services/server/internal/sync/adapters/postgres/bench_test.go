@@ -92,10 +92,10 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	logs := map[string]*postgres.EventLog{
 		"counter":                       postgres.NewEventLog(pool, nil),
-		"counter-advisory":              postgres.NewEventLog(pool, &postgres.EventLogConfig{AdvisoryLock: true}),
-		"counter-notify-intx":           postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyInTx}),
-		"counter-flush-inlock":          postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true}),
-		"counter-flush-inlock-advisory": postgres.NewEventLog(pool, &postgres.EventLogConfig{FlushInLock: true, AdvisoryLock: true}),
+		"counter-advisory":              postgres.NewEventLogVariant(pool, nil, true, false, false),
+		"counter-notify-intx":           postgres.NewEventLogVariant(pool, nil, false, false, true),
+		"counter-flush-inlock":          postgres.NewEventLogVariant(pool, nil, false, true, false),
+		"counter-flush-inlock-advisory": postgres.NewEventLogVariant(pool, nil, true, true, false),
 	}
 	defer func() {
 		for _, l := range logs {

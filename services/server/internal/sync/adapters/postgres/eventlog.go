@@ -21,10 +21,8 @@ import (
 // notifications carry no payload: they only say "look again".
 const Channel = "event_log"
 
-// appendLockKey is the pg_advisory_xact_lock key producers may queue on
-// before touching the counter row (EventLogConfig.AdvisoryLock). It helped
-// while the lock window held a WAL flush; with the flush moved out of the
-// window it only adds lock traffic, and measured slower (ADR 0009).
+// appendLockKey is the pg_advisory_xact_lock key of the advisory-lock
+// variant that benchmarks compare with (measured slower, ADR 0009).
 const appendLockKey int64 = 0x626f7468795f6c67 // "bothy_lg"
 
 // NotifyMode says where the producer sends NOTIFY event_log.
@@ -36,10 +34,6 @@ const (
 	// notification in flight. A lost notification (crash right after commit)
 	// is covered by the consumers' poll.
 	NotifyAfterCommit NotifyMode = iota
-	// NotifyInTx sends NOTIFY inside the producer's transaction. Kept for the
-	// benchmark that justified the default: PostgreSQL's notify queue lock
-	// is held through the commit's WAL flush, serializing commits twice.
-	NotifyInTx
 	// NotifyNone sends nothing (benchmarks, tests of the poll path).
 	NotifyNone
 )
@@ -48,14 +42,6 @@ const (
 type EventLogConfig struct {
 	// Notify chooses how readers are woken. Default NotifyAfterCommit.
 	Notify NotifyMode
-	// AdvisoryLock queues producers on a transaction-scoped advisory lock
-	// (FIFO) in front of the counter row (benchmark only). Default false.
-	AdvisoryLock bool
-	// FlushInLock makes the producer's COMMIT wait for its WAL flush while it
-	// still holds the counter (benchmark only). By default the COMMIT is
-	// asynchronous and the flush is forced right after, outside the lock;
-	// see Write.
-	FlushInLock bool
 	// Now is the clock for defaults of NewEvent. Default time.Now.
 	Now func() time.Time
 }
@@ -65,6 +51,21 @@ type EventLog struct {
 	pool     *pgxpool.Pool
 	cfg      EventLogConfig
 	notifier *notifier
+	// variant holds the alternatives benchmarks compare with; the zero
+	// value is the production path.
+	variant variant
+}
+
+// variant switches the producer to designs measured and not kept (ADR
+// 0009). Only tests set it (export_test.go).
+type variant struct {
+	// advisoryLock queues producers on a transaction-scoped advisory lock
+	// in front of the counter row.
+	advisoryLock bool
+	// flushInLock commits synchronously inside the counter window.
+	flushInLock bool
+	// notifyInTx sends NOTIFY inside the producer's transaction.
+	notifyInTx bool
 }
 
 var _ sync.Producer = (*EventLog)(nil)
@@ -228,10 +229,10 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	}
 
 	b := &pgx.Batch{}
-	if !l.cfg.FlushInLock {
+	if !l.variant.flushInLock {
 		b.Queue(`SET LOCAL synchronous_commit = off`)
 	}
-	if l.cfg.AdvisoryLock {
+	if l.variant.advisoryLock {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
 	appended := make([]sync.Event, 0, n)
@@ -250,12 +251,12 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		}
 		return rows.Err()
 	})
-	if l.cfg.Notify == NotifyInTx {
+	if l.variant.notifyInTx {
 		b.Queue(`SELECT pg_notify($1, '')`, Channel)
 	}
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
-	if !l.cfg.FlushInLock {
+	if !l.variant.flushInLock {
 		b.Queue(flushSQL)
 	}
 	err = conn.SendBatch(ctx, b).Close()
@@ -275,7 +276,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		// server answered COMMIT with ROLLBACK.
 		return nil, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
 	}
-	if l.cfg.Notify == NotifyAfterCommit {
+	if l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx {
 		l.notifier.signal()
 	}
 	p.fill(out, appended)

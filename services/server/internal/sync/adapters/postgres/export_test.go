@@ -1,0 +1,11 @@
+package postgres
+
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// NewEventLogVariant returns an EventLog using the designs that benchmarks
+// compare the production path with.
+func NewEventLogVariant(pool *pgxpool.Pool, cfg *EventLogConfig, advisoryLock, flushInLock, notifyInTx bool) *EventLog {
+	l := NewEventLog(pool, cfg)
+	l.variant = variant{advisoryLock: advisoryLock, flushInLock: flushInLock, notifyInTx: notifyInTx}
+	return l
+}
