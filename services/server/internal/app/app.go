@@ -234,9 +234,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		defer alive.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing releases the lock either way
 		rcfg.ID = alive.ID()
-		river.AddWorker(workers, &maintainWorker{parts: postgres.NewPartitions(pool, &postgres.PartitionConfig{
+		river.AddWorker(workers, postgres.NewMaintainWorker(postgres.NewPartitions(pool, &postgres.PartitionConfig{
 			Interval: cfg.Sync.EventPartitionInterval, Retention: cfg.Sync.EventRetention,
-		}), logger: s.logger})
+		}), s.logger))
 		queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: cfg.River.MaxWorkers}
 		for _, m := range mods {
 			for _, q := range m.RegisterWorkers(workers) {
@@ -247,7 +247,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		rcfg.Queues = queues
 		rcfg.Workers = workers
 		rcfg.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sync.MaintenanceInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
+			func() (river.JobArgs, *river.InsertOpts) { return postgres.MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
 		for _, m := range mods {
 			if pm, ok := m.(PeriodicModule); ok {
 				rcfg.PeriodicJobs = append(rcfg.PeriodicJobs, pm.PeriodicJobs()...)

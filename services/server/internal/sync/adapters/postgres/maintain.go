@@ -1,4 +1,4 @@
-package app
+package postgres
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
 // MaintainArgs is the periodic job that keeps event_log's partitions ahead
@@ -23,16 +21,22 @@ func (MaintainArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
 }
 
-type maintainWorker struct {
+// MaintainWorker runs MaintainArgs jobs with a Partitions.
+type MaintainWorker struct {
 	river.WorkerDefaults[MaintainArgs]
-	parts  *postgres.Partitions
+	parts  *Partitions
 	logger *slog.Logger
+}
+
+// NewMaintainWorker returns the worker of MaintainArgs jobs.
+func NewMaintainWorker(parts *Partitions, logger *slog.Logger) *MaintainWorker {
+	return &MaintainWorker{parts: parts, logger: logger}
 }
 
 // Work runs one maintenance pass. Partitions are created and dropped one
 // transaction each, so a pass that fails part-way has still committed some:
 // those are logged before the error goes back to River, which retries.
-func (w *maintainWorker) Work(ctx context.Context, job *river.Job[MaintainArgs]) error {
+func (w *MaintainWorker) Work(ctx context.Context, job *river.Job[MaintainArgs]) error {
 	res, err := w.parts.Maintain(ctx, time.Now())
 	if len(res.Created) == 0 && len(res.Dropped) == 0 {
 		return err
