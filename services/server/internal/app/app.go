@@ -146,39 +146,36 @@ func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
 	}
 }
 
-// Run runs the configured role until ctx is cancelled, then stops every part
-// and returns once all goroutines have ended.
-func (s *Server) Run(ctx context.Context) (err error) {
-	defer func() {
-		// Being stopped while starting is a clean stop, not a failure.
-		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			err = nil
-		}
-	}()
-	cfg := s.cfg
-	role := cfg.Server.Role
-	worker := role == "worker" || role == "all"
-	api := role == "api" || role == "all"
-
-	if cfg.Server.Migrate {
-		if err := Migrate(ctx, cfg, s.logger); err != nil {
-			return err
+// openDatabase migrates if asked, connects, and checks that the schema is
+// current and event_log has partitions for now.
+func (s *Server) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
+	if s.cfg.Server.Migrate {
+		if err := Migrate(ctx, s.cfg, s.logger); err != nil {
+			return nil, err
 		}
 	}
-	pool, err := OpenPool(ctx, cfg)
+	pool, err := OpenPool(ctx, s.cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
 	// Code that expects tables a pending migration would create fails in
 	// confusing ways; refuse to start instead.
 	if err := ready(ctx, pool); err != nil {
-		return fmt.Errorf("%w (or start with --migrate)", err)
+		pool.Close()
+		return nil, fmt.Errorf("%w (or start with --migrate)", err)
 	}
-	if err := ensurePartitions(ctx, pool, cfg); err != nil {
-		return err
+	if err := ensurePartitions(ctx, pool, s.cfg); err != nil {
+		pool.Close()
+		return nil, err
 	}
+	return pool, nil
+}
 
+// registerMetrics registers the process's collectors: Go and process
+// metrics, the consumer gauges read from the database, the configuration
+// that alert rules compare with, the role and the build.
+func (s *Server) registerMetrics(pool *pgxpool.Pool) {
+	cfg, role := s.cfg, s.cfg.Server.Role
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(postgres.NewLagCollector(pool, s.logger))
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -201,6 +198,29 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	roleInfo.WithLabelValues(role).Set(1)
 	s.registry.MustRegister(roleInfo)
 	s.registry.MustRegister(buildinfo.NewCollector(buildinfo.Read()))
+}
+
+// Run runs the configured role until ctx is cancelled, then stops every part
+// and returns once all goroutines have ended.
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() {
+		// Being stopped while starting is a clean stop, not a failure.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	}()
+	cfg := s.cfg
+	role := cfg.Server.Role
+	worker := role == "worker" || role == "all"
+	api := role == "api" || role == "all"
+
+	pool, err := s.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	s.registerMetrics(pool)
 
 	eventLog := postgres.NewEventLog(pool, nil)
 	defer eventLog.Close()
