@@ -16,7 +16,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // unreachableDB is a database URL nothing listens on: commands that need
@@ -261,9 +261,9 @@ func TestAuthzPrincipal_SaysCreatedOrExisted(t *testing.T) {
 
 func TestMigrateUp_SaysWhatItApplied(t *testing.T) {
 	t.Parallel()
-	u, err := scratchdb.NewURL(dbtest.ServerURL(t), "bothy_test_cli")
+	u, err := dburl.NewURL(dbtest.ServerURL(t), "bothy_test_cli")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = scratchdb.Drop(context.Background(), u) })
+	t.Cleanup(func() { _ = dburl.Drop(context.Background(), u) })
 	environ := []string{"BOTHY_DATABASE_URL=" + u, "BOTHY_LOG_LEVEL=warn"}
 
 	code, stdout, stderr := runCLI(t, environ, "migrate", "up")

@@ -10,7 +10,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // Migrate creates the configured database if it does not exist (a newcomer
@@ -39,11 +39,11 @@ func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) error
 }
 
 func createDatabase(ctx context.Context, dbURL string, logger *slog.Logger) error {
-	admin, err := scratchdb.WithDatabase(dbURL, "postgres")
+	admin, err := dburl.WithDatabase(dbURL, "postgres")
 	if err != nil {
 		return fmt.Errorf("database.url: %w", err)
 	}
-	name := scratchdb.Name(dbURL)
+	name := dburl.Name(dbURL)
 	if name == "" || name == "postgres" {
 		return nil
 	}

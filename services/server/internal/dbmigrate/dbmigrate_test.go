@@ -12,22 +12,22 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // emptyDB creates an unmigrated database and returns its URL.
 func emptyDB(t *testing.T) string {
 	t.Helper()
 	admin := dbtest.ServerURL(t)
-	u, err := scratchdb.NewURL(admin, "bothy_test_mig")
+	u, err := dburl.NewURL(admin, "bothy_test_mig")
 	require.NoError(t, err)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, admin)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{scratchdb.Name(u)}.Sanitize())
+	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{dburl.Name(u)}.Sanitize())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = scratchdb.DropVia(context.Background(), admin, scratchdb.Name(u)) })
+	t.Cleanup(func() { _ = dburl.DropVia(context.Background(), admin, dburl.Name(u)) })
 	return u
 }
 

@@ -26,7 +26,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -157,7 +157,7 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{tmp}.Sanitize()); err != nil {
 			return "", err
 		}
-		tmpURL, err := scratchdb.WithDatabase(admin, tmp)
+		tmpURL, err := dburl.WithDatabase(admin, tmp)
 		if err != nil {
 			return "", err
 		}
@@ -210,11 +210,11 @@ func NewDB(tb testing.TB) *DB {
 	if err := createFromTemplate(ctx, conn, name, tpl); err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
 	}
-	u, err := scratchdb.WithDatabase(admin, name)
+	u, err := dburl.WithDatabase(admin, name)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
-	tb.Cleanup(func() { _ = scratchdb.DropVia(context.Background(), admin, name) })
+	tb.Cleanup(func() { _ = dburl.DropVia(context.Background(), admin, name) })
 	pc, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)

@@ -51,9 +51,9 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -182,7 +182,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
 		return err
 	}
-	scratch, err := scratchdb.NewURL(cfg.Database.URL, "bothy_perf")
+	scratch, err := dburl.NewURL(cfg.Database.URL, "bothy_perf")
 	if err != nil {
 		return fmt.Errorf("database.url: %w", err)
 	}
@@ -196,10 +196,10 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", scratchdb.Name(scratch))
+	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", dburl.Name(scratch))
 	if !o.keep {
 		defer func() {
-			if err := scratchdb.Drop(context.WithoutCancel(ctx), scratch); err != nil {
+			if err := dburl.Drop(context.WithoutCancel(ctx), scratch); err != nil {
 				fmt.Fprintf(os.Stderr, "push_handoff: could not drop the scratch database: %v\n", err)
 			}
 		}()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -169,7 +169,7 @@ FROM pg_stat_activity WHERE datname = $1 AND application_name = ANY ($2)`
 func (h *harness) terminate(ctx context.Context, names []string) (int, error) {
 	var n int
 	err := h.query(ctx, 5*time.Second, func(ctx context.Context) error {
-		return h.pool.QueryRow(ctx, terminateSQL, scratchdb.Name(h.dbURL), names).Scan(&n)
+		return h.pool.QueryRow(ctx, terminateSQL, dburl.Name(h.dbURL), names).Scan(&n)
 	})
 	return n, err
 }

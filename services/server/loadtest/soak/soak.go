@@ -69,9 +69,9 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/push"
-	"github.com/bothy/bothy/services/server/internal/scratchdb"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -320,18 +320,18 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		fmt.Fprintf(stdout, "database: private cluster in %s, port %d (wal_writer_delay %s)\n",
 			h.clusterDir, h.cluster.Port(), crashSettings["wal_writer_delay"])
 	} else {
-		if h.dbURL, err = scratchdb.NewURL(external, "bothy_soak"); err != nil {
+		if h.dbURL, err = dburl.NewURL(external, "bothy_soak"); err != nil {
 			return fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
 		}
-		fmt.Fprintf(stdout, "database: scratch database %s on BOTHY_DATABASE_URL's server\n", scratchdb.Name(h.dbURL))
+		fmt.Fprintf(stdout, "database: scratch database %s on BOTHY_DATABASE_URL's server\n", dburl.Name(h.dbURL))
 		if !o.keep {
 			defer func() {
-				if err := scratchdb.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
+				if err := dburl.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
 					fmt.Fprintf(stdout, "soak: could not drop the scratch database: %v\n", err)
 				}
 			}()
 		} else {
-			defer fmt.Fprintf(stdout, "kept: database %s\n", scratchdb.Name(h.dbURL))
+			defer fmt.Fprintf(stdout, "kept: database %s\n", dburl.Name(h.dbURL))
 		}
 	}
 	defer h.stopAll()

@@ -1,9 +1,9 @@
-// Package scratchdb turns a database URL into the URL of another database
-// on the same server (the maintenance database "postgres", a new scratch
-// database) and drops databases others may still be connected to. The load
-// tests' scratch databases, the test harness's per-test ones and migrate's
-// "create the configured database if missing" all go through it.
-package scratchdb
+// Package dburl turns a database URL into the URL of another database on
+// the same server (the maintenance database "postgres", a new scratch
+// database) and drops databases others may still be connected to. Migrate's
+// "create the configured database if missing", the load tests' scratch
+// databases and the test harness's per-test ones all go through it.
+package dburl
 
 import (
 	"context"
