@@ -14,25 +14,14 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
-// QuietCrashSettings make a private cluster keep asynchronously committed
-// WAL in its buffers for as long as PostgreSQL allows (wal_writer_delay's
-// maximum is 10 s) and do nothing in the background that would flush it
-// early, so an immediate stop loses every commit that nobody flushed.
-var QuietCrashSettings = map[string]string{
-	"wal_writer_delay":       "10s",
-	"wal_writer_flush_after": "1GB",
-	"autovacuum":             "off",
-	"checkpoint_timeout":     "1h",
-	"max_wal_size":           "4GB",
-	"fsync":                  "on",
-	"synchronous_commit":     "on",
-	"shared_buffers":         "32MB",
-	"max_connections":        "60",
-	"log_min_messages":       "warning",
-	"log_checkpoints":        "off",
-	"log_connections":        "off",
-	"log_disconnections":     "off",
-}
+// QuietCrashSettings are pgcluster.QuietCrashSettings sized for a test's
+// cluster: an immediate stop loses every commit that nobody flushed.
+var QuietCrashSettings = func() map[string]string {
+	m := pgcluster.QuietCrashSettings()
+	m["shared_buffers"] = "32MB"
+	m["max_connections"] = "60"
+	return m
+}()
 
 // Private is a test's own PostgreSQL cluster, which the test may crash.
 type Private struct {

@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg *Config) (*Cluster, error) {
 	}
 	if b, err := c.cmd(ctx, "initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
 		"--no-instructions", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v: %s", err, LastLines(b))
+		return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(b))
 	}
 	return c, nil
 }
@@ -112,7 +112,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	if b, err := c.cmd(ctx, "pg_ctl", "-D", c.data, "-l", c.logFile, "-o", strings.Join(opts, " "),
 		"-w", "-t", "120", "start").CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_ctl start: %v: %s (see %s)", err, LastLines(b), c.logFile)
+		return fmt.Errorf("pg_ctl start: %v: %s (see %s)", err, lastLines(b), c.logFile)
 	}
 	return nil
 }
@@ -132,7 +132,7 @@ func (c *Cluster) Crash(ctx context.Context) error {
 
 func (c *Cluster) pgctlStop(ctx context.Context, mode string) error {
 	if b, err := c.cmd(ctx, "pg_ctl", "-D", c.data, "-m", mode, "-w", "-t", "120", "stop").CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_ctl stop -m %s: %v: %s", mode, err, LastLines(b))
+		return fmt.Errorf("pg_ctl stop -m %s: %v: %s", mode, err, lastLines(b))
 	}
 	return nil
 }
@@ -145,9 +145,6 @@ func (c *Cluster) Data() string { return c.data }
 
 // LogFile is the server's log.
 func (c *Cluster) LogFile() string { return c.logFile }
-
-// Bin is the folder of the server binaries in use.
-func (c *Cluster) Bin() string { return c.bin }
 
 // URL is the connection URL of database db as user postgres.
 func (c *Cluster) URL(db string) string {
@@ -217,12 +214,36 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// LastLines returns the last three lines of a command's output, joined, for
+// lastLines returns the last three lines of a command's output, joined, for
 // error messages.
-func LastLines(b []byte) string {
+func lastLines(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > 3 {
 		lines = lines[len(lines)-3:]
 	}
 	return strings.Join(lines, " / ")
+}
+
+// QuietCrashSettings returns settings under which a cluster keeps
+// asynchronously committed WAL in its buffers for as long as PostgreSQL
+// allows (wal_writer_delay's maximum is 10 s) and does nothing in the
+// background that would flush it early (autovacuum, checkpoints, the
+// background writer), so an immediate stop loses every commit that nobody
+// flushed. Note that wal_writer_flush_after 0 would mean "flush at once".
+// Callers add or override entries, such as shared_buffers.
+func QuietCrashSettings() map[string]string {
+	return map[string]string{
+		"wal_writer_delay":       "10s",
+		"wal_writer_flush_after": "1GB",
+		"bgwriter_lru_maxpages":  "0",
+		"autovacuum":             "off",
+		"checkpoint_timeout":     "1h",
+		"max_wal_size":           "4GB",
+		"fsync":                  "on",
+		"synchronous_commit":     "on",
+		"log_min_messages":       "warning",
+		"log_checkpoints":        "off",
+		"log_connections":        "off",
+		"log_disconnections":     "off",
+	}
 }

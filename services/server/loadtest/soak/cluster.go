@@ -12,29 +12,16 @@ import (
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
 )
 
-// crashSettings make the private cluster keep asynchronously committed WAL
-// in its buffers for as long as PostgreSQL allows (wal_writer_delay's
-// maximum is 10 s) and do nothing in the background that would flush it
-// early (autovacuum, checkpoints, the background writer, backends evicting
-// dirty buffers), so a crash loses every commit that nobody flushed. A
-// producer that acknowledges before its commit is on disk then loses
-// acknowledged events, and the check of acknowledged events sees it.
-var crashSettings = map[string]string{
-	"wal_writer_delay":       "10s",
-	"wal_writer_flush_after": "0",
-	"bgwriter_lru_maxpages":  "0",
-	"autovacuum":             "off",
-	"checkpoint_timeout":     "1h",
-	"max_wal_size":           "4GB",
-	"fsync":                  "on",
-	"synchronous_commit":     "on",
-	"shared_buffers":         "128MB",
-	"max_connections":        "200",
-	"log_min_messages":       "warning",
-	"log_checkpoints":        "off",
-	"log_connections":        "off",
-	"log_disconnections":     "off",
-}
+// crashSettings make the private cluster lose, in a crash, every commit
+// that nobody flushed (pgcluster.QuietCrashSettings). A producer that
+// acknowledges before its commit is on disk then loses acknowledged
+// events, and the check of acknowledged events sees it.
+var crashSettings = func() map[string]string {
+	m := pgcluster.QuietCrashSettings()
+	m["shared_buffers"] = "128MB"
+	m["max_connections"] = "200"
+	return m
+}()
 
 // quietWindow is how long the workers are frozen before the quiet crash
 // while the producers go on. Their consumer rounds' River jobs and
