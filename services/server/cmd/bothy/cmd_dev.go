@@ -149,7 +149,7 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
-	srv := app.NewServer(cfg, logger, modules)
+	srv := app.NewServer(cfg, logger, app.Features(cfg))
 	runErr := make(chan error, 1)
 	go func() { runErr <- srv.Run(srvCtx) }()
 	waitServer := func() error {

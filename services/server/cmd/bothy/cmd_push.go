@@ -9,7 +9,6 @@ import (
 )
 
 func init() {
-	modules = append(modules, push.NewModule)
 	register(command{Name: "push vapid-keys", Summary: "generate a VAPID key pair for push notifications", NoConfig: true, Setup: setupPushVAPIDKeys})
 }
 

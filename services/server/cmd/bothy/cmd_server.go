@@ -7,10 +7,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 )
 
-// modules are the features plugged into every server; a new consumer adds
-// its factory here and a migration for its cursor.
-var modules []app.ModuleFactory
-
 func init() {
 	register(command{Name: "server", Summary: "run a role: the HTTP API (api), the consumers and jobs (worker) or both (all)", Setup: setupServer})
 }
@@ -33,6 +29,6 @@ func setupServer(fs *flag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		return app.NewServer(cfg, newLogger(cfg, c.stderr), modules).Run(ctx)
+		return app.NewServer(cfg, newLogger(cfg, c.stderr), app.Features(cfg)).Run(ctx)
 	}
 }

@@ -15,7 +15,6 @@ import (
 )
 
 func init() {
-	modules = append(modules, webhooks.NewModule)
 	register(command{Name: "webhooks list", Summary: "webhook subscriptions with status and pending count", Setup: setupWebhooksList})
 	register(command{Name: "webhooks create", Summary: "subscribe a URL to a space's events, printing the signing secret once", Setup: setupWebhooksCreate})
 	register(command{Name: "webhooks disable", Args: "SUBSCRIPTION_ID", Summary: "disable a subscription by hand", Setup: setupWebhooksDisable})
@@ -143,7 +142,7 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
 		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes,
 			MaxSubscriptionsPerSpace: cfg.Webhooks.MaxSubscriptionsPerSpace, MaxSubscriptionsPerOwner: cfg.Webhooks.MaxSubscriptionsPerOwner}
-		s, secret, err := webhooks.Create(ctx, pool, p)
+		s, secret, err := webhooks.Create(ctx, pool, postgres.CursorStore{}, p)
 		if err != nil {
 			return err
 		}
@@ -213,7 +212,7 @@ func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		defer pool.Close()
-		res, err := webhooks.Enable(ctx, pool, id)
+		res, err := webhooks.Enable(ctx, pool, postgres.CursorStore{}, id)
 		if err != nil {
 			return err
 		}

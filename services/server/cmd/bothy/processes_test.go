@@ -170,7 +170,7 @@ func TestWorkerProcessesExactlyOnce(t *testing.T) {
 	defer recv.Close()
 	const subs = 3
 	for i := range subs {
-		_, _, err := webhooks.Create(ctx, db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s1",
+		_, _, err := webhooks.Create(ctx, db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
 			URL: fmt.Sprintf("%s/sub%d", recv.URL, i), AllowPrivateTargets: true})
 		require.NoError(t, err)
 	}

@@ -2,7 +2,8 @@
 // pool, River, the consumer worker with its LISTEN connection, the event log
 // maintenance, the HTTP server with /metrics, /healthz and /readyz, and the
 // feature modules (webhooks, push) that plug consumers, job workers and
-// routes into them. cmd/bothy is a thin shell around it.
+// routes into them (the contract is package module; Features lists them).
+// cmd/bothy is a thin shell around it.
 package app
 
 import (
@@ -15,7 +16,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,56 +28,16 @@ import (
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
-
-// Deps is what a module gets to build its parts.
-type Deps struct {
-	Config   *config.Config
-	Pool     *pgxpool.Pool
-	Log      *postgres.EventLog
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
-	// River inserts jobs (outside rounds, e.g. from the API). In the worker
-	// role it also works them.
-	River *river.Client[pgx.Tx]
-}
-
-// Module is a feature that plugs into the roles. Methods are called once,
-// at start; any may return nothing.
-type Module interface {
-	// Consumers run in the worker role.
-	Consumers() []sync.Consumer
-	// RegisterWorkers adds River workers (worker role) and returns the
-	// queues they need.
-	RegisterWorkers(w *river.Workers) []string
-	// Routes mounts HTTP handlers on the api role's mux.
-	Routes(mux *http.ServeMux)
-}
-
-// PeriodicModule is an optional capability of a Module, found by type
-// assertion: periodic jobs (pruning old rows, say) the worker role's River
-// client schedules. River runs them on its elected leader only.
-type PeriodicModule interface {
-	PeriodicJobs() []*river.PeriodicJob
-}
-
-// RunnerModule is an optional capability of a Module: background work that
-// lives as long as the server (caches, say). Run must return nil when ctx
-// is cancelled; it runs in every role, after Routes.
-type RunnerModule interface {
-	Run(ctx context.Context) error
-}
-
-// ModuleFactory builds a module from its deps.
-type ModuleFactory func(d *Deps) (Module, error)
 
 // Server is a running "bothy server".
 type Server struct {
 	cfg      *config.Config
 	logger   *slog.Logger
-	modules  []ModuleFactory
+	modules  []module.Factory
 	registry *prometheus.Registry
 
 	// Addr is the HTTP listener's address once Run has started it.
@@ -85,7 +45,7 @@ type Server struct {
 }
 
 // NewServer prepares a server; Run starts it.
-func NewServer(cfg *config.Config, logger *slog.Logger, modules []ModuleFactory) *Server {
+func NewServer(cfg *config.Config, logger *slog.Logger, modules []module.Factory) *Server {
 	return &Server{cfg: cfg, logger: logger, modules: modules, registry: prometheus.NewRegistry(), addrCh: make(chan net.Addr, 1)}
 }
 
@@ -227,9 +187,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 
 	workers := river.NewWorkers()
 	rcfg := RiverConfig(cfg, s.logger)
-	deps := &Deps{Config: cfg, Pool: pool, Log: eventLog, Logger: s.logger, Registry: s.registry}
+	deps := &module.Deps{Pool: pool, Events: eventLog, Source: eventLog, Rounds: postgres.CursorStore{}, Logger: s.logger, Registry: s.registry}
 
-	var mods []Module
+	var mods []module.Module
 	for _, f := range s.modules {
 		m, err := f(deps)
 		if err != nil {
@@ -269,7 +229,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		rcfg.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sync.MaintenanceInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return postgres.MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
 		for _, m := range mods {
-			if pm, ok := m.(PeriodicModule); ok {
+			if pm, ok := m.(module.Periodic); ok {
 				rcfg.PeriodicJobs = append(rcfg.PeriodicJobs, pm.PeriodicJobs()...)
 			}
 		}
@@ -278,7 +238,6 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("river: %w", err)
 	}
-	deps.River = rc
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
@@ -292,7 +251,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	})
 	if api {
 		for _, m := range mods {
-			m.Routes(mux)
+			m.Routes(mux, rc)
 		}
 	}
 	ln, err := net.Listen("tcp", cfg.Server.ListenAddr)
@@ -325,7 +284,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return httpSrv.Shutdown(sctx)
 	})
 	for _, m := range mods {
-		if rm, ok := m.(RunnerModule); ok {
+		if rm, ok := m.(module.Runner); ok {
 			g.Go(func() error { return rm.Run(gctx) })
 		}
 	}

@@ -19,9 +19,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/httpapi"
-	"github.com/bothy/bothy/services/server/internal/push"
-	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 const adminToken = "admin-token-for-tests-0123456789"
@@ -63,7 +60,7 @@ func startServer(t *testing.T, url, role string, extra ...string) string {
 	cfg, err := config.Load("", nil, flags)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := app.NewServer(cfg, logger, []app.ModuleFactory{webhooks.NewModule, push.NewModule, httpapi.NewModule})
+	srv := app.NewServer(cfg, logger, app.Features(cfg))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

@@ -17,9 +17,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
-	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -52,25 +51,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// EventLog is what the API needs of the event log: appending, and making
-// what it read durable before answering (postgres.EventLog implements it).
-type EventLog interface {
-	sync.Producer
-	sync.DurabilityBarrier
-}
-
 // API serves /v1 and the admin paths. It is safe for concurrent use.
 type API struct {
 	pool     *pgxpool.Pool
-	log      EventLog
-	river    func() *river.Client[pgx.Tx]
+	log      module.Events
+	rounds   sync.RoundBarrier
+	river    *river.Client[pgx.Tx]
 	registry *push.Registry
 	cfg      Config
 	// ui is the River UI handler once mounted; Run starts its caches.
 	ui *riverui.Handler
 }
 
-// Run implements app.RunnerModule: it starts the River UI's background
+// Run starts the River UI's background
 // caches (job counts and the like) while the server runs, if the UI is
 // mounted, and returns nil once ctx is cancelled.
 func (a *API) Run(ctx context.Context) error {
@@ -83,10 +76,9 @@ func (a *API) Run(ctx context.Context) error {
 	return nil
 }
 
-// New builds the API on pool. riverClient is read when the routes are
-// mounted (the server sets it after building its modules); it may return
-// nil, and then the River UI is not mounted.
-func New(pool *pgxpool.Pool, log EventLog, riverClient func() *river.Client[pgx.Tx], cfg *Config) *API {
+// New builds the API on d's pool and event log. jobs is the River client
+// the River UI shows; nil builds an insert-only one on the pool.
+func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
 	c := Config{}
 	if cfg != nil {
 		c = *cfg
@@ -95,34 +87,45 @@ func New(pool *pgxpool.Pool, log EventLog, riverClient func() *river.Client[pgx.
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &API{pool: pool, log: log, river: riverClient, cfg: c,
+	return &API{pool: d.Pool, log: d.Events, rounds: d.Rounds, river: jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints})}
 }
 
-func webhookLimits(c *config.Config) webhooks.Limits {
-	return webhooks.Limits{MaxEventTypes: c.Webhooks.MaxEventTypes, MaxSubscriptionsPerSpace: c.Webhooks.MaxSubscriptionsPerSpace,
-		MaxSubscriptionsPerOwner: c.Webhooks.MaxSubscriptionsPerOwner}
+// apiModule adapts API to module.Module: it has no consumers or workers, and
+// builds the API when its routes are mounted, with the server's River
+// client.
+type apiModule struct {
+	deps *module.Deps
+	cfg  Config
+	api  *API
 }
 
-// module adapts API to app.Module: it has no consumers or workers.
-type module struct{ api *API }
-
-// NewModule is the app.ModuleFactory of the HTTP API.
-func NewModule(d *app.Deps) (app.Module, error) {
-	api := New(d.Pool, d.Log, func() *river.Client[pgx.Tx] { return d.River }, &Config{
-		AllowPrivateWebhookTargets: d.Config.Webhooks.AllowPrivateTargets,
-		WebhookLimits:              webhookLimits(d.Config),
-		AllowPrivatePushEndpoints:  d.Config.Push.AllowPrivateTargets,
-		AdminToken:                 d.Config.Server.AdminToken,
-		Logger:                     d.Logger,
-	})
-	return module{api: api}, nil
+// NewModule returns the factory of the HTTP API.
+func NewModule(cfg *Config) module.Factory {
+	return func(d *module.Deps) (module.Module, error) {
+		c := *cfg
+		c.Logger = cmp.Or(c.Logger, d.Logger)
+		return &apiModule{deps: d, cfg: c}, nil
+	}
 }
 
-func (module) Consumers() []sync.Consumer              { return nil }
-func (module) RegisterWorkers(*river.Workers) []string { return nil }
-func (m module) Routes(mux *http.ServeMux)             { m.api.Routes(mux) }
-func (m module) Run(ctx context.Context) error         { return m.api.Run(ctx) }
+func (*apiModule) Consumers() []sync.Consumer              { return nil }
+func (*apiModule) RegisterWorkers(*river.Workers) []string { return nil }
+
+func (m *apiModule) Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx]) {
+	m.api = New(m.deps, jobs, &m.cfg)
+	m.api.Routes(mux)
+}
+
+// Run implements module.Runner; in a role without routes there is nothing
+// to run.
+func (m *apiModule) Run(ctx context.Context) error {
+	if m.api == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return m.api.Run(ctx)
+}
 
 // route is one endpoint: "METHOD /path" as a ServeMux pattern.
 type route struct {
@@ -295,10 +298,7 @@ func (a *API) openAPI(w http.ResponseWriter, r *http.Request, _ *authz.Subject) 
 // bearer token (scripts) or as the password of HTTP Basic authentication
 // (browsers, which prompt for it).
 func (a *API) mountAdmin(mux *http.ServeMux) {
-	var rc *river.Client[pgx.Tx]
-	if a.river != nil {
-		rc = a.river()
-	}
+	rc := a.river
 	if rc == nil {
 		// Without the server's client (tests that build the API alone),
 		// an insert-only one on the same pool does.

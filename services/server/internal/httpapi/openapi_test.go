@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"io"
 	"log/slog"
 	"net/http"
@@ -44,11 +45,11 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mux := http.NewServeMux()
-	api := httpapi.New(nil, nil, nil, nil)
+	api := httpapi.New(&module.Deps{}, nil, nil)
 	api.Routes(mux)
-	pm, err := push.NewModule(&app.Deps{Config: cfg, Logger: logger})
+	pm, err := push.NewModule(app.PushConfig(cfg))(&module.Deps{Logger: logger})
 	require.NoError(t, err)
-	pm.Routes(mux)
+	pm.Routes(mux, nil)
 
 	var documented []string
 	for path, ops := range doc.Paths {
@@ -76,7 +77,7 @@ func TestOpenAPI_ServedDocumentIsTheFile(t *testing.T) {
 	raw, err := os.ReadFile("openapi/bothy.json")
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	httpapi.New(nil, nil, nil, nil).Routes(mux)
+	httpapi.New(&module.Deps{}, nil, nil).Routes(mux)
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
 	require.Equal(t, http.StatusOK, rec.Code)

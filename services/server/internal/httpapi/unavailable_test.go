@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"io"
 	"log/slog"
 	"net"
@@ -23,7 +24,7 @@ import (
 func serveAPI(t *testing.T, db *dbtest.DB, pool *pgxpool.Pool) *testBundle {
 	t.Helper()
 	log := postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyNone})
-	api := httpapi.New(pool, log, nil, &httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api := httpapi.New(&module.Deps{Pool: pool, Events: log, Rounds: postgres.CursorStore{}}, nil, &httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	mux := http.NewServeMux()
 	api.Routes(mux)
 	srv := httptest.NewServer(mux)

@@ -177,7 +177,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	// webhooks.Create checks webhooks.manage itself, with the token's
 	// current scopes, and stores the token so deliveries keep to them.
 	tokenID := s.TokenID
-	sub, secret, err := webhooks.Create(r.Context(), a.pool, &webhooks.CreateParams{
+	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
 		Secret: req.Secret, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 	})
@@ -277,7 +277,7 @@ func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &struct{}{}, true); err != nil {
 		return err
 	}
-	res, err := webhooks.Enable(r.Context(), a.pool, sub.ID)
+	res, err := webhooks.Enable(r.Context(), a.pool, a.rounds, sub.ID)
 	if err != nil {
 		return webhookError(err)
 	}

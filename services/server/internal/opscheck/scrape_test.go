@@ -3,6 +3,7 @@ package opscheck
 import (
 	"context"
 	"errors"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"io"
 	"log/slog"
 	"net/http"
@@ -38,8 +39,8 @@ type idleModule struct{}
 func (idleModule) Consumers() []sync.Consumer {
 	return []sync.Consumer{idleConsumer{"webhooks"}, idleConsumer{"push"}}
 }
-func (idleModule) RegisterWorkers(*river.Workers) []string { return nil }
-func (idleModule) Routes(*http.ServeMux)                   {}
+func (idleModule) RegisterWorkers(*river.Workers) []string      { return nil }
+func (idleModule) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}
 
 // scrape starts "bothy server" with role on a fresh database, waits until
 // its /metrics shows what the role exports and returns the exposition text.
@@ -53,7 +54,7 @@ func scrape(t *testing.T, role string) string {
 	})
 	require.NoError(t, err)
 	srv := app.NewServer(cfg, slog.New(slog.DiscardHandler),
-		[]app.ModuleFactory{func(*app.Deps) (app.Module, error) { return idleModule{}, nil }})
+		[]module.Factory{func(*module.Deps) (module.Module, error) { return idleModule{}, nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -18,34 +19,38 @@ type Module struct {
 	publicKey string
 }
 
-// NewModule builds the module from the configuration (push.*). Without
-// VAPID keys push is off: the consumer still advances its cursor, so its
-// lag stays zero, but creates no jobs. Keys that do not form a pair stop
-// the server at start.
-func NewModule(d *app.Deps) (app.Module, error) {
-	pc := d.Config.Push
-	m := &Module{}
-	if pc.VAPIDPublicKey == "" && pc.VAPIDPrivateKey == "" {
-		d.Logger.Warn("push is off: push.vapid_public_key and push.vapid_private_key are not set (bothy push vapid-keys)")
-		m.consumer = NewConsumer(&ConsumerConfig{Disabled: true})
-		return m, nil
-	}
-	w, err := NewDeliverWorker(d.Pool, &DeliverConfig{
-		VAPIDPublicKey: pc.VAPIDPublicKey, VAPIDPrivateKey: pc.VAPIDPrivateKey, VAPIDSubject: pc.VAPIDSubject,
-		TTL: pc.TTL, Urgency: pc.Urgency, AllowPrivateTargets: pc.AllowPrivateTargets,
-		Logger: d.Logger, Metrics: NewMetrics(d.Registry),
-	})
-	if err != nil {
-		return nil, err
-	}
-	m.consumer, m.worker, m.publicKey = NewConsumer(nil), w, pc.VAPIDPublicKey
-	return m, nil
+// ModuleConfig configures the push module. Without VAPID keys push is
+// off: the consumer still advances its cursor, so its lag stays zero, but
+// creates no jobs.
+type ModuleConfig struct {
+	Deliver DeliverConfig
 }
 
-// Consumers implements app.Module.
+// NewModule returns the factory of push. Keys that do not form a pair stop
+// the server at start.
+func NewModule(cfg *ModuleConfig) module.Factory {
+	return func(d *module.Deps) (module.Module, error) {
+		m := &Module{}
+		dc := cfg.Deliver
+		if dc.VAPIDPublicKey == "" && dc.VAPIDPrivateKey == "" {
+			d.Logger.Warn("push is off: push.vapid_public_key and push.vapid_private_key are not set (bothy push vapid-keys)")
+			m.consumer = NewConsumer(&ConsumerConfig{Disabled: true})
+			return m, nil
+		}
+		dc.Logger, dc.Metrics = d.Logger, NewMetrics(d.Registry)
+		w, err := NewDeliverWorker(d.Pool, &dc)
+		if err != nil {
+			return nil, err
+		}
+		m.consumer, m.worker, m.publicKey = NewConsumer(nil), w, dc.VAPIDPublicKey
+		return m, nil
+	}
+}
+
+// Consumers implements module.Module.
 func (m *Module) Consumers() []sync.Consumer { return []sync.Consumer{m.consumer} }
 
-// RegisterWorkers implements app.Module.
+// RegisterWorkers implements module.Module.
 func (m *Module) RegisterWorkers(w *river.Workers) []string {
 	if m.worker == nil {
 		return nil
@@ -54,9 +59,9 @@ func (m *Module) RegisterWorkers(w *river.Workers) []string {
 	return []string{Queue}
 }
 
-// Routes implements app.Module: clients need the public key as
+// Routes implements module.Module: clients need the public key as
 // applicationServerKey when they subscribe.
-func (m *Module) Routes(mux *http.ServeMux) {
+func (m *Module) Routes(mux *http.ServeMux, _ *river.Client[pgx.Tx]) {
 	mux.HandleFunc("GET /v1/push/vapid-public-key", func(w http.ResponseWriter, r *http.Request) {
 		if m.publicKey == "" {
 			http.Error(w, "push notifications are not configured", http.StatusNotFound)

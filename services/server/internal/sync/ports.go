@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -122,5 +121,12 @@ type TxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Clock lets tests control time.
-type Clock func() time.Time
+// RoundBarrier orders a feature's transaction against a consumer's rounds.
+// A feature that reads the log head and stores a starting point from it
+// (a webhook subscription created "at the head") would otherwise race with
+// a round that reads an event committed in between and moves past it.
+type RoundBarrier interface {
+	// WaitForRound locks the consumer's cursor inside tx: it waits for a
+	// round in flight to commit, and rounds that start later wait for tx.
+	WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) error
+}

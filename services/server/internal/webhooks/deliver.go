@@ -145,13 +145,15 @@ const leaseMargin = 30 * time.Second
 type Deliverer struct {
 	river.WorkerDefaults[DeliverArgs]
 	pool    *pgxpool.Pool
+	events  sync.EventSource
 	client  *http.Client
 	metrics *Metrics
 	cfg     DeliverConfig
 }
 
-// NewDeliverer returns the delivery worker. metrics may be nil.
-func NewDeliverer(pool *pgxpool.Pool, metrics *Metrics, cfg *DeliverConfig) (*Deliverer, error) {
+// NewDeliverer returns the delivery worker; it reads the events it sends
+// from events. metrics may be nil.
+func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics, cfg *DeliverConfig) (*Deliverer, error) {
 	c := DeliverConfig{}
 	if cfg != nil {
 		c = *cfg
@@ -160,7 +162,7 @@ func NewDeliverer(pool *pgxpool.Pool, metrics *Metrics, cfg *DeliverConfig) (*De
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &Deliverer{pool: pool, client: NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c}, nil
+	return &Deliverer{pool: pool, events: events, client: NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c}, nil
 }
 
 // Timeout implements river.Worker: a job may use its slice plus one attempt.
@@ -256,14 +258,10 @@ SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN c
        now()
 FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
 
-// headSQL reads the subscription's lowest pending delivery with its event;
-// a NULL event means retention removed it (a gap at the head).
+// headSQL reads the subscription's lowest pending delivery.
 const headSQL = `
-SELECT d.event_seq, d.event_id, d.next_attempt_at,
-       e.seq, e.committed_at, e.id, e.space, e.type, e.actor, e.occurred_at, e.data
-FROM (SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
-      WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1) d
-LEFT JOIN event_log e ON e.seq = d.event_seq`
+SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
+WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1`
 
 const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3, pump_owner = NULLIF($4::text, '') WHERE id = $1`
 
@@ -365,13 +363,7 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 		var seq int64
 		var eventID uuid.UUID
 		var nextAt *time.Time
-		var evSeq *int64
-		var committedAt, occurredAt *time.Time
-		var evID *uuid.UUID
-		var space, typ, actor *string
-		var data []byte
-		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt,
-			&evSeq, &committedAt, &evID, &space, &typ, &actor, &occurredAt, &data)
+		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if err := release(); err != nil {
 				return n, err
@@ -402,7 +394,11 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 			return n, commit()
 		}
 
-		if evSeq == nil {
+		ev, err := d.eventAt(ctx, tx, seq)
+		if err != nil {
+			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
+		}
+		if ev == nil {
 			// Gap at the head: retention removed the event before it was
 			// delivered. Order can no longer be kept; the owner must
 			// resynchronize and enable the subscription again.
@@ -418,8 +414,6 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 				slog.String("subscription", subID.String()), slog.Int64("seq", seq))
 			return n, commit()
 		}
-		ev := sync.Event{Seq: *evSeq, CommittedAt: *committedAt, ID: *evID, Space: *space, Type: *typ, Actor: *actor,
-			OccurredAt: *occurredAt, Data: data}
 
 		dec, err := authz.Allowed(ctx, tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
 			Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
@@ -456,6 +450,15 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 	zero := time.Duration(0)
 	n.snooze = &zero
 	return n, commit()
+}
+
+// eventAt reads the event at seq, or nil when retention removed it.
+func (d *Deliverer) eventAt(ctx context.Context, tx pgx.Tx, seq int64) (*sync.Event, error) {
+	evs, err := d.events.EventsAfter(ctx, tx, &sync.EventsAfterParams{AfterSeq: seq - 1, Limit: 1})
+	if err != nil || len(evs) == 0 || evs[0].Seq != seq {
+		return nil, err
+	}
+	return &evs[0], nil
 }
 
 func resultName(k resultKind) string {

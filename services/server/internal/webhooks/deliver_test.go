@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"net/http"
 	"strings"
 	"testing"
@@ -199,7 +200,7 @@ func TestDelivery_GapAtHeadDisables(t *testing.T) {
 	require.Equal(t, webhooks.DeliveryPending, b.deliveryStatus(t, s.ID, evs[1].Seq))
 
 	t.Run("EnableResumesAtHead", func(t *testing.T) {
-		res, err := webhooks.Enable(ctx, b.db.Pool, s.ID)
+		res, err := webhooks.Enable(ctx, b.db.Pool, postgres.CursorStore{}, s.ID)
 		require.NoError(t, err)
 		require.Equal(t, webhooks.CauseGap, res.WasCause)
 		require.Equal(t, evs[2].Seq, res.ResumeAfterSeq)

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -110,7 +111,7 @@ func FuzzCreate(f *testing.F) {
 			types = []string{eventType}
 		}
 		before := count(t)
-		s, got, err := Create(ctx, db.Pool, &CreateParams{Owner: "fuzz-owner", Space: "s1", URL: raw, EventTypes: types,
+		s, got, err := Create(ctx, db.Pool, postgres.CursorStore{}, &CreateParams{Owner: "fuzz-owner", Space: "s1", URL: raw, EventTypes: types,
 			Secret: secret, AllowPrivateTargets: allowPrivate, Resolver: fuzzResolver{}})
 		after := count(t)
 		if err != nil {

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func TestCreate_WaitsForTheRoundInFlight(t *testing.T) {
 
 	created := make(chan *webhooks.Subscription, 1)
 	go func() {
-		s, _, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: rv.url(), AllowPrivateTargets: true})
+		s, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: rv.url(), AllowPrivateTargets: true})
 		require.NoError(t, err)
 		created <- s
 	}()

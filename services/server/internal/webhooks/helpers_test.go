@@ -71,7 +71,7 @@ func setupConns(t testing.TB, cfg *webhooks.DeliverConfig, maxConns int32) *bund
 	}
 	reg := prometheus.NewRegistry()
 	metrics := webhooks.NewMetrics(reg, db.Pool, quiet)
-	del, err := webhooks.NewDeliverer(db.Pool, metrics, cfg)
+	del, err := webhooks.NewDeliverer(db.Pool, postgres.NewEventLog(db.Pool, nil), metrics, cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)
@@ -117,7 +117,7 @@ func (b *bundle) subscribe(t testing.TB, p *webhooks.CreateParams) (*webhooks.Su
 		p.Space = "s1"
 	}
 	p.AllowPrivateTargets = true
-	s, secret, err := webhooks.Create(context.Background(), b.db.Pool, p)
+	s, secret, err := webhooks.Create(context.Background(), b.db.Pool, postgres.CursorStore{}, p)
 	require.NoError(t, err)
 	return s, secret
 }

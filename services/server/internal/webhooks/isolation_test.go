@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"fmt"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func attack(t testing.TB, b *bundle, oversize, filters int) {
 		b.subscribe(t, &webhooks.CreateParams{Owner: "mallory", Space: "s2", URL: "http://127.0.0.1:9/new",
 			EventTypes: noiseTypes(webhooks.DefaultMaxEventTypes)})
 	}
-	_, _, err = webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "mallory", Space: "s2",
+	_, _, err = webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "mallory", Space: "s2",
 		URL: "http://127.0.0.1:9/new", AllowPrivateTargets: true})
 	require.ErrorIs(t, err, webhooks.ErrLimit, "the space is full")
 	b.emit(t, "s2", 1000)

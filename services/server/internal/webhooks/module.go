@@ -5,13 +5,23 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 var defaultResolver Resolver = net.DefaultResolver
+
+// ModuleConfig configures the webhooks module.
+type ModuleConfig struct {
+	// Deliver configures the delivery worker.
+	Deliver DeliverConfig
+	// KeepFinished is how long finished delivery records are kept
+	// (sync.event_retention: as long as their events).
+	KeepFinished time.Duration
+}
 
 // Module plugs outgoing webhooks into the server: the webhooks consumer in
 // the worker role, the webhook_out.deliver worker on queue "webhooks", and
@@ -22,40 +32,37 @@ type Module struct {
 	pruner    *pruneWorker
 }
 
-// NewModule is the app.ModuleFactory of outgoing webhooks.
-func NewModule(d *app.Deps) (app.Module, error) {
-	w := d.Config.Webhooks
-	metrics := NewMetrics(d.Registry, d.Pool, d.Logger)
-	del, err := NewDeliverer(d.Pool, metrics, &DeliverConfig{
-		AllowPrivateTargets: w.AllowPrivateTargets,
-		Timeout:             w.Timeout,
-		RetryBudget:         w.RetryBudget,
-		MaxResponseBytes:    w.MaxResponseBytes,
-		Logger:              d.Logger,
-	})
-	if err != nil {
-		return nil, err
+// NewModule returns the factory of outgoing webhooks.
+func NewModule(cfg *ModuleConfig) module.Factory {
+	return func(d *module.Deps) (module.Module, error) {
+		dc := cfg.Deliver
+		if dc.Logger == nil {
+			dc.Logger = d.Logger
+		}
+		del, err := NewDeliverer(d.Pool, d.Source, NewMetrics(d.Registry, d.Pool, d.Logger), &dc)
+		if err != nil {
+			return nil, err
+		}
+		return &Module{consumer: NewConsumer(), deliverer: del, pruner: &pruneWorker{db: d.Pool, keep: cfg.KeepFinished}}, nil
 	}
-	return &Module{consumer: NewConsumer(), deliverer: del, pruner: &pruneWorker{db: d.Pool, keep: d.Config.Sync.EventRetention}}, nil
 }
 
-// Consumers implements app.Module.
+// Consumers implements module.Module.
 func (m *Module) Consumers() []sync.Consumer { return []sync.Consumer{m.consumer} }
 
-// RegisterWorkers implements app.Module.
+// RegisterWorkers implements module.Module.
 func (m *Module) RegisterWorkers(w *river.Workers) []string {
 	river.AddWorker(w, m.deliverer)
 	river.AddWorker(w, m.pruner)
 	return []string{Queue}
 }
 
-// PeriodicJobs implements app.PeriodicModule: finished delivery records are
-// pruned hourly once they are older than sync.event_retention.
+// PeriodicJobs implements module.Periodic: finished delivery records are
+// pruned hourly once they are older than KeepFinished.
 func (m *Module) PeriodicJobs() []*river.PeriodicJob {
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 		func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil }, nil)}
 }
 
-// Routes implements app.Module; the owner's HTTP API comes later (the CLI
-// covers the commands for now).
-func (m *Module) Routes(*http.ServeMux) {}
+// Routes implements module.Module; the HTTP API mounts the owner's routes.
+func (m *Module) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // Status of a subscription.
@@ -209,7 +210,7 @@ var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.
 // events committed after it was created are delivered. The owner must be
 // allowed webhooks.manage on the space (with the token's scopes, if one is
 // given).
-func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscription, string, error) {
+func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *CreateParams) (*Subscription, string, error) {
 	res := p.Resolver
 	if res == nil {
 		res = defaultResolver
@@ -246,7 +247,7 @@ func Create(ctx context.Context, q authz.Querier, p *CreateParams) (*Subscriptio
 		types = []string{}
 	}
 	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive}
-	err = atHead(ctx, q, func(tx pgx.Tx) error {
+	err = atHead(ctx, q, rounds, func(tx pgx.Tx) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
 		}
@@ -339,13 +340,13 @@ type EnableResult struct {
 }
 
 // Enable re-activates a subscription. It always resumes from the current
-// head of the log (D-M2-26-4): pending deliveries are marked skipped, and
+// head of the log: pending deliveries are marked skipped, and
 // the result says which range will never be delivered, so the owner can
 // resynchronize from the source of truth.
-func Enable(ctx context.Context, q authz.Querier, id uuid.UUID) (*EnableResult, error) {
+func Enable(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id uuid.UUID) (*EnableResult, error) {
 	res := &EnableResult{}
 	var last int64
-	err := atHead(ctx, q, func(tx pgx.Tx) error {
+	err := atHead(ctx, q, rounds, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `
 WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE),
 up AS (

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"strconv"
 	"testing"
 	"time"
@@ -23,16 +24,16 @@ func TestCreate_Limits(t *testing.T) {
 		ctx := context.Background()
 		p := &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: "http://127.0.0.1:9/x", AllowPrivateTargets: true,
 			EventTypes: noiseTypes(webhooks.DefaultMaxEventTypes + 1)}
-		_, _, err := webhooks.Create(ctx, b.db.Pool, p)
+		_, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, p)
 		require.ErrorIs(t, err, webhooks.ErrLimit)
 		require.ErrorContains(t, err, "event_types: 101 filters, at most 100 (webhooks.max_event_types)")
 
 		p.EventTypes = noiseTypes(webhooks.DefaultMaxEventTypes)
-		_, _, err = webhooks.Create(ctx, b.db.Pool, p)
+		_, _, err = webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, p)
 		require.NoError(t, err, "the limit itself is allowed")
 
 		p.EventTypes, p.Limits = noiseTypes(3), &webhooks.Limits{MaxEventTypes: 2}
-		_, _, err = webhooks.Create(ctx, b.db.Pool, p)
+		_, _, err = webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, p)
 		require.ErrorContains(t, err, "event_types: 3 filters, at most 2")
 	})
 
@@ -43,7 +44,7 @@ func TestCreate_Limits(t *testing.T) {
 		for len(long) <= 128 {
 			long += "bcdefghij"
 		}
-		_, _, err := webhooks.Create(context.Background(), b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s1",
+		_, _, err := webhooks.Create(context.Background(), b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
 			URL: "http://127.0.0.1:9/x", AllowPrivateTargets: true, EventTypes: []string{long}})
 		require.ErrorIs(t, err, webhooks.ErrInvalid)
 		require.ErrorContains(t, err, "at most 128 bytes")
@@ -61,7 +62,7 @@ func TestCreate_Limits(t *testing.T) {
 		require.NoError(t, webhooks.Disable(ctx, b.db.Pool, first.ID, "a disabled one counts: it can be enabled"))
 		b.subscribe(t, &webhooks.CreateParams{Owner: "bob", URL: "http://127.0.0.1:9/x", Limits: limits})
 
-		_, _, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "bob", Space: "s1",
+		_, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "bob", Space: "s1",
 			URL: "http://127.0.0.1:9/x", AllowPrivateTargets: true, Limits: limits})
 		require.ErrorIs(t, err, webhooks.ErrLimit)
 		require.ErrorContains(t, err, `space: "s1" has 2 subscriptions, at most 2 (webhooks.max_subscriptions_per_space)`)
@@ -76,7 +77,7 @@ func TestCreate_Limits(t *testing.T) {
 		limits := &webhooks.Limits{MaxSubscriptionsPerOwner: 2}
 		b.subscribe(t, &webhooks.CreateParams{URL: "http://127.0.0.1:9/x", Limits: limits})
 		b.subscribe(t, &webhooks.CreateParams{URL: "http://127.0.0.1:9/x", Space: "s2", Limits: limits})
-		_, _, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s2",
+		_, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s2",
 			URL: "http://127.0.0.1:9/x", AllowPrivateTargets: true, Limits: limits})
 		require.ErrorIs(t, err, webhooks.ErrLimit)
 		require.ErrorContains(t, err, `owner: "alice" has 2 subscriptions, at most 2 (webhooks.max_subscriptions_per_owner)`)

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"io"
 	"net/http"
 	gosync "sync"
@@ -28,7 +29,7 @@ func workerProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig) (*liven
 	require.NoError(t, err)
 	require.NoError(t, h.Acquire(context.Background()))
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	del, err := webhooks.NewDeliverer(b.db.Pool, nil, cfg)
+	del, err := webhooks.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)

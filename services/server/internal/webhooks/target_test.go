@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -113,14 +114,14 @@ func TestCreate_RefusesPrivateAndLoopbackTargets(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	for _, u := range []string{"http://127.0.0.1:9/hook", "http://[::1]/", "http://10.0.0.1/", "http://169.254.169.254/", "gopher://x/"} {
-		_, _, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: u})
+		_, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: u})
 		require.ErrorIs(t, err, webhooks.ErrTargetRefused, u)
 		require.Contains(t, err.Error(), "refused")
 	}
-	_, _, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "nospace", URL: "https://hooks.example.com/",
+	_, _, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "nospace", URL: "https://hooks.example.com/",
 		Resolver: resolver})
 	require.ErrorIs(t, err, webhooks.ErrForbidden, "no right on the space")
-	s, secret, err := webhooks.Create(ctx, b.db.Pool, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: "https://hooks.example.com/",
+	s, secret, err := webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1", URL: "https://hooks.example.com/",
 		Resolver: resolver})
 	require.NoError(t, err)
 	require.Regexp(t, `^whsec_[A-Za-z0-9+/]{43}=$`, secret)

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"io"
 	"log/slog"
 	"os"
@@ -360,7 +361,7 @@ func (h *harness) segment(ctx context.Context, v variant, d time.Duration, envir
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	srv := app.NewServer(cfg, h.logger, []app.ModuleFactory{push.NewModule})
+	srv := app.NewServer(cfg, h.logger, []module.Factory{push.NewModule(app.PushConfig(cfg))})
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
 	defer func() {

@@ -320,7 +320,7 @@ func (h *harness) set410(on bool) func(context.Context) {
 		var res *webhooks.EnableResult
 		err := h.query(context.WithoutCancel(ctx), 20*time.Second, func(ctx context.Context) error {
 			var err error
-			res, err = webhooks.Enable(ctx, h.pool, t.id)
+			res, err = webhooks.Enable(ctx, h.pool, postgres.CursorStore{}, t.id)
 			return err
 		})
 		if err != nil {

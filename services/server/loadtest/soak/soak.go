@@ -504,7 +504,7 @@ CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY
 func (h *harness) createTarget(ctx context.Context, name, space, owner string) (*target, error) {
 	t := &target{name: name, space: space, owner: owner, holdFor: 2 * whTimeout}
 	h.wh.add(t)
-	sub, secret, err := webhooks.Create(ctx, h.pool, &webhooks.CreateParams{Owner: owner, Space: space,
+	sub, secret, err := webhooks.Create(ctx, h.pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: owner, Space: space,
 		URL: h.wh.url(name), AllowPrivateTargets: true})
 	if err != nil {
 		return nil, fmt.Errorf("create subscription %s: %w", name, err)

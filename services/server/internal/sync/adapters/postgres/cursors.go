@@ -61,3 +61,18 @@ func CursorNames(ctx context.Context, db interface {
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+var _ sync.RoundBarrier = CursorStore{}
+
+// WaitForRound implements sync.RoundBarrier: it locks the cursor row the way
+// a round does, but waits instead of skipping.
+func (CursorStore) WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) error {
+	ct, err := tx.Exec(ctx, `SELECT 1 FROM event_consumer_cursors WHERE name = $1 FOR UPDATE`, consumer)
+	if err != nil {
+		return fmt.Errorf("wait for the %s consumer's round: %w", consumer, err)
+	}
+	if ct.RowsAffected() != 1 {
+		return fmt.Errorf("%q: %w", consumer, sync.ErrUnknownConsumer)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package app
+
+import (
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/module"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// Features are the modules every bothy server runs, configured from cfg:
+// outgoing webhooks, push and the HTTP API. A new feature is added here.
+func Features(cfg *config.Config) []module.Factory {
+	return []module.Factory{
+		webhooks.NewModule(WebhooksConfig(cfg)),
+		push.NewModule(PushConfig(cfg)),
+		httpapi.NewModule(APIConfig(cfg)),
+	}
+}
+
+// WebhooksConfig maps webhooks.* onto the webhooks module.
+func WebhooksConfig(cfg *config.Config) *webhooks.ModuleConfig {
+	w := cfg.Webhooks
+	return &webhooks.ModuleConfig{
+		Deliver: webhooks.DeliverConfig{
+			AllowPrivateTargets: w.AllowPrivateTargets,
+			Timeout:             w.Timeout,
+			RetryBudget:         w.RetryBudget,
+			MaxResponseBytes:    w.MaxResponseBytes,
+		},
+		KeepFinished: cfg.Sync.EventRetention,
+	}
+}
+
+// WebhookLimits maps webhooks.max_* onto webhooks.Limits.
+func WebhookLimits(cfg *config.Config) webhooks.Limits {
+	w := cfg.Webhooks
+	return webhooks.Limits{MaxEventTypes: w.MaxEventTypes, MaxSubscriptionsPerSpace: w.MaxSubscriptionsPerSpace,
+		MaxSubscriptionsPerOwner: w.MaxSubscriptionsPerOwner}
+}
+
+// PushConfig maps push.* onto the push module.
+func PushConfig(cfg *config.Config) *push.ModuleConfig {
+	p := cfg.Push
+	return &push.ModuleConfig{Deliver: push.DeliverConfig{
+		VAPIDPublicKey: p.VAPIDPublicKey, VAPIDPrivateKey: p.VAPIDPrivateKey, VAPIDSubject: p.VAPIDSubject,
+		TTL: p.TTL, Urgency: p.Urgency, AllowPrivateTargets: p.AllowPrivateTargets,
+	}}
+}
+
+// APIConfig maps the keys the HTTP API reads onto its configuration.
+func APIConfig(cfg *config.Config) *httpapi.Config {
+	return &httpapi.Config{
+		AllowPrivateWebhookTargets: cfg.Webhooks.AllowPrivateTargets,
+		WebhookLimits:              WebhookLimits(cfg),
+		AllowPrivatePushEndpoints:  cfg.Push.AllowPrivateTargets,
+		AdminToken:                 cfg.Server.AdminToken,
+	}
+}

@@ -1,0 +1,73 @@
+// Package module is the contract between bothy's features (webhooks, push,
+// the HTTP API) and the server that runs them. A feature builds its parts
+// from Deps and hands them to the server through Module; it never imports
+// the server itself, so a feature depends on the framework's ports and on
+// libraries only.
+package module
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// Events is what features need of the event log: appending (the API's
+// producers) and waiting until what was read is durable.
+type Events interface {
+	sync.Producer
+	sync.DurabilityBarrier
+}
+
+// Deps is what a feature gets to build its parts. Every field is set.
+type Deps struct {
+	// Pool is the process's database pool, for the feature's own tables.
+	Pool *pgxpool.Pool
+	// Events appends to the log and flushes what was read.
+	Events Events
+	// Source reads events by seq, as rounds do.
+	Source sync.EventSource
+	// Rounds orders a transaction against a consumer's rounds.
+	Rounds sync.RoundBarrier
+	// Logger is the process's logger.
+	Logger *slog.Logger
+	// Registry takes the feature's metrics.
+	Registry prometheus.Registerer
+}
+
+// Module is a feature that plugs into the server's roles. Its methods are
+// called once, at start; any may return nothing.
+type Module interface {
+	// Consumers run in the worker role.
+	Consumers() []sync.Consumer
+	// RegisterWorkers adds River workers (worker role) and returns the
+	// queues they need.
+	RegisterWorkers(w *river.Workers) []string
+	// Routes mounts HTTP handlers on the api role's mux. jobs is the
+	// process's River client, built after every module registered its
+	// workers; handlers insert jobs with it.
+	Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx])
+}
+
+// Periodic is an optional capability of a Module, found by type assertion:
+// periodic jobs (pruning old rows, say) that the worker role's River client
+// schedules. River runs them on its elected leader only.
+type Periodic interface {
+	PeriodicJobs() []*river.PeriodicJob
+}
+
+// Runner is an optional capability of a Module: background work that lives
+// as long as the server. Run starts in every role, after Routes, and must
+// return nil when ctx is cancelled.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Factory builds a module from its deps.
+type Factory func(d *Deps) (Module, error)
