@@ -1,0 +1,113 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// OpenPool connects to the configured database.
+func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	pc.MaxConns = int32(cfg.Database.MaxConns)
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set {
+		// Operators (and the soak's fault injector) tell processes apart in
+		// pg_stat_activity by it.
+		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
+	}
+	if err := postgres.RequireSynchronousCommit(pc); err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s (database.url): %w", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), err)
+	}
+	return pool, nil
+}
+
+// openDatabase migrates if asked, connects, and checks that the schema is
+// current and event_log has partitions for now.
+func (s *Server) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
+	if s.cfg.Server.Migrate {
+		if err := Migrate(ctx, s.cfg, s.logger); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := OpenPool(ctx, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Code that expects tables a pending migration would create fails in
+	// confusing ways; refuse to start instead.
+	if err := ready(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%w (or start with --migrate)", err)
+	}
+	if err := ensurePartitions(ctx, pool, s.cfg); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// checkConsumers refuses to start a worker whose consumers lack a cursor
+// row: the migration adding them has not run.
+func checkConsumers(ctx context.Context, pool *pgxpool.Pool, consumers []sync.Consumer) error {
+	names, err := postgres.CursorNames(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("read consumer cursors: %w", err)
+	}
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	for _, c := range consumers {
+		if !have[c.Name()] {
+			return fmt.Errorf("consumer %q: %w", c.Name(), sync.ErrUnknownConsumer)
+		}
+	}
+	return nil
+}
+
+func ready(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := dbmigrate.GetStatus(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if !st.Current() {
+		return fmt.Errorf("%d migrations pending (run bothy migrate up)", len(st.Pending))
+	}
+	return nil
+}
+
+// ensurePartitions creates the partitions for now and the next three
+// intervals, each in its own short transaction that gives way to other
+// sessions' locks on event_log, so a restart never stalls the producers of
+// processes still running (TestPartitions_EnsureNeverStallsProducers).
+func ensurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) error {
+	parts := postgres.NewPartitions(pool, &postgres.PartitionConfig{Interval: cfg.Sync.EventPartitionInterval, Ahead: 3})
+	if _, err := parts.Ensure(ctx, time.Now()); err != nil {
+		return fmt.Errorf("event_log partitions (did migrations run? bothy migrate up): %w", err)
+	}
+	return nil
+}
