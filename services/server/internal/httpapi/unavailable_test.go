@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"github.com/bothy/bothy/services/server/internal/module"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
 // fuzzResolver answers without DNS: names under .internal resolve to a

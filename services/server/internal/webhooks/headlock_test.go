@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 

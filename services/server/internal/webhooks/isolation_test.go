@@ -3,7 +3,6 @@ package webhooks_test
 import (
 	"context"
 	"fmt"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 

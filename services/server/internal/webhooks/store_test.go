@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 

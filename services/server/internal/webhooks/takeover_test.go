@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"io"
 	"net/http"
 	gosync "sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 

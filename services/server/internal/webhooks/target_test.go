@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
