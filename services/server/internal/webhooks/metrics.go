@@ -65,9 +65,17 @@ var (
 		"Webhook subscriptions by status: active or disabled_<cause>.", []string{"status"}, nil)
 	oldestDesc = prometheus.NewDesc("bothy_webhook_oldest_pending_delivery_age_seconds",
 		"Age of the oldest pending delivery of an active subscription (0 if none).", nil, nil)
+	stallDesc = prometheus.NewDesc("bothy_webhook_delivery_stall_seconds",
+		"Longest time an active subscription with pending deliveries has had no live sender: since its sender's claim "+
+			"ran out or its oldest pending delivery was created, whichever is later (0 if none). A sender waiting "+
+			"for a retry keeps its claim, so failing receivers do not count.", nil, nil)
 )
 
-// dbCollector reads the gauges from the database at scrape time.
+// dbCollector reads the gauges from the database at scrape time, with one
+// query. If the query fails it logs and exports none of them for this
+// scrape (bothy_event_consumer_status_up tells that the database cannot be
+// read): an invalid metric would fail the whole scrape and take the
+// process's other metrics with it.
 type dbCollector struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
@@ -76,52 +84,48 @@ type dbCollector struct {
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- subsDesc
 	ch <- oldestDesc
+	ch <- stallDesc
 }
 
-const statusCountSQL = `
-SELECT CASE WHEN status = 'active' THEN 'active' ELSE 'disabled_' || disabled_cause END, count(*)
-FROM webhook_subscriptions GROUP BY 1`
-
-const oldestPendingSQL = `
-SELECT coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8
-FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id AND s.status = 'active'
-WHERE d.status = 'pending'`
+// gaugesSQL reads the subscription counts by status, the age of the oldest
+// pending delivery of an active subscription and the longest stall, in one
+// statement. Each active subscription costs one probe of the pending index
+// for its head (lowest pending seq): a round writes its deliveries in seq
+// order, so the head is also the oldest, and the backlog behind a failing
+// receiver is never read. A subscription's claim (pump_until) is live while a
+// sender sends or waits for a retry (it runs to the retry's time plus an
+// attempt); only subscriptions without a live claim stall, counted from the
+// later of the claim's end and their head's creation.
+const gaugesSQL = `
+WITH heads AS (
+    SELECT h.created_at, s.pump_until
+    FROM webhook_subscriptions s
+    CROSS JOIN LATERAL (
+        SELECT d.created_at FROM webhook_deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending'
+        ORDER BY d.event_seq LIMIT 1) h
+    WHERE s.status = 'active'
+)
+SELECT (SELECT coalesce(jsonb_object_agg(st, n), '{}')
+        FROM (SELECT CASE WHEN status = 'active' THEN 'active' ELSE 'disabled_' || disabled_cause END AS st, count(*) AS n
+              FROM webhook_subscriptions GROUP BY 1) c),
+       greatest(coalesce(extract(epoch FROM now() - min(created_at)), 0), 0)::float8,
+       greatest(coalesce(extract(epoch FROM now() - min(greatest(created_at, pump_until))
+                                 FILTER (WHERE pump_until IS NULL OR pump_until <= now())), 0), 0)::float8
+FROM heads`
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts := map[string]float64{}
-	for _, s := range subscriptionStatuses {
-		counts[s] = 0
-	}
-	rows, err := c.pool.Query(ctx, statusCountSQL)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			var n int64
-			if err = rows.Scan(&s, &n); err != nil {
-				break
-			}
-			counts[s] = float64(n)
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil {
-		c.logger.Warn("webhook metrics: count subscriptions", slog.Any("error", err))
-		ch <- prometheus.NewInvalidMetric(subsDesc, err)
-	} else {
-		for s, n := range counts {
-			ch <- prometheus.MustNewConstMetric(subsDesc, prometheus.GaugeValue, n, s)
-		}
-	}
-	var age float64
-	if err := c.pool.QueryRow(ctx, oldestPendingSQL).Scan(&age); err != nil {
-		c.logger.Warn("webhook metrics: oldest pending delivery", slog.Any("error", err))
-		ch <- prometheus.NewInvalidMetric(oldestDesc, err)
+	var counts map[string]int64
+	var oldest, stall float64
+	if err := c.pool.QueryRow(ctx, gaugesSQL).Scan(&counts, &oldest, &stall); err != nil {
+		c.logger.Warn("webhook metrics: read the gauges", slog.Any("error", err))
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age)
+	for _, s := range subscriptionStatuses {
+		ch <- prometheus.MustNewConstMetric(subsDesc, prometheus.GaugeValue, float64(counts[s]), s)
+	}
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest)
+	ch <- prometheus.MustNewConstMetric(stallDesc, prometheus.GaugeValue, stall)
 }
