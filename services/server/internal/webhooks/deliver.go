@@ -242,6 +242,8 @@ type subRow struct {
 	pumpJobID                             *int64
 	pumpLive                              bool
 	now                                   time.Time
+	// mine: the claim is this job's.
+	mine bool
 }
 
 // lockSubSQL locks the subscription and says whether its claim is live:
@@ -286,12 +288,21 @@ VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, ''))`
 // works through before the job yields.
 const maxRefusalsPerStep = 500
 
+// stepTx is one step's transaction: the job it runs for, the subscription
+// it locked, and the metric results it counts after the commit.
+type stepTx struct {
+	d       *Deliverer
+	tx      pgx.Tx
+	me      sender
+	subID   uuid.UUID
+	results []string
+}
+
 // step runs one short transaction: record prev's outcome, then decide what
 // comes next and, if it is a send, claim it.
 func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *outcome, mayContinue bool) (n next, err error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
-	var results []string // metric results, counted after commit
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return n, fmt.Errorf("deliver %s: begin: %w", subID, err)
@@ -301,155 +312,209 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	commit := func() error {
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("deliver %s: commit: %w", subID, err)
-		}
-		for _, r := range results {
-			d.metrics.delivery(r)
-		}
-		return nil
-	}
-
-	var s subRow
-	err = tx.QueryRow(ctx, lockSubSQL, subID, me.jobID, me.owner, d.cfg.LivenessSettle.Milliseconds()).Scan(&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID,
-		&s.status, &s.pumpJobID, &s.pumpLive, &s.now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
-		return n, commit() // deleted
-	}
-	if err != nil {
-		return n, fmt.Errorf("deliver %s: lock subscription: %w", subID, err)
-	}
-	mine := s.pumpJobID != nil && *s.pumpJobID == me.jobID
-
-	if prev != nil {
-		r, wait, err := d.record(ctx, tx, prev, s.now)
-		if err != nil {
-			return n, err
-		}
-		results = append(results, r)
-		if wait != nil {
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(*wait+d.cfg.Timeout+leaseMargin), me.owner); err != nil {
-				return n, fmt.Errorf("deliver %s: keep sender: %w", subID, err)
-			}
-			n.snooze = wait
-			return n, commit()
-		}
-		if r != resultName(resultDelivered) { // gone or dead: the subscription may have been disabled
-			if err := tx.QueryRow(ctx, `SELECT status FROM webhook_subscriptions WHERE id = $1`, subID).Scan(&s.status); err != nil {
-				return n, fmt.Errorf("deliver %s: reread status: %w", subID, err)
-			}
-		}
-	}
-
-	if s.status != StatusActive {
-		if mine {
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil, ""); err != nil {
-				return n, err
-			}
-		}
-		return n, commit()
-	}
-	if !mine && s.pumpJobID != nil && s.pumpLive {
-		return n, commit() // another job is sending; it will reach our deliveries
-	}
-
-	release := func() error {
-		_, err := tx.Exec(ctx, setPumpSQL, subID, nil, nil, "")
-		return err
-	}
-	for range maxRefusalsPerStep {
-		var seq int64
-		var eventID uuid.UUID
-		var nextAt *time.Time
-		err := tx.QueryRow(ctx, headSQL, subID).Scan(&seq, &eventID, &nextAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if err := release(); err != nil {
-				return n, err
-			}
-			return n, commit()
-		}
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: find head: %w", subID, err)
-		}
-		if nextAt != nil && nextAt.After(s.now) {
-			// The head waits for its retry. Whoever gets here (the job that
-			// snoozed, or one that found the claim expired) waits with it.
-			wait := nextAt.Sub(s.now)
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, nextAt.Add(d.cfg.Timeout+leaseMargin), me.owner); err != nil {
-				return n, err
-			}
-			n.snooze = &wait
-			return n, commit()
-		}
-		if !mayContinue {
-			// Slice used up: keep the claim briefly and come back at once,
-			// behind the jobs of other subscriptions.
-			if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(leaseMargin), me.owner); err != nil {
-				return n, err
-			}
-			zero := time.Duration(0)
-			n.snooze = &zero
-			return n, commit()
-		}
-
-		ev, err := d.eventAt(ctx, tx, seq)
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: read event %d: %w", subID, seq, err)
-		}
-		if ev == nil {
-			// Gap at the head: retention removed the event before it was
-			// delivered. Order can no longer be kept; the owner must
-			// resynchronize and enable the subscription again.
-			detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
-			if _, err := tx.Exec(ctx, deadSQL, subID, seq, detail); err != nil {
-				return n, err
-			}
-			if _, err := tx.Exec(ctx, disableSQL, subID, CauseGap, detail); err != nil {
-				return n, err
-			}
-			results = append(results, "gap")
-			d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
-				slog.String("subscription", subID.String()), slog.Int64("seq", seq))
-			return n, commit()
-		}
-
-		dec, err := authz.Allowed(ctx, tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
-			Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: authz: %w", subID, err)
-		}
-		if !dec.Allowed {
-			// Dead without any request (R-AZ-11).
-			msg := "not allowed: " + dec.Reason
-			if _, err := tx.Exec(ctx, attemptSQL, subID, seq, nil, 0.0, msg, ""); err != nil {
-				return n, err
-			}
-			if _, err := tx.Exec(ctx, deadSQL, subID, seq, msg); err != nil {
-				return n, err
-			}
-			results = append(results, "dead")
-			continue
-		}
-
-		body, err := json.Marshal(ev.Envelope())
-		if err != nil {
-			return n, fmt.Errorf("deliver %s: envelope %d: %w", subID, seq, err)
-		}
-		if _, err := tx.Exec(ctx, claimSQL, subID, seq, me.jobID, s.now.Add(d.cfg.Timeout+leaseMargin), me.owner); err != nil {
-			return n, fmt.Errorf("deliver %s: claim %d: %w", subID, seq, err)
-		}
-		n.send = &claim{subID: subID, seq: seq, eventID: eventID, url: s.url, secret: s.secret, previousSecret: s.prevSecret, body: body}
-		return n, commit()
-	}
-	// Many refusals in a row: yield and come back.
-	if _, err := tx.Exec(ctx, setPumpSQL, subID, me.jobID, s.now.Add(leaseMargin), me.owner); err != nil {
+	t := &stepTx{d: d, tx: tx, me: me, subID: subID}
+	if n, err = t.run(ctx, prev, mayContinue); err != nil {
 		return n, err
 	}
-	zero := time.Duration(0)
-	n.snooze = &zero
-	return n, commit()
+	if err = tx.Commit(ctx); err != nil {
+		return n, fmt.Errorf("deliver %s: commit: %w", subID, err)
+	}
+	for _, r := range t.results {
+		d.metrics.delivery(r)
+	}
+	return n, nil
+}
+
+// run takes the step's decisions in order: lock the subscription and
+// record prev; stop if the subscription is gone, disabled or sent by
+// another live job; then find the head, let refused deliveries die without
+// a request, and claim the first one that may be sent.
+func (t *stepTx) run(ctx context.Context, prev *outcome, mayContinue bool) (next, error) {
+	s, snooze, err := t.lockAndRecord(ctx, prev)
+	if err != nil || s == nil || snooze != nil {
+		return next{snooze: snooze}, err
+	}
+	if s.status != StatusActive {
+		if s.mine {
+			return next{}, t.release(ctx)
+		}
+		return next{}, nil
+	}
+	if !s.mine && s.pumpJobID != nil && s.pumpLive {
+		return next{}, nil // another job is sending; it will reach our deliveries
+	}
+	for range maxRefusalsPerStep {
+		h, n, err := t.findHead(ctx, s, mayContinue)
+		if err != nil || h == nil {
+			return n, err
+		}
+		ev, v, err := t.judge(ctx, s, h)
+		switch {
+		case err != nil:
+			return next{}, err
+		case v == verdictGap:
+			return next{}, nil
+		case v == verdictRefused:
+			continue
+		}
+		return t.claim(ctx, s, h, ev)
+	}
+	// Many refusals in a row: yield and come back.
+	return t.hold(ctx, 0, s.now.Add(leaseMargin))
+}
+
+// lockAndRecord locks the subscription and records prev's outcome. It
+// returns a nil subscription when it was deleted, and a snooze when prev's
+// delivery waits for a retry: the job stays its sender through the wait.
+func (t *stepTx) lockAndRecord(ctx context.Context, prev *outcome) (*subRow, *time.Duration, error) {
+	s := &subRow{}
+	err := t.tx.QueryRow(ctx, lockSubSQL, t.subID, t.me.jobID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(
+		&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID, &s.status, &s.pumpJobID, &s.pumpLive, &s.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("deliver %s: lock subscription: %w", t.subID, err)
+	}
+	s.mine = s.pumpJobID != nil && *s.pumpJobID == t.me.jobID
+	if prev == nil {
+		return s, nil, nil
+	}
+	r, wait, err := t.d.record(ctx, t.tx, prev, s.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.results = append(t.results, r)
+	if wait != nil {
+		n, err := t.hold(ctx, *wait, s.now.Add(*wait+t.d.cfg.Timeout+leaseMargin))
+		return s, n.snooze, err
+	}
+	if r != resultName(resultDelivered) { // gone or dead: the subscription may have been disabled
+		if err := t.tx.QueryRow(ctx, `SELECT status FROM webhook_subscriptions WHERE id = $1`, t.subID).Scan(&s.status); err != nil {
+			return nil, nil, fmt.Errorf("deliver %s: reread status: %w", t.subID, err)
+		}
+	}
+	return s, nil, nil
+}
+
+// head is a subscription's lowest pending delivery.
+type head struct {
+	seq     int64
+	eventID uuid.UUID
+	nextAt  *time.Time
+}
+
+// findHead returns the head if it may be sent now. Otherwise it returns
+// nil and what the job does: nothing pending releases the subscription and
+// ends the job; a head waiting for its retry, or a used-up slice, keeps the
+// job the sender and snoozes it.
+func (t *stepTx) findHead(ctx context.Context, s *subRow, mayContinue bool) (*head, next, error) {
+	var h head
+	err := t.tx.QueryRow(ctx, headSQL, t.subID).Scan(&h.seq, &h.eventID, &h.nextAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, next{}, t.release(ctx)
+	}
+	if err != nil {
+		return nil, next{}, fmt.Errorf("deliver %s: find head: %w", t.subID, err)
+	}
+	if h.nextAt != nil && h.nextAt.After(s.now) {
+		// The head waits for its retry. Whoever gets here (the job that
+		// snoozed, or one that found the claim expired) waits with it.
+		n, err := t.hold(ctx, h.nextAt.Sub(s.now), h.nextAt.Add(t.d.cfg.Timeout+leaseMargin))
+		return nil, n, err
+	}
+	if !mayContinue {
+		// Slice used up: keep the claim briefly and come back at once,
+		// behind the jobs of other subscriptions.
+		n, err := t.hold(ctx, 0, s.now.Add(leaseMargin))
+		return nil, n, err
+	}
+	return &h, next{}, nil
+}
+
+// verdict is what judge decided about a head.
+type verdict int
+
+const (
+	// verdictSend: the head may be sent.
+	verdictSend verdict = iota
+	// verdictRefused: authz refused it; it is dead without a request and
+	// the next head comes up.
+	verdictRefused
+	// verdictGap: its event left the log; the subscription is disabled.
+	verdictGap
+)
+
+// judge reads the head's event and checks that the owner may receive it.
+// A missing event is a gap at the head: order can no longer be kept, so
+// the subscription is disabled (cause gap) and the owner must
+// resynchronize and enable it again. A refused delivery is dead without
+// any request (R-AZ-11).
+func (t *stepTx) judge(ctx context.Context, s *subRow, h *head) (*sync.Event, verdict, error) {
+	ev, err := t.d.eventAt(ctx, t.tx, h.seq)
+	if err != nil {
+		return nil, 0, fmt.Errorf("deliver %s: read event %d: %w", t.subID, h.seq, err)
+	}
+	if ev == nil {
+		detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", h.seq)
+		if _, err := t.tx.Exec(ctx, deadSQL, t.subID, h.seq, detail); err != nil {
+			return nil, 0, fmt.Errorf("deliver %s: gap at %d: %w", t.subID, h.seq, err)
+		}
+		if _, err := t.tx.Exec(ctx, disableSQL, t.subID, CauseGap, detail); err != nil {
+			return nil, 0, fmt.Errorf("deliver %s: disable for gap: %w", t.subID, err)
+		}
+		t.results = append(t.results, "gap")
+		t.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
+			slog.String("subscription", t.subID.String()), slog.Int64("seq", h.seq))
+		return nil, verdictGap, nil
+	}
+	dec, err := authz.Allowed(ctx, t.tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
+		Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
+	if err != nil {
+		return nil, 0, fmt.Errorf("deliver %s: authz: %w", t.subID, err)
+	}
+	if !dec.Allowed {
+		msg := "not allowed: " + dec.Reason
+		if _, err := t.tx.Exec(ctx, attemptSQL, t.subID, h.seq, nil, 0.0, msg, ""); err != nil {
+			return nil, 0, fmt.Errorf("deliver %s: record refusal of %d: %w", t.subID, h.seq, err)
+		}
+		if _, err := t.tx.Exec(ctx, deadSQL, t.subID, h.seq, msg); err != nil {
+			return nil, 0, fmt.Errorf("deliver %s: refuse %d: %w", t.subID, h.seq, err)
+		}
+		t.results = append(t.results, "dead")
+		return nil, verdictRefused, nil
+	}
+	return ev, verdictSend, nil
+}
+
+// claim makes the job the sender of the head and returns the send.
+func (t *stepTx) claim(ctx context.Context, s *subRow, h *head, ev *sync.Event) (next, error) {
+	body, err := json.Marshal(ev.Envelope())
+	if err != nil {
+		return next{}, fmt.Errorf("deliver %s: envelope %d: %w", t.subID, h.seq, err)
+	}
+	if _, err := t.tx.Exec(ctx, claimSQL, t.subID, h.seq, t.me.jobID, s.now.Add(t.d.cfg.Timeout+leaseMargin), t.me.owner); err != nil {
+		return next{}, fmt.Errorf("deliver %s: claim %d: %w", t.subID, h.seq, err)
+	}
+	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
+		previousSecret: s.prevSecret, body: body}}, nil
+}
+
+// hold keeps the job the subscription's sender until until and snoozes it
+// for wait.
+func (t *stepTx) hold(ctx context.Context, wait time.Duration, until time.Time) (next, error) {
+	if _, err := t.tx.Exec(ctx, setPumpSQL, t.subID, t.me.jobID, until, t.me.owner); err != nil {
+		return next{}, fmt.Errorf("deliver %s: keep sender: %w", t.subID, err)
+	}
+	return next{snooze: &wait}, nil
+}
+
+// release gives up the subscription's sender claim.
+func (t *stepTx) release(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, setPumpSQL, t.subID, nil, nil, ""); err != nil {
+		return fmt.Errorf("deliver %s: release sender: %w", t.subID, err)
+	}
+	return nil
 }
 
 // eventAt reads the event at seq, or nil when retention removed it.
