@@ -196,6 +196,11 @@ func (c *Config) check() error {
 		return fmt.Errorf("sync.event_partition_interval (%s) must be below sync.event_retention (%s): retention drops whole partitions",
 			c.Sync.EventPartitionInterval, c.Sync.EventRetention)
 	}
+	if c.Webhooks.RetryBudget >= c.Sync.EventRetention {
+		return fmt.Errorf("webhooks.retry_budget (%s) must be below sync.event_retention (%s): "+
+			"a failing receiver's deliveries must end dead or disabled while their events are still there",
+			c.Webhooks.RetryBudget, c.Sync.EventRetention)
+	}
 	if c.River.FetchPollInterval < c.River.FetchCooldown {
 		return fmt.Errorf("river.fetch_poll_interval (%s) must be at least river.fetch_cooldown (%s), as River requires",
 			c.River.FetchPollInterval, c.River.FetchCooldown)

@@ -83,4 +83,11 @@ func TestLoad(t *testing.T) {
 		_, err = config.Load("", nil, map[string]string{"consumer.pending_alert_after": "167h", "sync.event_retention": "168h"})
 		require.NoError(t, err)
 	})
+
+	t.Run("RetryBudgetEndsBeforeRetention", func(t *testing.T) {
+		t.Parallel()
+		_, err := config.Load("", nil, map[string]string{"webhooks.retry_budget": "48h", "sync.event_retention": "48h",
+			"consumer.pending_alert_after": "1h", "sync.event_partition_interval": "1h"})
+		require.ErrorContains(t, err, "webhooks.retry_budget (48h0m0s) must be below sync.event_retention (48h0m0s)")
+	})
 }

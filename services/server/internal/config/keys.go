@@ -116,7 +116,7 @@ var Keys = []Key{
 		set: func(c *Config, v string) error {
 			return dur(&c.Webhooks.Timeout, v, 100*time.Millisecond, 2*time.Minute)
 		}},
-	{Name: "webhooks.retry_budget", Default: "72h", Range: "1s..720h",
+	{Name: "webhooks.retry_budget", Default: "72h", Range: "1s..720h, below sync.event_retention",
 		Doc: "How long a delivery is retried before its subscription is disabled as failing.",
 		set: func(c *Config, v string) error { return dur(&c.Webhooks.RetryBudget, v, time.Second, 720*time.Hour) }},
 	{Name: "webhooks.max_response_bytes", Default: "65536", Range: "0..10485760",
