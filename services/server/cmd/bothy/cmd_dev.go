@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -45,6 +46,8 @@ const (
 type devDatabase struct {
 	url  string
 	what string
+	// stop is nil when the database is the user's: bothy dev neither found
+	// nor started it, and leaves it alone.
 	stop func(ctx context.Context) error
 }
 
@@ -63,78 +66,24 @@ func setupDev(fs *flag.FlagSet) func(context.Context, *call) error {
 	return func(ctx context.Context, c *call) error { return runDev(ctx, c, f) }
 }
 
+// runDev brings up a whole bothy on this machine: a database, the schema,
+// the built-in webhook receiver and the server with every role, then a demo
+// space, token and subscription to try at once. It runs until ctx ends.
 func runDev(ctx context.Context, c *call, f *devFlags) error {
-	e, fs, load := c.env, c.fs, c.load
-	addr, dir, events, pgMode := &f.addr, &f.dir, &f.events, &f.pgMode
-	visited := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
-	// setDefault sets a configuration key for dev unless the user chose a
-	// value by flag or environment.
-	setDefault := func(key, value string) error {
-		if visited[key] || lookupEnv(e.environ, config.EnvName(key)) != "" {
-			return nil
-		}
-		return fs.Set(key, value)
-	}
-	userDB := visited["database.url"] || lookupEnv(e.environ, config.EnvName("database.url")) != ""
-	if !userDB {
-		if cfg, err := load(); err == nil {
-			if _, src := cfg.Value("database.url"); src != config.SourceDefault {
-				userDB = true // from the config file
-			}
-		}
-	}
-
-	out := &lockedWriter{w: e.stdout}
-	var db *devDatabase
-	if userDB {
-		db = &devDatabase{what: "from your configuration (BOTHY_DATABASE_URL, --database.url or the config file)"}
-	} else {
-		var err error
-		if db, err = findDevDatabase(ctx, *pgMode, *dir, out); err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := db.stop(sctx); err != nil {
-				fmt.Fprintf(e.stderr, "bothy dev: stop PostgreSQL: %v\n", err)
-			}
-		}()
-		if err := fs.Set("database.url", db.url); err != nil {
-			return err
-		}
-	}
-	listen := *addr
-	if listen == "" {
-		listen = "127.0.0.1:8080"
-		if ln, err := net.Listen("tcp", listen); err != nil {
-			listen = "127.0.0.1:0"
-		} else {
-			ln.Close()
-		}
-	}
-	adminToken := randomToken()
-	for k, v := range map[string]string{
-		"server.listen_addr":             listen,
-		"server.role":                    "all",
-		"webhooks.allow_private_targets": "true",
-		"server.admin_token":             adminToken,
-		"log.level":                      "warn",
-	} {
-		if err := setDefault(k, v); err != nil {
-			return err
-		}
-	}
-	cfg, err := load()
+	out := &lockedWriter{w: c.stdout}
+	chosen := devChosen(c)
+	db, err := devDatabaseFor(ctx, c, f, chosen, out)
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
-	if db.url == "" {
-		db.url = cfg.Database.URL
+	if db.stop != nil {
+		defer db.release(ctx, c.stderr)
 	}
-	adminToken = cfg.Server.AdminToken
-	logger := newLogger(cfg, e.stderr)
+	cfg, err := configureDev(c, f, chosen, db)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, c.stderr)
 
 	fmt.Fprintf(out, "bothy dev: PostgreSQL %s\n          %s\n", db.what, redactedURL(db.url))
 	if err := app.Migrate(ctx, cfg, logger); err != nil {
@@ -146,7 +95,101 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 		return err
 	}
 	defer rcv.close()
+	return serveDev(ctx, cfg, logger, rcv, f.events, out)
+}
 
+// devChosen returns whether the user chose a configuration key's value by
+// flag or environment. It looks at the flags as parsed, before bothy dev
+// sets any of its own.
+func devChosen(c *call) func(key string) bool {
+	visited := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	return func(key string) bool {
+		return visited[key] || lookupEnv(c.environ, config.EnvName(key)) != ""
+	}
+}
+
+// devDatabaseFor returns the database the user configured (by flag,
+// environment or config file), or else the one findDevDatabase finds or
+// starts as --postgres says.
+func devDatabaseFor(ctx context.Context, c *call, f *devFlags, chosen func(string) bool, out io.Writer) (*devDatabase, error) {
+	userDB := chosen("database.url")
+	if !userDB {
+		if cfg, err := c.load(); err == nil {
+			if _, src := cfg.Value("database.url"); src != config.SourceDefault {
+				userDB = true // from the config file
+			}
+		}
+	}
+	if userDB {
+		return &devDatabase{what: "from your configuration (BOTHY_DATABASE_URL, --database.url or the config file)"}, nil
+	}
+	return findDevDatabase(ctx, f.pgMode, f.dir, out)
+}
+
+// release stops a database that bothy dev found or started, with time to do
+// so even after ctx is cancelled.
+func (d *devDatabase) release(ctx context.Context, stderr io.Writer) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := d.stop(sctx); err != nil {
+		fmt.Fprintf(stderr, "bothy dev: stop PostgreSQL: %v\n", err)
+	}
+}
+
+// configureDev sets the configuration bothy dev runs with and loads it: the
+// database it found or started, the API on 127.0.0.1:8080 (or a free port if
+// that is taken), every role, private webhook targets so the built-in
+// receiver can be one, a fresh admin token and quiet logs. A value the user
+// chose by flag or environment wins over each default.
+func configureDev(c *call, f *devFlags, chosen func(string) bool, db *devDatabase) (*config.Config, error) {
+	if db.stop != nil {
+		if err := c.fs.Set("database.url", db.url); err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range map[string]string{
+		"server.listen_addr":             devListenAddr(f.addr),
+		"server.role":                    "all",
+		"webhooks.allow_private_targets": "true",
+		"server.admin_token":             randomToken(),
+		"log.level":                      "warn",
+	} {
+		if chosen(k) {
+			continue
+		}
+		if err := c.fs.Set(k, v); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := c.config()
+	if err != nil {
+		return nil, err
+	}
+	if db.url == "" {
+		db.url = cfg.Database.URL
+	}
+	return cfg, nil
+}
+
+// devListenAddr is --addr if given, else 127.0.0.1:8080 if it is free, else
+// any free port.
+func devListenAddr(addr string) string {
+	if addr != "" {
+		return addr
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	ln.Close()
+	return "127.0.0.1:8080"
+}
+
+// serveDev runs the server, creates the demo, tells the user how to use it
+// and appends the demo events, then waits for ctx to end (a clean stop) or
+// for the server to stop on its own (a failure).
+func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv *devReceiver, events int, out io.Writer) error {
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
 	srv := app.NewServer(cfg, logger, app.Features(cfg))
@@ -166,9 +209,44 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 	if err != nil {
 		return errors.Join(err, waitServer())
 	}
+	printDevUsage(out, &devUsage{base: base, token: token, subID: subID, receiverURL: rcv.url,
+		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL})
+	if events > 0 {
+		if err := appendDevEvents(ctx, base, token, events, out); err != nil {
+			return errors.Join(err, waitServer())
+		}
+	}
 
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "\nbothy dev: stopping")
+		err := waitServer()
+		if err == nil {
+			fmt.Fprintln(out, "bothy dev: stopped")
+		}
+		return err
+	case err := <-runErr:
+		if err == nil {
+			err = errors.New("server stopped unexpectedly")
+		}
+		return err
+	}
+}
+
+// devUsage is what the demo gave the user to try.
+type devUsage struct {
+	base        string // the API's base URL
+	token       string // the demo principal's token
+	subID       string // the demo webhook subscription
+	receiverURL string // the built-in receiver the subscription delivers to
+	adminToken  string // the River UI's password
+	databaseURL string // for the bothy CLI in another terminal
+}
+
+// printDevUsage tells the user where everything is and what to try first.
+func printDevUsage(out io.Writer, u *devUsage) {
 	curl := fmt.Sprintf(`curl -sS -X POST %s/v1/spaces/%s/events -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{"events":[{"type":"item.created","data":{"title":"hello from curl"}}]}'`,
-		base, devSpace, token)
+		u.base, devSpace, u.token)
 	fmt.Fprintf(out, `
 bothy dev is running; Ctrl-C stops everything.
 
@@ -194,38 +272,26 @@ Point the bothy CLI at this database (in another terminal):
   export BOTHY_DATABASE_URL='%[9]s'
   bothy consumers status
 
-`, base, adminToken, devSpace, devPrincipal, token, subID, rcv.url, curl, cfg.Database.URL)
+`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL)
+}
 
-	if *events > 0 {
-		var evs []string
-		for i := 1; i <= *events; i++ {
-			evs = append(evs, fmt.Sprintf(`{"type":"item.created","data":{"title":"demo item %d"}}`, i))
-		}
-		var res struct {
-			Events []struct {
-				Seq int64 `json:"seq"`
-			} `json:"events"`
-		}
-		if err := devCall(ctx, "POST", base+"/v1/spaces/"+devSpace+"/events", token, `{"events":[`+strings.Join(evs, ",")+`]}`, &res); err != nil {
-			return errors.Join(fmt.Errorf("append demo events: %w", err), waitServer())
-		}
-		fmt.Fprintf(out, "appended %d demo events (seq %d..%d); deliveries:\n", len(res.Events), res.Events[0].Seq, res.Events[len(res.Events)-1].Seq)
+// appendDevEvents appends n demo events through the API, as a client would,
+// so the receiver has deliveries to print at once.
+func appendDevEvents(ctx context.Context, base, token string, n int, out io.Writer) error {
+	var evs []string
+	for i := 1; i <= n; i++ {
+		evs = append(evs, fmt.Sprintf(`{"type":"item.created","data":{"title":"demo item %d"}}`, i))
 	}
-
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(out, "\nbothy dev: stopping")
-		err := waitServer()
-		if err == nil {
-			fmt.Fprintln(out, "bothy dev: stopped")
-		}
-		return err
-	case err := <-runErr:
-		if err == nil {
-			err = errors.New("server stopped unexpectedly")
-		}
-		return err
+	var res struct {
+		Events []struct {
+			Seq int64 `json:"seq"`
+		} `json:"events"`
 	}
+	if err := devCall(ctx, "POST", base+"/v1/spaces/"+devSpace+"/events", token, `{"events":[`+strings.Join(evs, ",")+`]}`, &res); err != nil {
+		return fmt.Errorf("append demo events: %w", err)
+	}
+	fmt.Fprintf(out, "appended %d demo events (seq %d..%d); deliveries:\n", len(res.Events), res.Events[0].Seq, res.Events[len(res.Events)-1].Seq)
+	return nil
 }
 
 // devServerAddr waits for the server's listener, or its early failure.
