@@ -36,6 +36,12 @@ func (r *report) table(title string, header string, rows [][]string) {
 	r.sections = append(r.sections, b.String())
 }
 
+// add appends the findings of one check: its sections, then its violations.
+func (r *report) add(f *report) {
+	r.sections = append(r.sections, f.sections...)
+	r.violations = append(r.violations, f.violations...)
+}
+
 func (r *report) String() string {
 	var b strings.Builder
 	b.WriteString("\n")
@@ -65,112 +71,28 @@ type key struct {
 
 func itoa[T ~int | ~int64](n T) string { return fmt.Sprint(n) }
 
-// verify reads the final state and checks it.
+// logEvent is one row of event_log as the checks see it.
+type logEvent struct {
+	seq   int64
+	id    uuid.UUID
+	space string
+}
+
+// verify reads the final state and checks it: the event log against what
+// the producers were told, each consumer's jobs and deliveries, the
+// arrivals, the cursors, the faults and the run itself, in the report in
+// that order.
 func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Duration) (*report, error) {
 	r := &report{}
-	var (
-		head   int64
-		events []struct {
-			seq   int64
-			id    uuid.UUID
-			space string
-		}
-	)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := h.pool.QueryRow(ctx, `SELECT last_seq FROM event_seq`).Scan(&head); err != nil {
-		return nil, err
-	}
-	rows, err := h.pool.Query(ctx, `SELECT seq, id, space FROM event_log ORDER BY seq`)
+	head, events, err := h.readEventLog(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for rows.Next() {
-		var e struct {
-			seq   int64
-			id    uuid.UUID
-			space string
-		}
-		if err := rows.Scan(&e.seq, &e.id, &e.space); err != nil {
-			return nil, err
-		}
-		events = append(events, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	r.add(h.verifyEvents(head, events))
 
-	// Events.
-	spaceSeqs := map[string][]int64{}
-	inLog := map[uuid.UUID]bool{}
-	idAt := map[int64]uuid.UUID{}
-	gaps := 0
-	for i, e := range events {
-		if e.seq != int64(i+1) {
-			gaps++
-		}
-		spaceSeqs[e.space] = append(spaceSeqs[e.space], e.seq)
-		inLog[e.id] = true
-		idAt[e.seq] = e.id
-	}
-	if gaps > 0 || int64(len(events)) != head {
-		r.fail("event log is not gapless 1..%d: %d rows, %d out of place", head, len(events), gaps)
-	}
-	h.prodMu.Lock()
-	// An acknowledged event must be in the log at the seq its producer was
-	// told, with its id: absent, it was lost; another event there means its
-	// seq was handed out again.
-	absent, replaced, rbFound, doubtFound, phantom := 0, 0, 0, 0, 0
-	for id, seq := range h.acked {
-		switch at, ok := idAt[seq]; {
-		case !ok:
-			absent++
-		case at != id:
-			replaced++
-		}
-	}
-	for id := range h.rolledBack {
-		if inLog[id] {
-			rbFound++
-		}
-	}
-	for id := range h.doubt {
-		if inLog[id] {
-			doubtFound++
-		}
-	}
-	for id := range inLog {
-		if _, ok := h.acked[id]; !ok && !h.doubt[id] {
-			phantom++
-		}
-	}
-	r.table("EVENTS", "\tcount", [][]string{
-		{"committed (event_log rows, head)", itoa(head)},
-		{"acknowledged to producers: EventLog.Write / POST events", fmt.Sprintf("%d / %d", len(h.acked)-h.ackedHTTP, h.ackedHTTP)},
-		{"acknowledged, missing: absent / another event at its seq", fmt.Sprintf("%d / %d", absent, replaced)},
-		{"in doubt (a fault hit the write) / of them committed", fmt.Sprintf("%d / %d", len(h.doubt), doubtFound)},
-		{"rolled back on purpose: txs before append / at commit", fmt.Sprintf("%d / %d", h.rbBefore, h.rbAtCommit)},
-		{"rolled-back events found in the log", itoa(rbFound)},
-		{"log events no producer wrote", itoa(phantom)},
-	})
-	if n := absent + replaced; n > 0 {
-		where := "after recovery"
-		if len(h.crashes) == 0 {
-			where = "from the log"
-		}
-		r.fail("acknowledged events missing %s: %d of %d (%d absent, %d with another event at their seq)",
-			where, n, len(h.acked), absent, replaced)
-	}
-	if rbFound > 0 {
-		r.fail("%d events of rolled-back transactions are in the log", rbFound)
-	}
-	if phantom > 0 {
-		r.fail("%d events in the log were never written", phantom)
-	}
-	crashes := slices.Clone(h.crashes)
-	h.prodMu.Unlock()
-
+	spaceSeqs := seqsBySpace(events)
 	missing := map[string]int{}
 	if err := h.verifyWebhooks(ctx, r, head, spaceSeqs, missing); err != nil {
 		return nil, err
@@ -180,7 +102,142 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	}
 	dupsByCause := h.arrivalsReport(r, missing)
 
-	// Cursors.
+	cursors, err := h.verifyCursors(ctx, head)
+	if err != nil {
+		return nil, err
+	}
+	r.add(cursors)
+	r.add(h.verifyFaults(dupsByCause))
+	r.add(h.verifyRun(drained, drainTook))
+	return r, nil
+}
+
+// readEventLog reads the head of the sequence and every event in the log,
+// in seq order.
+func (h *harness) readEventLog(ctx context.Context) (int64, []logEvent, error) {
+	var head int64
+	if err := h.pool.QueryRow(ctx, `SELECT last_seq FROM event_seq`).Scan(&head); err != nil {
+		return 0, nil, err
+	}
+	rows, err := h.pool.Query(ctx, `SELECT seq, id, space FROM event_log ORDER BY seq`)
+	if err != nil {
+		return 0, nil, err
+	}
+	var events []logEvent
+	for rows.Next() {
+		var e logEvent
+		if err := rows.Scan(&e.seq, &e.id, &e.space); err != nil {
+			return 0, nil, err
+		}
+		events = append(events, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	return head, events, nil
+}
+
+// seqsBySpace lists each space's seqs, in the order of events.
+func seqsBySpace(events []logEvent) map[string][]int64 {
+	spaceSeqs := map[string][]int64{}
+	for _, e := range events {
+		spaceSeqs[e.space] = append(spaceSeqs[e.space], e.seq)
+	}
+	return spaceSeqs
+}
+
+// eventCounts is how the log compares with what the producers were told.
+type eventCounts struct {
+	absent     int // acknowledged, not in the log at all
+	replaced   int // acknowledged, another event at its seq
+	rbFound    int // rolled back on purpose, yet in the log
+	doubtFound int // in doubt, and committed after all
+	phantom    int // in the log, written by no producer
+}
+
+// verifyEvents checks that the log is gapless up to the head, that every
+// acknowledged event is in it at the seq its producer was told, with its
+// id, and that it holds no rolled-back event and none nobody wrote.
+func (h *harness) verifyEvents(head int64, events []logEvent) *report {
+	f := &report{}
+	inLog := map[uuid.UUID]bool{}
+	idAt := map[int64]uuid.UUID{}
+	gaps := 0
+	for i, e := range events {
+		if e.seq != int64(i+1) {
+			gaps++
+		}
+		inLog[e.id] = true
+		idAt[e.seq] = e.id
+	}
+	if gaps > 0 || int64(len(events)) != head {
+		f.fail("event log is not gapless 1..%d: %d rows, %d out of place", head, len(events), gaps)
+	}
+	h.prodMu.Lock()
+	defer h.prodMu.Unlock()
+	c := h.countEvents(inLog, idAt)
+	f.table("EVENTS", "\tcount", [][]string{
+		{"committed (event_log rows, head)", itoa(head)},
+		{"acknowledged to producers: EventLog.Write / POST events", fmt.Sprintf("%d / %d", len(h.acked)-h.ackedHTTP, h.ackedHTTP)},
+		{"acknowledged, missing: absent / another event at its seq", fmt.Sprintf("%d / %d", c.absent, c.replaced)},
+		{"in doubt (a fault hit the write) / of them committed", fmt.Sprintf("%d / %d", len(h.doubt), c.doubtFound)},
+		{"rolled back on purpose: txs before append / at commit", fmt.Sprintf("%d / %d", h.rbBefore, h.rbAtCommit)},
+		{"rolled-back events found in the log", itoa(c.rbFound)},
+		{"log events no producer wrote", itoa(c.phantom)},
+	})
+	if n := c.absent + c.replaced; n > 0 {
+		where := "after recovery"
+		if len(h.crashes) == 0 {
+			where = "from the log"
+		}
+		f.fail("acknowledged events missing %s: %d of %d (%d absent, %d with another event at their seq)",
+			where, n, len(h.acked), c.absent, c.replaced)
+	}
+	if c.rbFound > 0 {
+		f.fail("%d events of rolled-back transactions are in the log", c.rbFound)
+	}
+	if c.phantom > 0 {
+		f.fail("%d events in the log were never written", c.phantom)
+	}
+	return f
+}
+
+// countEvents compares the log (its ids, and the id at each seq) with the
+// producers' records; the caller holds prodMu. An acknowledged event absent
+// from the log was lost; another event at its seq means the seq was handed
+// out again.
+func (h *harness) countEvents(inLog map[uuid.UUID]bool, idAt map[int64]uuid.UUID) eventCounts {
+	var c eventCounts
+	for id, seq := range h.acked {
+		switch at, ok := idAt[seq]; {
+		case !ok:
+			c.absent++
+		case at != id:
+			c.replaced++
+		}
+	}
+	for id := range h.rolledBack {
+		if inLog[id] {
+			c.rbFound++
+		}
+	}
+	for id := range h.doubt {
+		if inLog[id] {
+			c.doubtFound++
+		}
+	}
+	for id := range inLog {
+		if _, ok := h.acked[id]; !ok && !h.doubt[id] {
+			c.phantom++
+		}
+	}
+	return c
+}
+
+// verifyCursors checks that every consumer's cursor reached the head.
+func (h *harness) verifyCursors(ctx context.Context, head int64) (*report, error) {
+	f := &report{}
 	var crow [][]string
 	crows, err := h.pool.Query(ctx, `SELECT name, last_seq FROM event_consumer_cursors ORDER BY name`)
 	if err != nil {
@@ -195,94 +252,133 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 		ok := "yes"
 		if last != head {
 			ok = "NO"
-			r.fail("cursor %s at %d, head %d", name, last, head)
+			f.fail("cursor %s at %d, head %d", name, last, head)
 		}
 		crow = append(crow, []string{name, itoa(last), itoa(head), ok})
 	}
 	crows.Close()
-	r.table("CURSORS", "consumer\tlast_seq\thead\tat head", crow)
+	f.table("CURSORS", "consumer\tlast_seq\thead\tat head", crow)
+	return f, nil
+}
 
-	// Faults.
+// faultKinds are the faults the soak injects, in the order of its report.
+var faultKinds = []string{faultKill, faultTermPool, faultTermListen, faultPGCrashQuiet, faultPGCrash, faultRevokeWH, faultRevokePush,
+	faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx}
+
+// verifyFaults checks that every fault the run needs was injected and had its
+// effect, and tabulates each kind with what it did and the duplicate
+// arrivals attributed to it.
+func (h *harness) verifyFaults(dupsByCause map[string]map[string]int) *report {
+	f := &report{}
+	required, crashSkipped := h.requiredFaults()
+	h.prodMu.Lock()
+	crashes := slices.Clone(h.crashes)
+	h.prodMu.Unlock()
 	var frow [][]string
-	required := []string{faultKill, faultTermPool, faultTermListen, faultRevokeWH, faultRevokePush,
+	for _, k := range faultKinds {
+		n, x := h.faultMu.get(k)
+		if (k == faultTermPool || k == faultTermListen) && n > 0 && x == 0 {
+			f.fail("%s: no backend was found to terminate", k)
+		}
+		detail := h.faultDetail(k, x)
+		if k == faultPGCrashQuiet || k == faultPGCrash {
+			detail = crashDetail(k, slices.Contains(required, k), crashSkipped, crashes)
+		}
+		if slices.Contains(required, k) && n == 0 {
+			f.fail("fault %q was never injected", k)
+		}
+		if strings.HasSuffix(detail, " 0 answers") || detail == "0 answers" || detail == "0 requests held" {
+			if n > 0 {
+				f.fail("fault %q: the receiver never answered with the fault (no request in the window)", k)
+			}
+		}
+		frow = append(frow, []string{k, itoa(n), detail, itoa(dupsByCause[k][chanWebhooks]), itoa(dupsByCause[k][chanPush])})
+	}
+	frow = append(frow, []string{noFault, "", "", itoa(dupsByCause[noFault][chanWebhooks]), itoa(dupsByCause[noFault][chanPush])})
+	f.table("FAULTS (a duplicate arrival is attributed to the first kill, pool termination or crash after the accepted arrival)",
+		"fault\tcount\tdetail\tdup arrivals webhooks\tdup arrivals push", frow)
+	return f
+}
+
+// requiredFaults lists the faults this run must inject. The crashes are
+// among them only when one is planned (why says why not), and the crash
+// amid all traffic is left out in short mode.
+func (h *harness) requiredFaults() (required []string, why string) {
+	required = []string{faultKill, faultTermPool, faultTermListen, faultRevokeWH, faultRevokePush,
 		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx}
-	crashPlanned, crashSkipped := h.pgCrashPlanned()
+	crashPlanned, why := h.pgCrashPlanned()
 	if crashPlanned {
 		required = append(required, faultPGCrashQuiet)
 		if !h.opts.short {
 			required = append(required, faultPGCrash)
 		}
 	}
-	for _, k := range []string{faultKill, faultTermPool, faultTermListen, faultPGCrashQuiet, faultPGCrash, faultRevokeWH, faultRevokePush,
-		faultWH5xx, faultWHTimeout, faultWH410, faultPush5xx} {
-		n, x := h.faultMu.get(k)
-		detail := ""
-		switch k {
-		case faultKill:
-			jobs, next, _, _ := h.takeoverFigures()
-			detail = fmt.Sprintf("takeover p95 %s (%d jobs and claims), next healthy webhook 2xx p95 %s", fmtTook(percentile(jobs, .95)), len(jobs),
-				fmtTook(percentile(next, .95)))
-		case faultTermPool, faultTermListen:
-			detail = fmt.Sprintf("%d backends", x)
-			if n > 0 && x == 0 {
-				r.fail("%s: no backend was found to terminate", k)
-			}
-		case faultWH5xx:
-			detail = fmt.Sprintf("%d answers", h.target("flaky-5xx").faultResp.Load())
-		case faultWHTimeout:
-			detail = fmt.Sprintf("%d requests held", h.target("slow-timeout").faultResp.Load())
-		case faultWH410:
-			detail = fmt.Sprintf("%d answers", h.target("gone-410").faultResp.Load())
-		case faultPush5xx:
-			for _, d := range h.devices {
-				if d.name == "pu-flaky-phone" {
-					detail = fmt.Sprintf("%d answers", d.faultResp.Load())
-				}
-			}
-		case faultPGCrashQuiet, faultPGCrash:
-			if !slices.Contains(required, k) {
-				detail = "skipped (" + cmp.Or(crashSkipped, "short mode") + ")"
-				break
-			}
-			var acked, missing int
-			for _, c := range crashes {
-				if c.kind == k {
-					acked, missing = acked+c.acked, missing+c.missing
-				}
-			}
-			detail = fmt.Sprintf("acknowledged: %d, missing after recovery: %d", acked, missing)
-		}
-		if slices.Contains(required, k) && n == 0 {
-			r.fail("fault %q was never injected", k)
-		}
-		if strings.HasSuffix(detail, " 0 answers") || detail == "0 answers" || detail == "0 requests held" {
-			if n > 0 {
-				r.fail("fault %q: the receiver never answered with the fault (no request in the window)", k)
-			}
-		}
-		frow = append(frow, []string{k, itoa(n), detail, itoa(dupsByCause[k][chanWebhooks]), itoa(dupsByCause[k][chanPush])})
-	}
-	frow = append(frow, []string{noFault, "", "", itoa(dupsByCause[noFault][chanWebhooks]), itoa(dupsByCause[noFault][chanPush])})
-	r.table("FAULTS (a duplicate arrival is attributed to the first kill, pool termination or crash after the accepted arrival)",
-		"fault\tcount\tdetail\tdup arrivals webhooks\tdup arrivals push", frow)
+	return required, why
+}
 
-	// The run itself.
+// faultDetail says what a fault other than a crash did; x is the figure
+// recorded with it (for terminations, the backends terminated).
+func (h *harness) faultDetail(k string, x int) string {
+	switch k {
+	case faultKill:
+		jobs, next, _, _ := h.takeoverFigures()
+		return fmt.Sprintf("takeover p95 %s (%d jobs and claims), next healthy webhook 2xx p95 %s", fmtTook(percentile(jobs, .95)), len(jobs),
+			fmtTook(percentile(next, .95)))
+	case faultTermPool, faultTermListen:
+		return fmt.Sprintf("%d backends", x)
+	case faultWH5xx:
+		return fmt.Sprintf("%d answers", h.target("flaky-5xx").faultResp.Load())
+	case faultWHTimeout:
+		return fmt.Sprintf("%d requests held", h.target("slow-timeout").faultResp.Load())
+	case faultWH410:
+		return fmt.Sprintf("%d answers", h.target("gone-410").faultResp.Load())
+	case faultPush5xx:
+		detail := ""
+		for _, d := range h.devices {
+			if d.name == "pu-flaky-phone" {
+				detail = fmt.Sprintf("%d answers", d.faultResp.Load())
+			}
+		}
+		return detail
+	}
+	return ""
+}
+
+// crashDetail says what the crashes of kind k put at risk and lost, or why
+// the run had none.
+func crashDetail(k string, required bool, skipped string, crashes []crashResult) string {
+	if !required {
+		return "skipped (" + cmp.Or(skipped, "short mode") + ")"
+	}
+	var acked, missing int
+	for _, c := range crashes {
+		if c.kind == k {
+			acked, missing = acked+c.acked, missing+c.missing
+		}
+	}
+	return fmt.Sprintf("acknowledged: %d, missing after recovery: %d", acked, missing)
+}
+
+// verifyRun checks the run itself: the backlog drained, and no process
+// exited unexpectedly or stopped uncleanly.
+func (h *harness) verifyRun(drained bool, drainTook time.Duration) *report {
+	f := &report{}
 	var misc [][]string
 	misc = append(misc, []string{"drained", map[bool]string{true: "yes", false: "NO"}[drained], drainTook.Round(100 * time.Millisecond).String()})
 	if !drained {
-		r.fail("the backlog did not drain within %s", h.opts.drainTimeout)
+		f.fail("the backlog did not drain within %s", h.opts.drainTimeout)
 	}
 	h.notesMu.Lock()
 	for _, n := range h.notes {
-		r.fail("run: %s", firstLine(n))
+		f.fail("run: %s", firstLine(n))
 	}
 	misc = append(misc, []string{"process problems (unexpected exits, unclean stops)", itoa(len(h.notes)), ""})
 	h.notesMu.Unlock()
 	h.procMu.Lock()
 	misc = append(misc, []string{"bothy processes started", itoa(len(h.allProcs)), ""})
 	h.procMu.Unlock()
-	r.table("RUN", "\tvalue\t", misc)
-	return r, nil
+	f.table("RUN", "\tvalue\t", misc)
+	return f
 }
 
 func firstLine(s string) string {
