@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -12,13 +14,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
-// drain runs rounds until one reads less than a full batch.
 // drain runs rounds until one reads less than a batch. A round that finds
 // the cursor locked is tried again until a deadline: a backend killed with
 // pg_terminate_backend reports the error to its client before it has
@@ -43,32 +46,20 @@ func drain(t *testing.T, rounds *sync.RoundRunner, c sync.Consumer) {
 // requireExactlyOnce checks that seqs 1..n each have exactly one job.
 func requireExactlyOnce(t *testing.T, b *bundle, consumer string, n int64) {
 	t.Helper()
-	seqs := jobSeqs(t, b.db, consumer)
-	var missing, dup []int64
-	for s := int64(1); s <= n; s++ {
-		switch seqs[s] {
-		case 1:
-		case 0:
-			missing = append(missing, s)
-		default:
-			dup = append(dup, s)
-		}
-	}
-	require.Empty(t, missing, "events without a job")
-	require.Empty(t, dup, "events with more than one job")
-	require.Len(t, seqs, int(n), "jobs for seqs outside 1..n")
+	requireSeqsOnce(t, jobSeqs(t, b.db, consumer), n, "a job")
 }
 
-// startWorker runs a Worker for c on its own pool (as a separate process
-// would) until the test ends.
+// startWorker runs a Worker for c until the test ends, on a pool, event log
+// and River client of its own, as a separate worker process would, with
+// the round composed as the server composes it.
 func startWorker(t *testing.T, b *bundle, c sync.Consumer, cfg *sync.WorkerConfig, listen *postgres.ListenerConfig) *sync.Worker {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), b.db.URL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	log := postgres.NewEventLog(pool, nil)
-	rounds := sync.NewRoundRunner(pool, postgres.CursorStore{}, log, postgres.NewJobSink(b.river, nil), &sync.RoundConfig{BatchSize: 50})
-	w, err := sync.NewWorker(rounds, []sync.Consumer{c}, cfg)
+	t.Cleanup(log.Close)
+	w, err := sync.NewWorker(productionRounds(t, pool, log, 50), []sync.Consumer{c}, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg gosync.WaitGroup
@@ -84,21 +75,279 @@ func startWorker(t *testing.T, b *bundle, c sync.Consumer, cfg *sync.WorkerConfi
 	return w
 }
 
+// The round probe. Tests stop or break consumers' rounds at chosen points
+// through triggers in their own database, so the round under test keeps
+// every port exactly as production composes it (productionRounds) instead
+// of running through wrappers.
+
+// probeKey is the advisory lock a held round waits on.
+const probeKey int64 = 0x626f7468795f686f // "bothy_ho"
+
+// installRoundProbe adds triggers on consumer's cursor row and test jobs
+// with two points:
+//
+//   - "advance": inside the UPDATE that moves the cursor, after the round
+//     inserted its jobs (a plain AFTER trigger);
+//   - "commit": at the COMMIT of the transaction that moves the cursor,
+//     after all its writes: the last act of a round (a deferred constraint
+//     trigger).
+//
+// A point does nothing until the test arms it (armProbe). Arming is a
+// committed row, not a setting of the round's transaction, so it catches
+// whichever transaction does the write, even one a broken round opened
+// besides its own. "hold" makes that transaction wait there while a
+// roundHold holds probeKey; "refuse" makes it fail there. With check, every
+// transaction that moves the cursor or inserts test jobs must commit both,
+// jobs for exactly 1..last_seq together with the cursor at last_seq, or its
+// COMMIT is refused (deferred constraint triggers on both tables).
+func installRoundProbe(t testing.TB, db *dbtest.DB, consumer string, check bool) {
+	t.Helper()
+	require.Regexp(t, `^[a-z_]+$`, consumer) // spliced into DDL below
+	_, err := db.Pool.Exec(context.Background(), fmt.Sprintf(`
+CREATE TABLE IF NOT EXISTS test_round_probe_arm (consumer text NOT NULL, action text NOT NULL, point text NOT NULL);
+CREATE OR REPLACE FUNCTION test_round_probe() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+	probe_consumer text := TG_ARGV[0];
+	probe_point text := TG_ARGV[1];
+	cur bigint;
+	n bigint;
+	hi bigint;
+BEGIN
+	IF EXISTS (SELECT 1 FROM test_round_probe_arm a WHERE a.consumer = probe_consumer AND a.action = 'hold' AND a.point = probe_point) THEN
+		PERFORM pg_advisory_xact_lock(%[1]d);
+	END IF;
+	IF EXISTS (SELECT 1 FROM test_round_probe_arm a WHERE a.consumer = probe_consumer AND a.action = 'refuse' AND a.point = probe_point) THEN
+		RAISE EXCEPTION 'round of %% refused at %% (test fault)', probe_consumer, probe_point;
+	END IF;
+	IF probe_point <> 'advance' AND TG_ARGV[2]::boolean THEN
+		SELECT last_seq INTO cur FROM event_consumer_cursors WHERE name = probe_consumer;
+		SELECT count(*), coalesce(max((args->>'seq')::bigint), 0) INTO n, hi
+			FROM river_job WHERE kind = 'test.consumer' AND args->>'consumer' = probe_consumer;
+		IF n <> cur OR hi <> cur THEN
+			RAISE EXCEPTION 'consumer %%: a transaction commits the cursor at %% with %% test jobs up to seq %%: jobs and cursor do not commit together', probe_consumer, cur, n, hi;
+		END IF;
+	END IF;
+	RETURN NULL;
+END
+$f$;
+CREATE TRIGGER test_probe_advance_%[2]s AFTER UPDATE ON event_consumer_cursors
+	FOR EACH ROW WHEN (NEW.name = '%[2]s') EXECUTE FUNCTION test_round_probe('%[2]s', 'advance', '%[3]t');
+CREATE CONSTRAINT TRIGGER test_probe_commit_cursor_%[2]s AFTER UPDATE ON event_consumer_cursors
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.name = '%[2]s') EXECUTE FUNCTION test_round_probe('%[2]s', 'commit', '%[3]t');
+CREATE CONSTRAINT TRIGGER test_probe_commit_jobs_%[2]s AFTER INSERT ON river_job
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.kind = 'test.consumer' AND NEW.args->>'consumer' = '%[2]s')
+	EXECUTE FUNCTION test_round_probe('%[2]s', 'jobs commit', '%[3]t');`, probeKey, consumer, check))
+	require.NoError(t, err)
+}
+
+// armProbe arms action ("hold" or "refuse") at point for consumer's rounds
+// from now on; disarmProbe ends every action for it.
+func armProbe(t testing.TB, db *dbtest.DB, consumer, action, point string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO test_round_probe_arm (consumer, action, point) VALUES ($1, $2, $3)`,
+		consumer, action, point)
+	require.NoError(t, err)
+}
+
+func disarmProbe(t testing.TB, db *dbtest.DB, consumer string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `DELETE FROM test_round_probe_arm WHERE consumer = $1`, consumer)
+	require.NoError(t, err)
+}
+
+// roundHold holds probeKey on a connection of its own: transactions at an
+// armed "hold" point wait there until release.
+type roundHold struct{ conn *pgx.Conn }
+
+func holdRounds(t testing.TB, db *dbtest.DB) *roundHold {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) }) // closing releases the lock too
+	_, err = conn.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, probeKey)
+	require.NoError(t, err)
+	return &roundHold{conn: conn}
+}
+
+func (h *roundHold) release(t testing.TB) {
+	t.Helper()
+	_, err := h.conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, probeKey)
+	require.NoError(t, err)
+}
+
+// runRound runs one round in a goroutine and delivers its error.
+func runRound(ctx context.Context, rounds *sync.RoundRunner, c sync.Consumer) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := rounds.Run(ctx, c)
+		done <- err
+	}()
+	return done
+}
+
+// recv waits for a value on ch until a deadline.
+func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+		panic("unreachable")
+	}
+}
+
+// waitHeld polls until a backend waits on probeKey, at an armed hold, and
+// returns its pid. It fails at once if the round ends first: then it never
+// reached the point that was armed.
+func waitHeld(t testing.TB, db *dbtest.DB, done <-chan error) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("the round ended before it reached the armed hold, with error %v", err)
+		default:
+		}
+		rows, err := db.Pool.Query(context.Background(), `SELECT pid FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1`, probeKey>>32, probeKey&0xffffffff)
+		require.NoError(t, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		if len(pids) > 0 {
+			require.Len(t, pids, 1, "more than one backend at the hold")
+			return pids[0]
+		}
+		require.True(t, time.Now().Before(deadline), "no backend waiting at the hold after 10s")
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// waitGone polls until backend pid has exited, so whatever it was doing
+// has committed or rolled back.
+func waitGone(t testing.TB, db *dbtest.DB, pid int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		var alive bool
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive))
+		return !alive
+	}, "backend %d still alive", pid)
+}
+
+// outsideView reads a consumer's cursor and its number of test jobs in one
+// snapshot, as any other session sees them.
+func outsideView(t testing.TB, db *dbtest.DB, consumer string) (cursor, jobs int64) {
+	t.Helper()
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT last_seq FROM event_consumer_cursors WHERE name = $1),
+		(SELECT count(*) FROM river_job WHERE kind = 'test.consumer' AND args->>'consumer' = $1)`, consumer).Scan(&cursor, &jobs))
+	return cursor, jobs
+}
+
+// Effects are rows a consumer's Handle writes through the round's
+// transaction (as webhooks writes delivery records); they must commit or
+// roll back with the round, exactly like its jobs.
+func createEffects(t testing.TB, db *dbtest.DB) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE test_effects (consumer text NOT NULL, seq bigint NOT NULL)`)
+	require.NoError(t, err)
+}
+
+func writeEffects(ctx context.Context, tx pgx.Tx, consumer string, events []sync.Event) error {
+	seqs := make([]int64, len(events))
+	for i, e := range events {
+		seqs[i] = e.Seq
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO test_effects (consumer, seq) SELECT $1, unnest($2::bigint[])`, consumer, seqs)
+	return err
+}
+
+func effectSeqs(t testing.TB, db *dbtest.DB, consumer string) map[int64]int {
+	t.Helper()
+	return countSeqs(t, db, `SELECT seq, count(*) FROM test_effects WHERE consumer = $1 GROUP BY 1`, consumer)
+}
+
+// overlapGate holds the first round with events, of either worker, inside
+// its Handle, with the cursor locked, and wakes the other worker. That
+// worker's round must end at once as Locked (FOR UPDATE SKIP LOCKED); only
+// then does the held round go on ("skipped"). Should the other round get
+// through to Handle instead, two rounds of one consumer overlap: the lock
+// is missing ("overlap"). Should it never report, it is waiting on the
+// lock: SKIP LOCKED is missing, and the gate gives up ("timeout").
+type overlapGate struct {
+	workers [2]atomic.Pointer[sync.Worker]
+	holder  atomic.Int32 // 1 + index of the worker held at the gate; 0 before
+	opened  chan struct{}
+	once    gosync.Once
+	outcome atomic.Value // string
+}
+
+func newOverlapGate() *overlapGate {
+	g := &overlapGate{opened: make(chan struct{})}
+	g.outcome.Store("never armed")
+	return g
+}
+
+func (g *overlapGate) open(outcome string) {
+	g.once.Do(func() { g.outcome.Store(outcome); close(g.opened) })
+}
+
+// hook is worker i's Handle hook.
+func (g *overlapGate) hook(i int) func(context.Context, pgx.Tx, []sync.Event) error {
+	return func(ctx context.Context, _ pgx.Tx, _ []sync.Event) error {
+		if g.holder.CompareAndSwap(0, int32(i+1)) {
+			if other := g.workers[1-i].Load(); other != nil {
+				other.Wake()
+			}
+			select {
+			case <-g.opened:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Second):
+				g.open("timeout")
+				return errors.New("overlap gate: the other worker's round neither ended as Locked nor ran within 10s")
+			}
+		}
+		if g.holder.Load() != int32(i+1) {
+			g.open("overlap") // a no-op once the gate is open
+		}
+		return nil
+	}
+}
+
+// afterRound is worker i's AfterRound hook.
+func (g *overlapGate) afterRound(i int, res sync.RoundResult) {
+	if res.Locked && g.holder.Load() == int32(2-i) { // the other worker holds the gate
+		g.open("skipped")
+	}
+}
+
 func TestConsumersTwoWorkersExactlyOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 50)
 	addConsumer(t, b.db, "twin")
 
-	var rounds [2]atomic.Int64
+	gate := newOverlapGate()
+	var rounds, locked [2]atomic.Int64
 	for i := range 2 {
-		startWorker(t, b, &recordingConsumer{name: "twin"}, &sync.WorkerConfig{
+		w := startWorker(t, b, &recordingConsumer{name: "twin", hook: gate.hook(i)}, &sync.WorkerConfig{
 			PollInterval: 20 * time.Millisecond,
 			AfterRound: func(_ string, res sync.RoundResult, err error) {
-				if err == nil && !res.Locked && res.Events > 0 {
+				gate.afterRound(i, res)
+				switch {
+				case err == nil && res.Locked:
+					locked[i].Add(1)
+				case err == nil && res.Events > 0:
 					rounds[i].Add(1)
 				}
 			},
 		}, &postgres.ListenerConfig{})
+		gate.workers[i].Store(w)
 	}
 
 	// Producers append while both workers run, so rounds race for real.
@@ -111,88 +360,117 @@ func TestConsumersTwoWorkersExactlyOnce(t *testing.T) {
 	wg.Wait()
 	const n = producers * each
 	eventually(t, 30*time.Second, func() bool { return cursorOf(t, b.db, "twin") == n }, "cursor did not reach %d", n)
+	t.Logf("rounds with events: worker A %d, worker B %d; rounds that found the cursor locked: A %d, B %d",
+		rounds[0].Load(), rounds[1].Load(), locked[0].Load(), locked[1].Load())
+	assert.Equal(t, "skipped", gate.outcome.Load(),
+		"while one worker's round held the cursor, the other worker's round must end at once as Locked")
 	requireExactlyOnce(t, b, "twin", n)
-	t.Logf("rounds with events: worker A %d, worker B %d", rounds[0].Load(), rounds[1].Load())
-}
-
-// faultSink inserts jobs and then runs fault, still inside the round's
-// transaction: the jobs exist but are not committed.
-type faultSink struct {
-	sync.JobSink
-	fault func(ctx context.Context, tx pgx.Tx) error
-}
-
-func (s *faultSink) InsertJobs(ctx context.Context, tx pgx.Tx, jobs []sync.Job) (int, error) {
-	n, err := s.JobSink.InsertJobs(ctx, tx, jobs)
-	if err != nil {
-		return n, err
-	}
-	if s.fault != nil {
-		if err := s.fault(ctx, tx); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 func TestConsumerCrashMidRoundNoDuplicates(t *testing.T) {
 	t.Parallel()
+	errLookup := errors.New("receiver lookup failed")
 
-	// Each case breaks the first round after its jobs were inserted, then
-	// lets later rounds run normally.
+	// Each case breaks round 2 of 3 (batch 10, 30 events); Handle writes
+	// effects through the round's transaction in every round. HandlerError
+	// and Panic fail in the consumer's Handle itself, after its writes.
+	// TerminatedBackend and CancelledContext hold the round at an armed
+	// probe point, with its jobs inserted, and strike from outside.
 	cases := []struct {
-		name  string
-		fault func(t *testing.T, b *bundle, cancel context.CancelFunc) func(ctx context.Context, tx pgx.Tx) error
+		name string
+		// handleFault, if set, runs in Handle of round 2 after its writes.
+		handleFault func() error
+		// hold, if set, is the probe point round 2 is held at until strike
+		// has run: "commit" (all written, COMMIT sent) or "advance" (jobs
+		// inserted, cursor UPDATE running).
+		hold   string
+		strike func(t *testing.T, b *bundle, pid int, cancel context.CancelFunc)
+		check  func(t *testing.T, err error)
 	}{
-		{"TerminatedBackend", func(t *testing.T, b *bundle, _ context.CancelFunc) func(context.Context, pgx.Tx) error {
-			return func(ctx context.Context, tx pgx.Tx) error {
-				var pid int
-				if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-					return err
-				}
-				// Another session kills this round's backend, as a crash or
-				// an operator would.
+		{
+			name: "TerminatedBackend",
+			hold: "commit",
+			strike: func(t *testing.T, b *bundle, pid int, _ context.CancelFunc) {
+				// Another session kills the backend committing the round, as
+				// a crash or an operator would.
 				_, err := b.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
 				require.NoError(t, err)
-				return nil
-			}
-		}},
-		{"HandlerError", func(*testing.T, *bundle, context.CancelFunc) func(context.Context, pgx.Tx) error {
-			return func(context.Context, pgx.Tx) error { return errors.New("receiver lookup failed") }
-		}},
-		{"Panic", func(*testing.T, *bundle, context.CancelFunc) func(context.Context, pgx.Tx) error {
-			return func(context.Context, pgx.Tx) error { panic("bug in consumer") }
-		}},
-		{"CancelledContext", func(_ *testing.T, _ *bundle, cancel context.CancelFunc) func(context.Context, pgx.Tx) error {
-			return func(context.Context, pgx.Tx) error { cancel(); return nil }
-		}},
+			},
+			check: func(t *testing.T, err error) { require.Error(t, err) },
+		},
+		{
+			name:        "HandlerError",
+			handleFault: func() error { return errLookup },
+			check:       func(t *testing.T, err error) { require.ErrorIs(t, err, errLookup) },
+		},
+		{
+			name:        "Panic",
+			handleFault: func() error { panic("bug in consumer") },
+			check:       func(t *testing.T, err error) { require.ErrorIs(t, err, sync.ErrRoundPanicked) },
+		},
+		{
+			name: "CancelledContext",
+			hold: "advance",
+			strike: func(_ *testing.T, _ *bundle, _ int, cancel context.CancelFunc) {
+				// The round's context ends (RoundTimeout, shutdown) while its
+				// cursor UPDATE runs, after its jobs were inserted.
+				cancel()
+			},
+			check: func(t *testing.T, err error) { require.ErrorIs(t, err, context.Canceled) },
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 100)
-			addConsumer(t, b.db, "crash")
-			appendN(t, b.log, 30)
+			const consumer, n, faultRound = "crash", 30, 2
+			b := setup(t, 10)
+			addConsumer(t, b.db, consumer)
+			installRoundProbe(t, b.db, consumer, false)
+			createEffects(t, b.db)
+			appendN(t, b.log, n)
+
+			var calls atomic.Int32
+			c := &recordingConsumer{name: consumer, hook: func(ctx context.Context, tx pgx.Tx, events []sync.Event) error {
+				if err := writeEffects(ctx, tx, consumer, events); err != nil {
+					return err
+				}
+				if calls.Add(1) == faultRound && tc.handleFault != nil {
+					return tc.handleFault()
+				}
+				return nil
+			}}
+
+			res, err := b.rounds.Run(context.Background(), c)
+			require.NoError(t, err)
+			require.Equal(t, int64(10), res.To)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			sink := &faultSink{JobSink: postgres.NewJobSink(b.river, nil)}
-			sink.fault = tc.fault(t, b, cancel)
-			rounds := sync.NewRoundRunner(b.db.Pool, postgres.CursorStore{}, b.log, sink, &sync.RoundConfig{BatchSize: 100})
-			c := &recordingConsumer{name: "crash"}
-
-			_, err := rounds.Run(ctx, c)
-			require.Error(t, err)
-			if tc.name == "Panic" {
-				require.ErrorIs(t, err, sync.ErrRoundPanicked)
+			if tc.hold != "" {
+				hold := holdRounds(t, b.db)
+				armProbe(t, b.db, consumer, "hold", tc.hold)
+				done := runRound(ctx, b.rounds, c)
+				pid := waitHeld(t, b.db, done)
+				tc.strike(t, b, pid, cancel)
+				err = recv(t, done, 20*time.Second, "the struck round to return")
+				disarmProbe(t, b.db, consumer)
+				hold.release(t)
+				waitGone(t, b.db, pid) // its transaction has ended, one way or the other
+			} else {
+				err = recv(t, runRound(ctx, b.rounds, c), 20*time.Second, "the failing round to return")
 			}
-			require.Empty(t, jobSeqs(t, b.db, "crash"), "jobs of the failed round survived")
-			require.Zero(t, cursorOf(t, b.db, "crash"), "cursor of the failed round moved")
+			tc.check(t, err)
+			t.Logf("round 2 failed with: %s", strings.SplitN(err.Error(), "\n", 2)[0])
 
-			sink.fault = nil
-			drain(t, rounds, c)
-			require.Equal(t, int64(30), cursorOf(t, b.db, "crash"))
-			requireExactlyOnce(t, b, "crash", 30)
+			// Round 1 stays; of round 2 nothing is left.
+			require.Equal(t, int64(10), cursorOf(t, b.db, consumer), "the cursor of the failed round moved")
+			requireSeqsOnce(t, jobSeqs(t, b.db, consumer), 10, "a job (after the failed round)")
+			requireSeqsOnce(t, effectSeqs(t, b.db, consumer), 10, "an effect (after the failed round)")
+
+			drain(t, b.rounds, c)
+			require.Equal(t, int64(n), cursorOf(t, b.db, consumer))
+			requireExactlyOnce(t, b, consumer, n)
+			requireSeqsOnce(t, effectSeqs(t, b.db, consumer), n, "an effect")
 		})
 	}
 }
@@ -208,8 +486,8 @@ func TestConsumerWakesOnNotify(t *testing.T) {
 		PollInterval: time.Hour, // only a notification can wake it in time
 		AfterRound:   func(string, sync.RoundResult, error) { once.Do(func() { close(first) }) },
 	}, &postgres.ListenerConfig{OnConnect: func(uint32) { connected <- struct{}{} }})
-	<-connected
-	<-first
+	recv(t, connected, 20*time.Second, "the listener to connect")
+	recv(t, first, 20*time.Second, "the first round")
 
 	appendN(t, b.log, 3)
 	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "notified") == 3 }, "no round after NOTIFY")
@@ -228,7 +506,7 @@ func TestConsumerWakesOnPoll(t *testing.T) {
 		PollInterval: 50 * time.Millisecond,
 		AfterRound:   func(string, sync.RoundResult, error) { once.Do(func() { close(first) }) },
 	}, nil)
-	<-first
+	recv(t, first, 20*time.Second, "the first round")
 	appendN(t, silent, 3)
 	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "polled") == 3 }, "no round after poll interval")
 	requireExactlyOnce(t, b, "polled", 3)
@@ -259,8 +537,8 @@ func TestConsumerListenLossLosesNothing(t *testing.T) {
 		},
 		OnConnect: func(pid uint32) { pids <- pid },
 	})
-	pid := <-pids
-	<-first
+	pid := recv(t, pids, 20*time.Second, "the listener to connect")
+	recv(t, first, 20*time.Second, "the first round")
 
 	_, err := b.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
@@ -269,63 +547,61 @@ func TestConsumerListenLossLosesNothing(t *testing.T) {
 	appendN(t, b.log, 5) // nobody is listening: these notifications are lost
 	require.Zero(t, cursorOf(t, b.db, "relisten"))
 	close(release)
-	<-pids
+	recv(t, pids, 20*time.Second, "the listener to reconnect")
 	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "relisten") == 5 }, "events committed during the outage were not read after reconnect")
 	requireExactlyOnce(t, b, "relisten", 5)
-}
-
-// checkingCursors runs check after the real Advance, inside the round.
-type checkingCursors struct {
-	postgres.CursorStore
-	check func(ctx context.Context, tx pgx.Tx) error
-}
-
-func (c checkingCursors) Advance(ctx context.Context, tx pgx.Tx, name string, lastSeq int64) error {
-	if err := c.CursorStore.Advance(ctx, tx, name, lastSeq); err != nil {
-		return err
-	}
-	return c.check(ctx, tx)
 }
 
 func TestConsumerRoundJobsAndCursorCommitTogether(t *testing.T) {
 	t.Parallel()
 
+	// The round is held at its COMMIT, after it inserted its jobs and moved
+	// its cursor: outside, neither is visible; after the commit, both are.
+	// The probe's check refuses any commit that carries one without the
+	// other, so a round that commits them apart fails here.
 	t.Run("InvisibleUntilCommitThenBoth", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 100)
 		addConsumer(t, b.db, "together")
+		installRoundProbe(t, b.db, "together", true)
 		appendN(t, b.log, 10)
-		var inRound bool
-		cursors := checkingCursors{check: func(ctx context.Context, tx pgx.Tx) error {
-			inRound = true
-			// Inside the round both are written...
-			var jobsInTx int
-			require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'test.consumer'`).Scan(&jobsInTx))
-			require.Equal(t, 10, jobsInTx)
-			// ...and outside it neither is visible yet.
-			require.Empty(t, jobSeqs(t, b.db, "together"), "jobs visible before the round committed")
-			require.Zero(t, cursorOf(t, b.db, "together"), "cursor visible before the round committed")
-			return nil
-		}}
-		rounds := sync.NewRoundRunner(b.db.Pool, cursors, b.log, postgres.NewJobSink(b.river, nil), &sync.RoundConfig{BatchSize: 100})
-		_, err := rounds.Run(context.Background(), &recordingConsumer{name: "together"})
-		require.NoError(t, err)
-		require.True(t, inRound)
+		hold := holdRounds(t, b.db)
+		armProbe(t, b.db, "together", "hold", "commit")
+
+		done := runRound(context.Background(), b.rounds, &recordingConsumer{name: "together"})
+		waitHeld(t, b.db, done)
+		cursor, jobs := outsideView(t, b.db, "together")
+		require.Zero(t, jobs, "jobs visible before the round committed")
+		require.Zero(t, cursor, "cursor visible before the round committed")
+
+		hold.release(t)
+		require.NoError(t, recv(t, done, 20*time.Second, "the round to commit"))
 		require.Equal(t, int64(10), cursorOf(t, b.db, "together"))
 		requireExactlyOnce(t, b, "together", 10)
 	})
 
-	t.Run("FailureAfterAdvanceKeepsNeither", func(t *testing.T) {
+	// The round fails at its COMMIT, after every write: neither stays, and
+	// the next round does the work once.
+	t.Run("RefusedCommitKeepsNeither", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 100)
 		addConsumer(t, b.db, "together")
+		installRoundProbe(t, b.db, "together", true)
 		appendN(t, b.log, 10)
-		cursors := checkingCursors{check: func(context.Context, pgx.Tx) error { return errors.New("commit refused") }}
-		rounds := sync.NewRoundRunner(b.db.Pool, cursors, b.log, postgres.NewJobSink(b.river, nil), &sync.RoundConfig{BatchSize: 100})
-		_, err := rounds.Run(context.Background(), &recordingConsumer{name: "together"})
-		require.Error(t, err)
-		require.Empty(t, jobSeqs(t, b.db, "together"))
-		require.Zero(t, cursorOf(t, b.db, "together"))
+		c := &recordingConsumer{name: "together"}
+
+		armProbe(t, b.db, "together", "refuse", "commit")
+		_, err := b.rounds.Run(context.Background(), c)
+		require.ErrorContains(t, err, "refused at commit")
+		require.Empty(t, jobSeqs(t, b.db, "together"), "jobs of the refused round survived")
+		require.Zero(t, cursorOf(t, b.db, "together"), "cursor of the refused round moved")
+
+		disarmProbe(t, b.db, "together")
+		res, err := b.rounds.Run(context.Background(), c)
+		require.NoError(t, err)
+		require.Equal(t, 10, res.Events)
+		require.Equal(t, int64(10), cursorOf(t, b.db, "together"))
+		requireExactlyOnce(t, b, "together", 10)
 	})
 }
 
@@ -447,7 +723,7 @@ func TestRoundCallsHandleLost(t *testing.T) {
 	appendN(t, b.log, 10)
 	c := &recordingConsumer{name: "partly"}
 	// "partly" reads 1..4 before retention strikes.
-	rounds4 := sync.NewRoundRunner(b.db.Pool, postgres.CursorStore{}, b.log, postgres.NewJobSink(b.river, nil), &sync.RoundConfig{BatchSize: 4})
+	rounds4 := productionRounds(t, b.db.Pool, b.log, 4)
 	_, err := rounds4.Run(context.Background(), c)
 	require.NoError(t, err)
 

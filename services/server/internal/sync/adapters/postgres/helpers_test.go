@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -56,19 +57,32 @@ func (c *recordingConsumer) HandleLost(ctx context.Context, tx pgx.Tx, consumer 
 type bundle struct {
 	db     *dbtest.DB
 	log    *postgres.EventLog
-	river  *river.Client[pgx.Tx]
 	rounds *sync.RoundRunner
 }
 
 func setup(t *testing.T, batch int) *bundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
-	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
-	require.NoError(t, err)
 	log := postgres.NewEventLog(db.Pool, nil)
 	t.Cleanup(log.Close)
-	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{BatchSize: batch})
-	return &bundle{db: db, log: log, river: rc, rounds: rounds}
+	return &bundle{db: db, log: log, rounds: productionRounds(t, db.Pool, log, batch)}
+}
+
+// productionRounds composes a RoundRunner exactly as app.Server.Run does for
+// the worker role: RoundTx on the pool (BEGIN with synchronous_commit off),
+// the CursorStore (FOR UPDATE SKIP LOCKED), the EventLog as event source and
+// a JobSink with Fast (River's InsertManyFastTx, COPY) on a real River
+// client of the same pool. The client inserts only: the test job kinds have
+// no workers, and the insert path is the same as the server's client takes.
+// Tests of the round mechanism must go through this, not through a pool's
+// plain Begin or the InsertManyTx path, or they prove a round the server
+// does not run.
+func productionRounds(t testing.TB, pool *pgxpool.Pool, log *postgres.EventLog, batch int) *sync.RoundRunner {
+	t.Helper()
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	return sync.NewRoundRunner(postgres.RoundTx{Pool: pool}, postgres.CursorStore{}, log,
+		postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}), &sync.RoundConfig{BatchSize: batch})
 }
 
 // appendN commits n events, one transaction each, in space "s1".
@@ -88,8 +102,14 @@ func appendN(t testing.TB, log *postgres.EventLog, n int) []sync.Event {
 // jobSeqs counts the test jobs per seq for a consumer.
 func jobSeqs(t testing.TB, db *dbtest.DB, consumer string) map[int64]int {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(),
-		`SELECT (args->>'seq')::bigint, count(*) FROM river_job WHERE kind = 'test.consumer' AND args->>'consumer' = $1 GROUP BY 1`, consumer)
+	return countSeqs(t, db, `SELECT (args->>'seq')::bigint, count(*) FROM river_job
+		WHERE kind = 'test.consumer' AND args->>'consumer' = $1 GROUP BY 1`, consumer)
+}
+
+// countSeqs runs query (seq, count rows for the consumer in $1) into a map.
+func countSeqs(t testing.TB, db *dbtest.DB, query, consumer string) map[int64]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), query, consumer)
 	require.NoError(t, err)
 	out := map[int64]int{}
 	for rows.Next() {
@@ -100,6 +120,25 @@ func jobSeqs(t testing.TB, db *dbtest.DB, consumer string) map[int64]int {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// requireSeqsOnce checks that seqs (a count per seq) holds each of 1..n
+// exactly once and nothing else; what names the rows in messages.
+func requireSeqsOnce(t testing.TB, seqs map[int64]int, n int64, what string) {
+	t.Helper()
+	var missing, dup []int64
+	for s := int64(1); s <= n; s++ {
+		switch seqs[s] {
+		case 1:
+		case 0:
+			missing = append(missing, s)
+		default:
+			dup = append(dup, s)
+		}
+	}
+	require.Empty(t, missing, "events without %s", what)
+	require.Empty(t, dup, "events with more than one of %s", what)
+	require.Len(t, seqs, int(n), "%s for seqs outside 1..%d", what, n)
 }
 
 func cursorOf(t testing.TB, db *dbtest.DB, name string) int64 {
