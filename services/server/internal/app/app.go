@@ -259,8 +259,7 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 // is stopped (in-flight jobs given server.shutdown_timeout) when gctx ends.
 func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	cfg, logger := r.s.cfg, r.s.logger
-	rounds := sync.NewRoundRunner(postgres.RoundTx{Pool: r.pool}, postgres.CursorStore{}, r.events,
-		postgres.NewJobSink(r.river, &postgres.JobSinkConfig{Fast: true}), &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger})
+	rounds := postgres.NewRoundRunner(r.pool, r.events, r.river, &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger})
 	w, err := sync.NewWorker(rounds, r.consumers, &sync.WorkerConfig{
 		PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: logger, Metrics: sync.NewMetrics(r.s.registry),
 	})

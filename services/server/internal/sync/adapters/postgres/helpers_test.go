@@ -81,8 +81,7 @@ func productionRounds(t testing.TB, pool *pgxpool.Pool, log *postgres.EventLog, 
 	t.Helper()
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	return sync.NewRoundRunner(postgres.RoundTx{Pool: pool}, postgres.CursorStore{}, log,
-		postgres.NewJobSink(rc, &postgres.JobSinkConfig{Fast: true}), &sync.RoundConfig{BatchSize: batch})
+	return postgres.NewRoundRunner(pool, log, rc, &sync.RoundConfig{BatchSize: batch})
 }
 
 // appendN commits n events, one transaction each, in space "s1".

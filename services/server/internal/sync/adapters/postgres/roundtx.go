@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
@@ -30,4 +31,12 @@ var _ sync.TxBeginner = RoundTx{}
 // Begin implements sync.TxBeginner.
 func (r RoundTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return r.Pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"})
+}
+
+// NewRoundRunner returns the rounds bothy runs: RoundTx, the cursor rows,
+// events from log and jobs inserted by rc's fast path in the round's
+// transaction. The server and the framework tests build rounds with it, so
+// the tests run what production runs.
+func NewRoundRunner(pool *pgxpool.Pool, log *EventLog, rc *river.Client[pgx.Tx], cfg *sync.RoundConfig) *sync.RoundRunner {
+	return sync.NewRoundRunner(RoundTx{Pool: pool}, CursorStore{}, log, NewJobSink(rc, &JobSinkConfig{Fast: true}), cfg)
 }
