@@ -49,6 +49,8 @@ type subscriptionJSON struct {
 	LastDeliveredSeq int64      `json:"last_delivered_seq"`
 	Pending          int64      `json:"pending"`
 	CreatedAt        time.Time  `json:"created_at"`
+	// Headers are masked as in the HTTP API.
+	Headers map[string]string `json:"headers"`
 }
 
 func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
@@ -58,7 +60,8 @@ func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
 	}
 	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: redactURL(s.URL), EventTypes: types, TokenID: s.TokenID,
 		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
-		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt}
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
+		Headers: webhooks.MaskHeaders(s.Headers)}
 }
 
 func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
@@ -116,12 +119,14 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 	url := fs.String("url", "", "absolute http(s) target URL (required)")
 	events := fs.String("events", "", "comma-separated event types: item.created, item.* or * (default all)")
 	token := fs.String("token", "", "token ID whose current scopes bound every delivery (default: the owner's full rights)")
+	headers := headerFlag{}
+	fs.Var(headers, "header", "a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		if *owner == "" || *space == "" || *url == "" {
 			return fmt.Errorf("%w: webhooks create needs --owner, --space and --url", errUsage)
 		}
-		p := &webhooks.CreateParams{Owner: *owner, Space: *space, URL: *url}
+		p := &webhooks.CreateParams{Owner: *owner, Space: *space, URL: *url, Headers: headers}
 		if *events != "" {
 			for _, t := range strings.Split(*events, ",") {
 				p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))

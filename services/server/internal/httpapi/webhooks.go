@@ -26,6 +26,9 @@ type subscriptionJSON struct {
 	LastDeliveredSeq int64      `json:"last_delivered_seq"`
 	Pending          int64      `json:"pending"`
 	CreatedAt        time.Time  `json:"created_at"`
+	// Headers are the custom headers with masked values
+	// (webhooks.MaskHeaders): the whole values are never shown again.
+	Headers map[string]string `json:"headers"`
 	// Secret is only set in the answers that create it.
 	Secret string `json:"secret,omitempty"`
 }
@@ -37,7 +40,8 @@ func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
 	}
 	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, Status: s.Status,
 		DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
-		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt}
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
+		Headers: webhooks.MaskHeaders(s.Headers)}
 }
 
 // kindConflict is the problem kind of a request that the resource's
@@ -164,6 +168,8 @@ type createWebhookRequest struct {
 	EventTypes []string `json:"event_types"`
 	// Secret, if set, is used instead of a generated one (whsec_ form).
 	Secret string `json:"secret"`
+	// Headers are sent with every request.
+	Headers map[string]string `json:"headers"`
 }
 
 func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -179,7 +185,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	tokenID := s.TokenID
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
-		Secret: req.Secret, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
+		Secret: req.Secret, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 	})
 	if err != nil {
 		return webhookError(err)
@@ -203,6 +209,8 @@ func (a *API) getWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 type updateWebhookRequest struct {
 	URL        *string   `json:"url"`
 	EventTypes *[]string `json:"event_types"`
+	// Headers is a merge patch: a value sets the header, null removes it.
+	Headers map[string]*string `json:"headers"`
 }
 
 func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -214,11 +222,11 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
-	if req.URL == nil && req.EventTypes == nil {
-		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url and/or event_types")
+	if req.URL == nil && req.EventTypes == nil && req.Headers == nil {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, event_types and/or headers")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
-		URL: req.URL, EventTypes: req.EventTypes, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
+		URL: req.URL, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 	})
 	if err != nil {
 		return webhookError(err)

@@ -178,7 +178,9 @@ type claim struct {
 	url            string
 	secret         string
 	previousSecret string
-	body           []byte
+	// headers are the subscription's custom headers.
+	headers map[string]string
+	body    []byte
 }
 
 // result kinds of one send.
@@ -268,13 +270,15 @@ WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT 1`
 const setPumpSQL = `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = $3, pump_owner = NULLIF($4::text, '') WHERE id = $1`
 
 // claimSQL starts an attempt: the retry budget counts from the first one,
-// and the job becomes the subscription's sender until $4.
+// and the job becomes the subscription's sender until $4. It returns the
+// custom headers the request carries.
 const claimSQL = `
 WITH a AS (
     UPDATE webhook_deliveries SET first_attempt_at = coalesce(first_attempt_at, now())
     WHERE subscription_id = $1 AND event_seq = $2
 )
-UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4, pump_owner = NULLIF($5::text, '') WHERE id = $1`
+UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4, pump_owner = NULLIF($5::text, '') WHERE id = $1
+RETURNING headers`
 
 const deadSQL = `
 UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
@@ -493,11 +497,12 @@ func (t *stepTx) claim(ctx context.Context, s *subRow, h *head, ev *sync.Event) 
 	if err != nil {
 		return next{}, fmt.Errorf("deliver %s: envelope %d: %w", t.subID, h.seq, err)
 	}
-	if _, err := t.tx.Exec(ctx, claimSQL, t.subID, h.seq, t.me.jobID, s.now.Add(t.d.cfg.Timeout+leaseMargin), t.me.owner); err != nil {
+	var headers map[string]string
+	if err := t.tx.QueryRow(ctx, claimSQL, t.subID, h.seq, t.me.jobID, s.now.Add(t.d.cfg.Timeout+leaseMargin), t.me.owner).Scan(&headers); err != nil {
 		return next{}, fmt.Errorf("deliver %s: claim %d: %w", t.subID, h.seq, err)
 	}
 	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
-		previousSecret: s.prevSecret, body: body}}, nil
+		previousSecret: s.prevSecret, headers: headers, body: body}}, nil
 }
 
 // hold keeps the job the subscription's sender until until and snoozes it
@@ -632,30 +637,11 @@ func (d *Deliverer) backoff(attempts int, retryAfter time.Duration) time.Duratio
 // pool.
 func (d *Deliverer) send(ctx context.Context, c *claim) *outcome {
 	o := &outcome{claim: c}
-	msgID := c.eventID.String()
-	ts := time.Now()
-	sig, err := signature(c.secret, msgID, ts, c.body)
-	if err == nil && c.previousSecret != "" {
-		var old string
-		if old, err = signature(c.previousSecret, msgID, ts, c.body); err == nil {
-			sig += " " + old
-		}
-	}
+	req, err := newRequest(ctx, c, time.Now())
 	if err != nil {
-		o.kind, o.err = resultRetry, "signing: "+err.Error() // the error of a bad key names no key
+		o.kind, o.err = resultRetry, err.Error()
 		return o
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(c.body))
-	if err != nil {
-		o.kind, o.err = resultRetry, "request: "+scrubURL(err)
-		return o
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "bothy-webhooks/1")
-	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
-	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
-
 	start := time.Now()
 	resp, err := d.client.Do(req)
 	if err != nil {
@@ -695,6 +681,44 @@ func (d *Deliverer) send(ctx context.Context, c *claim) *outcome {
 		}
 	}
 	return o
+}
+
+// newRequest builds the request of one attempt, signed at ts with the
+// subscription's secrets (both during a rotation's overlap): first the
+// custom headers, then Content-Type and the signature scheme's headers,
+// which no custom header can replace. User-Agent is ours unless the
+// subscription sets one. A stored header that the store would refuse (a row
+// written by hand) is left out. Errors name no key, no URL and no header
+// value.
+func newRequest(ctx context.Context, c *claim, ts time.Time) (*http.Request, error) {
+	msgID := c.eventID.String()
+	sig, err := signature(c.secret, msgID, ts, c.body)
+	if err == nil && c.previousSecret != "" {
+		var old string
+		if old, err = signature(c.previousSecret, msgID, ts, c.body); err == nil {
+			sig += " " + old
+		}
+	}
+	if err != nil {
+		return nil, errors.New("signing: " + err.Error()) // the error of a bad key names no key
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(c.body))
+	if err != nil {
+		return nil, errors.New("request: " + scrubURL(err))
+	}
+	for name, v := range c.headers {
+		if canonical, err := headerName(name); err == nil && len(v) <= MaxHeaderValueBytes && validHeaderValue(v) {
+			req.Header.Set(canonical, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "bothy-webhooks/1")
+	}
+	req.Header.Set(standardwebhooks.HeaderWebhookID, msgID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	return req, nil
 }
 
 // signature returns the v1 signature of the Standard Webhooks scheme.

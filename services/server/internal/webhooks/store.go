@@ -166,6 +166,9 @@ type Subscription struct {
 	CreatedAt        time.Time
 	// Pending is the number of pending deliveries.
 	Pending int64
+	// Headers are the custom request headers, values whole: show them
+	// through MaskHeaders only.
+	Headers map[string]string
 }
 
 // NewSecret returns a fresh signing secret in the Standard Webhooks form:
@@ -193,6 +196,9 @@ type CreateParams struct {
 	TokenID *uuid.UUID
 	// Secret, if set, is used instead of a generated one (whsec_ form).
 	Secret string
+	// Headers are sent with every request (see MaxHeaders and
+	// refusedHeaders for what is refused). Nil: none.
+	Headers map[string]string
 	// AllowPrivateTargets accepts loopback and private addresses
 	// (webhooks.allow_private_targets).
 	AllowPrivateTargets bool
@@ -223,6 +229,10 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if err := validateEventTypes(p.EventTypes, limits); err != nil {
 		return nil, "", err
 	}
+	headers, err := normalizeHeaders(p.Headers)
+	if err != nil {
+		return nil, "", err
+	}
 	d, err := authz.Allowed(ctx, q, &authz.Request{Action: authz.ActionWebhookManage, Principal: p.Owner, Space: p.Space, Token: p.TokenID})
 	if err != nil {
 		return nil, "", err
@@ -246,16 +256,17 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if types == nil {
 		types = []string{}
 	}
-	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive}
+	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
+		Headers: headers}
 	err = atHead(ctx, q, rounds, func(tx pgx.Tx) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `
-INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq)
-SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq FROM event_seq
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers)
+SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8 FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
-			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID, headers).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
 	})
 	if errors.Is(err, ErrLimit) {
 		return nil, "", err
@@ -268,12 +279,12 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
-(SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending')`
+(SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers`
 
 func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	s := &Subscription{}
 	err := row.Scan(&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
-		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending)
+		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers)
 	return s, err
 }
 

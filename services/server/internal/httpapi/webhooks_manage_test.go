@@ -1,0 +1,164 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	gosync "sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+// headerReceiver records every request with its headers and whether it
+// verified with the Standard Webhooks library, and answers status (204 if
+// zero). hold, when set, is waited on before answering.
+type headerReceiver struct {
+	srv    *httptest.Server
+	mu     gosync.Mutex
+	secret string
+	status int
+	hold   chan struct{}
+	got    []receivedRequest
+	notify chan struct{}
+}
+
+type receivedRequest struct {
+	header   http.Header
+	body     []byte
+	verified error
+}
+
+func newHeaderReceiver(t *testing.T) *headerReceiver {
+	t.Helper()
+	rv := &headerReceiver{notify: make(chan struct{}, 1000)}
+	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rv.mu.Lock()
+		wh, err := standardwebhooks.NewWebhook(rv.secret)
+		if err == nil {
+			err = wh.Verify(body, r.Header)
+		}
+		rv.got = append(rv.got, receivedRequest{header: r.Header.Clone(), body: body, verified: err})
+		status, hold := rv.status, rv.hold
+		rv.mu.Unlock()
+		rv.notify <- struct{}{}
+		if hold != nil {
+			<-hold
+		}
+		w.WriteHeader(max(status, http.StatusNoContent))
+	}))
+	t.Cleanup(rv.srv.Close)
+	return rv
+}
+
+func (rv *headerReceiver) set(f func(rv *headerReceiver)) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	f(rv)
+}
+
+func (rv *headerReceiver) requests() []receivedRequest {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return append([]receivedRequest(nil), rv.got...)
+}
+
+// waitFor waits until n requests arrived and returns them.
+func (rv *headerReceiver) waitFor(t *testing.T, n int) []receivedRequest {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if got := rv.requests(); len(got) >= n {
+			return got
+		}
+		select {
+		case <-rv.notify:
+		case <-deadline:
+			t.Fatalf("waited for %d requests, have %d", n, len(rv.requests()))
+		}
+	}
+}
+
+func TestAPI_WebhookHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
+	rv := newHeaderReceiver(t)
+	const token = "Bearer receiver-secret-0123456789"
+
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"authorization":%q,"X-Tenant":"acme-tenant-1"}}`,
+		rv.srv.URL+"/hook", token))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	require.NotContains(t, string(r.body), "receiver-secret", "not even the answer to create shows a value whole")
+	sub := r.json(t)
+	require.Equal(t, map[string]any{"Authorization": "Bea…", "X-Tenant": "acm…"}, sub["headers"])
+	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	sp := "/v1/webhooks/" + sub["id"].(string)
+
+	t.Run("GetAndListMaskTheValues", func(t *testing.T) {
+		r := b.do(t, "GET", sp, owner, "")
+		require.Equal(t, http.StatusOK, r.status)
+		require.NotContains(t, string(r.body), "receiver-secret")
+		require.Equal(t, map[string]any{"Authorization": "Bea…", "X-Tenant": "acm…"}, r.json(t)["headers"])
+		r = b.do(t, "GET", "/v1/webhooks", owner, "")
+		require.NotContains(t, string(r.body), "receiver-secret")
+	})
+
+	t.Run("ArriveWithEveryDelivery", func(t *testing.T) {
+		r := b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"},{"type":"item.updated"}]}`)
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+		for _, got := range rv.waitFor(t, 2) {
+			require.Equal(t, token, got.header.Get("Authorization"))
+			require.Equal(t, "acme-tenant-1", got.header.Get("X-Tenant"))
+			require.NoError(t, got.verified)
+		}
+	})
+
+	t.Run("RefusedNamesAre422NamingTheHeader", func(t *testing.T) {
+		url := fmt.Sprintf("%q", rv.srv.URL)
+		for name, want := range map[string]string{
+			"webhook-signature": "headers.Webhook-Signature", "webhook-id": "headers.Webhook-Id", "Webhook-Timestamp": "headers.Webhook-Timestamp",
+			"Connection": "headers.Connection", "keep-alive": "headers.Keep-Alive", "Proxy-Authorization": "headers.Proxy-Authorization",
+			"TE": "headers.Te", "Trailer": "headers.Trailer", "transfer-encoding": "headers.Transfer-Encoding", "Upgrade": "headers.Upgrade",
+			"Host": "headers.Host", "Content-Length": "headers.Content-Length", "content-type": "headers.Content-Type",
+		} {
+			d := b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`,"headers":{"`+name+`":"x1"}}`).problem(t, http.StatusUnprocessableEntity)
+			require.Contains(t, d, want, name)
+			d = b.do(t, "PATCH", sp, owner, `{"headers":{"`+name+`":"x1"}}`).problem(t, http.StatusUnprocessableEntity)
+			require.Contains(t, d, want, name)
+		}
+		d := b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`,"headers":{"X-A":"a\r\nX-B: 1"}}`).problem(t, http.StatusUnprocessableEntity)
+		require.Contains(t, d, "headers.X-A")
+		d = b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`,"headers":{"X-A":7}}`).problem(t, http.StatusBadRequest)
+		require.Contains(t, d, `"headers"`)
+	})
+
+	t.Run("PatchMergesAndNullRemoves", func(t *testing.T) {
+		r := b.do(t, "PATCH", sp, owner, `{"headers":{"X-Tenant":null,"X-Region":"eu-west-1"}}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.Equal(t, map[string]any{"Authorization": "Bea…", "X-Region": "eu…"}, r.json(t)["headers"])
+		n := len(rv.requests())
+		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
+		got := rv.waitFor(t, n+1)[n]
+		require.Equal(t, token, got.header.Get("Authorization"), "a header the patch does not name stays")
+		require.Equal(t, "eu-west-1", got.header.Get("X-Region"))
+		require.Empty(t, got.header.Values("X-Tenant"))
+	})
+
+	t.Run("AnotherPrincipalCannotReadOrChangeThem", func(t *testing.T) {
+		r := b.do(t, "GET", sp, stranger, "")
+		r.problem(t, http.StatusNotFound)
+		require.NotContains(t, string(r.body), "Bea…")
+		b.do(t, "PATCH", sp, stranger, `{"headers":{"Authorization":"Bearer mine"}}`).problem(t, http.StatusNotFound)
+		r = b.do(t, "GET", "/v1/webhooks?space=s1", stranger, "")
+		require.Equal(t, http.StatusOK, r.status)
+		require.NotContains(t, string(r.body), sub["id"].(string))
+	})
+}

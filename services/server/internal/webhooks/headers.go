@@ -1,0 +1,207 @@
+package webhooks
+
+import (
+	"fmt"
+	"net/textproto"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Bounds of a subscription's custom headers: a request carries them on every
+// delivery, so they are kept well below what receivers and proxies accept
+// for a whole header block (8 KiB is common).
+const (
+	// MaxHeaders is the most custom headers one subscription may have.
+	MaxHeaders = 20
+	// MaxHeaderNameBytes bounds one header name.
+	MaxHeaderNameBytes = 64
+	// MaxHeaderValueBytes bounds one header value.
+	MaxHeaderValueBytes = 1024
+	// MaxHeaderBytes bounds the names and values of one subscription together.
+	MaxHeaderBytes = 4096
+)
+
+// refusedHeaders are the names a subscription may not set, canonical, with
+// why. The signature's headers would let a receiver be told another
+// message's id or signature; hop-by-hop headers concern one connection, not
+// the message (RFC 9110 section 7.6.1), and the transport sets them itself;
+// Host, Content-Length and Content-Type describe the request we send and
+// are set by the HTTP client. Every Proxy-* name is refused as well.
+var refusedHeaders = map[string]string{
+	"Webhook-Id":        "it is set by the signature scheme",
+	"Webhook-Timestamp": "it is set by the signature scheme",
+	"Webhook-Signature": "it is set by the signature scheme",
+	"Connection":        "it is a hop-by-hop header",
+	"Keep-Alive":        "it is a hop-by-hop header",
+	"Te":                "it is a hop-by-hop header",
+	"Trailer":           "it is a hop-by-hop header",
+	"Transfer-Encoding": "it is a hop-by-hop header",
+	"Upgrade":           "it is a hop-by-hop header",
+	"Host":              "it is set by the HTTP client from the URL",
+	"Content-Length":    "it is set by the HTTP client",
+	"Content-Type":      "deliveries are always application/json",
+}
+
+// tokenChars are the characters of an HTTP field name besides letters and
+// digits (RFC 9110 section 5.6.2).
+const tokenChars = "!#$%&'*+-.^_`|~"
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(tokenChars, c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue accepts printable ASCII with inner spaces and tabs: no
+// control characters (a CR or LF would let a value add headers of its own)
+// and no leading or trailing whitespace, which HTTP strips anyway.
+func validHeaderValue(v string) bool {
+	if v == "" || v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t' {
+		return false
+	}
+	for _, c := range []byte(v) {
+		if (c < 0x20 && c != '\t') || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// headerName checks one name and returns it canonical. Errors name the
+// field as the HTTP API spells it and never contain a value.
+func headerName(name string) (string, error) {
+	if len(name) > MaxHeaderNameBytes || !validHeaderName(name) {
+		return "", fmt.Errorf("%w: headers: name %q: want an HTTP field name (letters, digits and !#$%%&'*+-.^_`|~), at most %d bytes",
+			ErrInvalid, truncateName(name), MaxHeaderNameBytes)
+	}
+	c := textproto.CanonicalMIMEHeaderKey(name)
+	if why, ok := refusedHeaders[c]; ok {
+		return "", fmt.Errorf("%w: headers.%s: this header cannot be set: %s", ErrInvalid, c, why)
+	}
+	if strings.HasPrefix(c, "Proxy-") {
+		return "", fmt.Errorf("%w: headers.%s: this header cannot be set: Proxy-* headers are for proxies, and none is used", ErrInvalid, c)
+	}
+	return c, nil
+}
+
+func truncateName(name string) string {
+	if len(name) <= MaxHeaderNameBytes {
+		return name
+	}
+	cut := MaxHeaderNameBytes
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
+}
+
+func headerValue(name, v string) error {
+	switch {
+	case len(v) > MaxHeaderValueBytes:
+		return fmt.Errorf("%w: headers.%s: value of %d bytes, at most %d", ErrInvalid, name, len(v), MaxHeaderValueBytes)
+	case !validHeaderValue(v):
+		return fmt.Errorf("%w: headers.%s: value must be non-empty printable ASCII (spaces and tabs inside only)", ErrInvalid, name)
+	}
+	return nil
+}
+
+// normalizeHeaders checks a complete set of custom headers and returns it
+// with canonical names. Two names that differ only in case are one header
+// and refused.
+func normalizeHeaders(in map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(in))
+	for _, name := range sortedKeys(in) {
+		c, err := headerName(name)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := out[c]; dup {
+			return nil, fmt.Errorf("%w: headers.%s: given twice (names are case-insensitive)", ErrInvalid, c)
+		}
+		if err := headerValue(c, in[name]); err != nil {
+			return nil, err
+		}
+		out[c] = in[name]
+	}
+	return out, checkHeaderTotals(out)
+}
+
+// normalizeHeaderPatch checks a merge patch of custom headers (a value sets
+// the header, nil removes it) and returns the names to set, canonical, and
+// the names to remove.
+func normalizeHeaderPatch(in map[string]*string) (set map[string]string, remove []string, err error) {
+	set = map[string]string{}
+	seen := map[string]bool{}
+	for _, name := range sortedKeys(in) {
+		c, err := headerName(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if seen[c] {
+			return nil, nil, fmt.Errorf("%w: headers.%s: given twice (names are case-insensitive)", ErrInvalid, c)
+		}
+		seen[c] = true
+		if in[name] == nil {
+			remove = append(remove, c)
+			continue
+		}
+		if err := headerValue(c, *in[name]); err != nil {
+			return nil, nil, err
+		}
+		set[c] = *in[name]
+	}
+	return set, remove, nil
+}
+
+// checkHeaderTotals bounds the count and the size of a whole set.
+func checkHeaderTotals(h map[string]string) error {
+	if len(h) > MaxHeaders {
+		return fmt.Errorf("%w: headers: %d headers, at most %d", ErrInvalid, len(h), MaxHeaders)
+	}
+	n := 0
+	for k, v := range h {
+		n += len(k) + len(v)
+	}
+	if n > MaxHeaderBytes {
+		return fmt.Errorf("%w: headers: %d bytes of names and values, at most %d", ErrInvalid, n, MaxHeaderBytes)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// MaskHeaders returns h with every value masked (MaskHeaderValue): what
+// the API and the CLI show. Never nil.
+func MaskHeaders(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = MaskHeaderValue(v)
+	}
+	return out
+}
+
+// MaskHeaderValue shows at most the first three characters of a value and
+// "…" for the rest, enough to tell two credentials apart: a quarter of the
+// value at most, so short values show nothing.
+func MaskHeaderValue(v string) string {
+	cut := min(3, len(v)/4)
+	for cut > 0 && !utf8.RuneStart(v[cut]) { // values written by hand may not be ASCII
+		cut--
+	}
+	return v[:cut] + "…"
+}
