@@ -7,6 +7,7 @@
 //
 //	go run ./perf/push_handoff [--rate 500/s] [--duration 30s] [--devices N] [--short]
 //	    [--variants 5ms/50ms,1ms/20ms] [--segment 5s] [--out perf/out]
+//	go run ./perf/push_handoff --mode fanout [--devices 10000] [--events 5] [--short]
 //
 // It creates a scratch database on the local server (or the one
 // BOTHY_DATABASE_URL names), migrates it, starts a local push service on
@@ -87,6 +88,9 @@ type options struct {
 	short     bool
 	keep      bool
 	profile   string
+	// mode is "handoff" or "fanout"; events is fanout's measured events.
+	mode   string
+	events int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -105,18 +109,39 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.short, "short", false, "a few seconds, for CI: --duration 3s --devices 20 unless given")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database for inspection")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured load to this file")
+	fs.StringVar(&o.mode, "mode", "handoff", "handoff: events at --rate, latency of every message; fanout: one event to all --devices in one space, --events times, one after another")
+	fs.IntVar(&o.events, "events", 5, "fanout mode: measured events, each written once the one before was delivered")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.short {
-		if !set["duration"] {
-			o.duration = 3 * time.Second
+	switch o.mode {
+	case "handoff":
+		if o.short {
+			if !set["duration"] {
+				o.duration = 3 * time.Second
+			}
+			if !set["devices"] {
+				o.devices = 20
+			}
 		}
+	case "fanout":
 		if !set["devices"] {
-			o.devices = 20
+			o.devices = 10000
+			if o.short {
+				o.devices = 200
+			}
 		}
+		if o.short && !set["events"] {
+			o.events = 2
+		}
+		if o.events < 1 {
+			return nil, fmt.Errorf("--events %d: want at least 1", o.events)
+		}
+		o.fanout = o.devices
+	default:
+		return nil, fmt.Errorf("--mode %q: want handoff or fanout", o.mode)
 	}
 	r, err := strconv.ParseFloat(strings.TrimSuffix(*rate, "/s"), 64)
 	if err != nil || r <= 0 || r > 20000 {
@@ -219,6 +244,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	defer h.pool.Close()
 	h.log = postgres.NewEventLog(h.pool, nil)
 	defer h.log.Close()
+	if o.mode == "fanout" {
+		return h.fanout(ctx, stdout, environ)
+	}
 	h.rcv = pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: h.vapid.Public, OnMessage: h.arrived})
 	defer h.rcv.Close()
 	if err := h.seed(ctx); err != nil {
@@ -359,21 +387,11 @@ func (h *harness) segment(ctx context.Context, v variant, d time.Duration, envir
 	if err != nil {
 		return nil, err
 	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	srv := app.NewServer(cfg, h.logger, []module.Factory{push.NewModule(app.PushConfig(cfg))})
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(sctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
-	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = srv.Addr(actx)
-	cancel()
+	done, stop, err := h.startWorker(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("worker did not start: %w", err)
+		return nil, err
 	}
+	defer stop()
 
 	// Warm-up: connections, River's producer and the listener settle.
 	warm, err := h.load(ctx, 500*time.Millisecond, min(h.opts.rate, 200))
@@ -389,6 +407,32 @@ func (h *harness) segment(ctx context.Context, v variant, d time.Duration, envir
 	}
 	_ = h.await(ctx, ids, done) // a miss is reported as lost messages
 	return ids, nil
+}
+
+// startWorker runs the worker role with cfg, as "bothy server
+// --role=worker" does, until stop is called (once or more); done receives
+// what its Run returned.
+func (h *harness) startWorker(ctx context.Context, cfg *config.Config) (done <-chan error, stop func(), err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	srv := app.NewServer(cfg, h.logger, []module.Factory{push.NewModule(app.PushConfig(cfg))})
+	ran := make(chan error, 1)
+	go func() {
+		ran <- srv.Run(sctx)
+		close(ran)
+	}()
+	stop = func() {
+		cancel()
+		for range ran { // returns at once if done was read or stop called before
+		}
+	}
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = srv.Addr(actx)
+	acancel()
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("worker did not start: %w", err)
+	}
+	return ran, stop, nil
 }
 
 // load appends events at rate for d, open loop: event i is due at

@@ -1,0 +1,324 @@
+package pushhandoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/push"
+)
+
+// The fan-out mode writes one event at a time to a space whose every
+// member has a device, and measures how long the last device waits for its
+// decrypted message, and how much CPU a message costs: this process (the
+// worker role and the producer), the PostgreSQL backends serving the
+// scratch database, and the receiver, which runs in a process of its own
+// so that its decryption is not counted as the worker's.
+
+const fanoutSpace = "space-fanout"
+
+// fanoutEvent is one measured event.
+type fanoutEvent struct {
+	jobs                  int
+	msgs                  int
+	first, p50, p95, last time.Duration
+	drained               time.Duration // commit to every push.deliver job finished
+	self, pg, receiver    time.Duration // CPU during the event
+	pgUnknown             bool
+	wall                  time.Duration
+	lost                  int
+	pgVanished            int
+}
+
+// fanout runs the fan-out mode and writes push_handoff_fanout.txt.
+func (h *harness) fanout(ctx context.Context, stdout io.Writer, environ []string) error {
+	o := h.opts
+	names := make([]string, o.devices)
+	for i := range names {
+		names[i] = fmt.Sprintf("user-%05d", i)
+	}
+	rp, err := startReceiverProc(ctx, h.vapid.Public, names, func(id uuid.UUID, at time.Time) {
+		h.mu.Lock()
+		h.arrivals[id] = append(h.arrivals[id], at)
+		h.mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	stopped := false
+	var decryptErrors []string
+	stopReceiver := func() {
+		if !stopped {
+			stopped = true
+			decryptErrors = rp.stop()
+		}
+	}
+	defer stopReceiver()
+	if err := h.seedFanout(ctx, names, rp.devices); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	h.spaces = []string{fanoutSpace}
+
+	cfg, err := h.config(o.variants[0], environ)
+	if err != nil {
+		return err
+	}
+	done, stop, err := h.startWorker(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	start := time.Now()
+	machine0 := sampleCPU()
+	var events []fanoutEvent
+	for i := range o.events + 1 { // the first is warm-up
+		ev, err := h.fanoutOne(ctx, i, rp, done)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if i > 0 {
+			events = append(events, ev)
+		}
+	}
+	machine := cpuSummary(machine0, sampleCPU())
+	stop()
+	stopReceiver()
+
+	sum := fanoutSummary(o, events, machine, decryptErrors, time.Since(start))
+	fmt.Fprint(stdout, sum)
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(o.out, "push_handoff_fanout.txt")
+	if err := os.WriteFile(path, []byte(sum), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", path)
+	lost := 0
+	for _, ev := range events {
+		lost += ev.lost
+	}
+	if lost > 0 || len(decryptErrors) > 0 {
+		return fmt.Errorf("%w: %d messages lost, %d failed VAPID or decryption", ErrOverBudget, lost, len(decryptErrors))
+	}
+	return nil
+}
+
+// seedFanout makes every device's principal a reader of the fan-out space
+// and registers the devices the receiver process created.
+func (h *harness) seedFanout(ctx context.Context, names []string, keys map[string]deviceKeys) error {
+	if err := authz.CreatePrincipal(ctx, h.pool, "perf-writer", authz.KindApp); err != nil {
+		return err
+	}
+	reg := push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true})
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, principal := range names {
+		g.Go(func() error {
+			if err := authz.CreatePrincipal(gctx, h.pool, principal, authz.KindUser); err != nil {
+				return err
+			}
+			if err := authz.Grant(gctx, h.pool, &authz.GrantParams{Space: fanoutSpace, Principal: principal, Right: authz.RightRead}); err != nil {
+				return err
+			}
+			k := keys[principal]
+			var s push.Subscription
+			s.Endpoint, s.Keys.P256dh, s.Keys.Auth = k.endpoint, k.p256dh, k.auth
+			_, err := reg.Register(gctx, h.pool, &push.RegisterParams{Principal: principal, Subscription: s, UserAgent: "push_handoff"})
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// unfinishedJobsSQL counts push jobs not yet finished for good.
+const unfinishedJobsSQL = `
+SELECT count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')), count(*)
+FROM river_job WHERE kind LIKE 'push.%'`
+
+// fanoutOne writes one event, waits for all its messages and for the push
+// queue to drain, and measures the CPU spent meanwhile.
+func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <-chan error) (fanoutEvent, error) {
+	var ev fanoutEvent
+	_, jobs0, err := h.jobCounts(ctx)
+	if err != nil {
+		return ev, err
+	}
+	pg0 := h.pgBackendCPU(ctx)
+	self0 := selfCPU()
+	rcv0, rcvErr := procCPU(rp.pid())
+	wall0 := time.Now()
+
+	id, err := h.write(ctx, i)
+	if err != nil {
+		return ev, err
+	}
+	n := h.opts.devices
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		h.mu.Lock()
+		got := len(h.arrivals[id])
+		h.mu.Unlock()
+		unfinished, _, err := h.jobCounts(ctx)
+		if err != nil {
+			return ev, err
+		}
+		if got >= n && unfinished == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			ev.lost = n - got
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ev, ctx.Err()
+		case err := <-done:
+			return ev, fmt.Errorf("worker stopped: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	drainedAt := time.Now()
+	ev.wall = drainedAt.Sub(wall0)
+	ev.self = selfCPU() - self0
+	rcv1, err := procCPU(rp.pid())
+	if err = errors.Join(rcvErr, err); err != nil {
+		return ev, fmt.Errorf("receiver CPU: %w", err)
+	}
+	ev.receiver = rcv1 - rcv0
+	pg1 := h.pgBackendCPU(ctx)
+	if pg0 == nil || pg1 == nil {
+		ev.pgUnknown = true
+	} else {
+		for pid, c := range pg1 {
+			ev.pg += c - pg0[pid] // a backend born during the event counts whole
+		}
+		for pid := range pg0 {
+			if _, ok := pg1[pid]; !ok {
+				ev.pgVanished++
+			}
+		}
+	}
+	_, jobs1, err := h.jobCounts(ctx)
+	if err != nil {
+		return ev, err
+	}
+	ev.jobs = jobs1 - jobs0
+
+	h.mu.Lock()
+	commit := h.commits[id]
+	lat := make([]time.Duration, 0, len(h.arrivals[id]))
+	for _, at := range h.arrivals[id] {
+		lat = append(lat, at.Sub(commit))
+	}
+	h.mu.Unlock()
+	slices.Sort(lat)
+	ev.msgs = len(lat)
+	if len(lat) > 0 {
+		ev.first, ev.p50, ev.p95, ev.last = lat[0], quantile(lat, .5), quantile(lat, .95), lat[len(lat)-1]
+	}
+	ev.drained = drainedAt.Sub(commit)
+	return ev, nil
+}
+
+func (h *harness) jobCounts(ctx context.Context) (unfinished, all int, err error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = h.pool.QueryRow(qctx, unfinishedJobsSQL).Scan(&unfinished, &all)
+	return unfinished, all, err
+}
+
+// pgBackendCPU samples the CPU time of every PostgreSQL backend connected
+// to the scratch database, by process id. It returns nil when the server's
+// processes cannot be read (PostgreSQL on another machine or in another
+// PID namespace). Shared processes (WAL writer, checkpointer) are left out:
+// other databases use them too.
+func (h *harness) pgBackendCPU(ctx context.Context) map[int]time.Duration {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rows, err := h.pool.Query(qctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil
+	}
+	out := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		c, err := procCPU(int(pid))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // ended meanwhile, or not ours to see
+			}
+			return nil
+		}
+		out[int(pid)] = c
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func fanoutSummary(o *options, events []fanoutEvent, machine string, decryptErrors []string, wall time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "push_handoff fan-out: one event to every device of a space, commit -> each device's decrypted message\n")
+	fmt.Fprintf(&b, "date %s, %s, %d CPUs, GOMAXPROCS %d; wall %s\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), wall.Round(time.Second))
+	fmt.Fprintf(&b, "%d devices (one principal each, all readers of one space), %d measured events one after another after one warm-up; receiver in its own process\n", o.devices, o.events)
+	b.WriteString(machine)
+	fmt.Fprintf(&b, "\n%-6s %7s %7s %10s %10s %10s %10s %10s %9s %9s %9s\n", "event", "jobs", "msgs", "first", "p50", "p95", "last", "drained", "worker", "postgres", "receiver")
+	var msgs int
+	var self, pg, rcv time.Duration
+	pgUnknown, vanished := false, 0
+	var lasts []time.Duration
+	for i, ev := range events {
+		fmt.Fprintf(&b, "%-6d %7d %7d %10s %10s %10s %10s %10s %8.2fs %8.2fs %8.2fs\n", i+1, ev.jobs, ev.msgs,
+			ms(ev.first), ms(ev.p50), ms(ev.p95), ms(ev.last), ms(ev.drained), ev.self.Seconds(), ev.pg.Seconds(), ev.receiver.Seconds())
+		msgs += ev.msgs
+		self, pg, rcv = self+ev.self, pg+ev.pg, rcv+ev.receiver
+		pgUnknown = pgUnknown || ev.pgUnknown
+		vanished += ev.pgVanished
+		lasts = append(lasts, ev.last)
+	}
+	slices.Sort(lasts)
+	fmt.Fprintf(&b, "\ncommit -> last device's decrypted message: median %s, max %s\n", ms(quantile(lasts, .5)), ms(lasts[len(lasts)-1]))
+	fmt.Fprintf(&b, "CPU during the measured events: worker process %.2f s, PostgreSQL backends of the run's database %.2f s, receiver process %.2f s\n", self.Seconds(), pg.Seconds(), rcv.Seconds())
+	if vanished > 0 {
+		fmt.Fprintf(&b, "(%d PostgreSQL backends ended during an event; what they used then is missing)\n", vanished)
+	}
+	if pgUnknown {
+		fmt.Fprintf(&b, "(PostgreSQL's processes could not be read: its CPU is missing from the figures below)\n")
+	}
+	server := self + pg
+	fmt.Fprintf(&b, "messages per CPU-second: server side (worker + PostgreSQL) %.0f, whole run (+ receiver) %.0f; worker alone %.0f, PostgreSQL alone %.0f\n",
+		perSecond(msgs, server), perSecond(msgs, server+rcv), perSecond(msgs, self), perSecond(msgs, pg))
+	fmt.Fprintf(&b, "decryption or VAPID failures: %d\n", len(decryptErrors))
+	for i, e := range decryptErrors {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(&b, "  %s\n", e)
+	}
+	return b.String()
+}
+
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
