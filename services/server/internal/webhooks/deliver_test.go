@@ -345,7 +345,7 @@ func TestDelivery_ManySubscriptionsKeepOrder(t *testing.T) {
 		b.round(t)
 	}
 	for _, rv := range rvs {
-		eventually(t, 20*time.Second, func() bool {
+		eventually(t, 90*time.Second, func() bool {
 			rs := rv.requests()
 			return len(rs) > 0 && rs[len(rs)-1].Seq == all[len(all)-1] && rs[len(rs)-1].Status == 200
 		}, "all delivered")
