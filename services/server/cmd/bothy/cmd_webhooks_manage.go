@@ -7,11 +7,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
+
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 func init() {
 	register(command{Name: "webhooks update", Args: "SUBSCRIPTION_ID", Summary: "change a subscription's URL, event types or custom headers", Setup: setupWebhooksUpdate})
+	register(command{Name: "webhooks delete", Args: "SUBSCRIPTION_ID", Summary: "delete a subscription with its delivery records", Setup: setupWebhooksDelete})
 }
 
 // headerFlag collects repeated --header "Name: value" flags.
@@ -115,4 +119,32 @@ func headersOf(s *webhooks.Subscription) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
+}
+
+func setupWebhooksDelete(fs *flag.FlagSet) func(context.Context, *call) error {
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
+		}
+		_, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		n, err := webhooks.Delete(ctx, pool, postgres.CursorStore{}, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.printJSON(struct {
+				ID         uuid.UUID `json:"id"`
+				Deleted    bool      `json:"deleted"`
+				Deliveries int64     `json:"deliveries"`
+			}{id, true, n})
+		}
+		fmt.Fprintf(c.stdout, "subscription %s deleted with its %d delivery records; nothing more is sent for it\n", id, n)
+		return nil
+	}
 }

@@ -147,6 +147,7 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/webhooks", handler: a.createWebhook},
 		{pattern: "GET /v1/webhooks/{id}", handler: a.getWebhook},
 		{pattern: "PATCH /v1/webhooks/{id}", handler: a.updateWebhook},
+		{pattern: "DELETE /v1/webhooks/{id}", handler: a.deleteWebhook},
 		{pattern: "POST /v1/webhooks/{id}/disable", handler: a.disableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},

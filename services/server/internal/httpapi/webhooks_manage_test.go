@@ -162,3 +162,44 @@ func TestAPI_WebhookHeaders(t *testing.T) {
 		require.NotContains(t, string(r.body), sub["id"].(string))
 	})
 }
+
+func TestAPI_WebhookDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
+	outsider := b.principal(t, "outsider", "", "", allScopes...)
+	rv := newHeaderReceiver(t)
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	sub := r.json(t)
+	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	id := sub["id"].(string)
+	sp := "/v1/webhooks/" + id
+	require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
+	rv.waitFor(t, 1)
+	require.Eventually(t, func() bool {
+		return len(b.do(t, "GET", sp+"/deliveries?status=delivered", owner, "").json(t)["deliveries"].([]any)) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	t.Run("AnotherPrincipalCannotDeleteIt", func(t *testing.T) {
+		b.do(t, "DELETE", sp, stranger, "").problem(t, http.StatusNotFound)
+		b.do(t, "DELETE", sp, outsider, "").problem(t, http.StatusNotFound)
+		b.do(t, "DELETE", sp, "", "").problem(t, http.StatusUnauthorized)
+		require.Equal(t, http.StatusOK, b.do(t, "GET", sp, owner, "").status, "still there")
+	})
+
+	t.Run("OwnerDeletesItWithItsRecords", func(t *testing.T) {
+		r := b.do(t, "DELETE", sp, owner, "")
+		require.Equal(t, http.StatusNoContent, r.status, "%s", r.body)
+		require.Empty(t, r.body)
+		b.do(t, "GET", sp, owner, "").problem(t, http.StatusNotFound)
+		b.do(t, "GET", sp+"/deliveries", owner, "").problem(t, http.StatusNotFound)
+		b.do(t, "DELETE", sp, owner, "").problem(t, http.StatusNotFound)
+		var rows int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM webhook_deliveries WHERE subscription_id = $1)
+			+ (SELECT count(*) FROM webhook_attempts WHERE subscription_id = $1)`, id).Scan(&rows))
+		require.Zero(t, rows)
+		require.Empty(t, b.do(t, "GET", "/v1/webhooks", owner, "").json(t)["subscriptions"])
+	})
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+)
+
+// cliWebhook creates principal alice with admin on s1 and a subscription of
+// hers with the given extra create flags, and returns the environment and
+// the subscription as --json prints it.
+func cliWebhook(t *testing.T, extra ...string) ([]string, map[string]any) {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	environ := []string{"BOTHY_DATABASE_URL=" + db.URL, "BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=true"}
+	for _, args := range [][]string{
+		{"authz", "principal", "alice"},
+		{"authz", "grant", "--space", "s1", "--principal", "alice", "--right", "admin"},
+	} {
+		code, _, stderr := runCLI(t, environ, args...)
+		require.Equal(t, 0, code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, environ, append([]string{"webhooks", "create", "--owner", "alice", "--space", "s1",
+		"--url", "http://127.0.0.1:9/hook", "--json"}, extra...)...)
+	require.Equal(t, 0, code, stderr)
+	var sub map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &sub))
+	return environ, sub
+}
+
+func TestWebhooksHeaders_CLI(t *testing.T) {
+	t.Parallel()
+	environ, sub := cliWebhook(t, "--header", "Authorization: Bearer cli-secret-0123456789", "--header", "X-Tenant: acme-tenant")
+	require.Equal(t, map[string]any{"Authorization": "Bea…", "X-Tenant": "ac…"}, sub["headers"], "create prints the values masked")
+	id := sub["id"].(string)
+
+	code, stdout, stderr := runCLI(t, environ, "webhooks", "update", id, "--header", "X-Region: eu-west-1", "--remove-header", "x-tenant")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "headers Authorization: Bea…, X-Region: eu…")
+	require.NotContains(t, stdout, "cli-secret")
+
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "list", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "cli-secret")
+	require.Contains(t, stdout, `"X-Region": "eu…"`)
+
+	code, _, stderr = runCLI(t, environ, "webhooks", "update", id, "--header", "Host: internal")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "headers.Host: this header cannot be set")
+	code, _, stderr = runCLI(t, environ, "webhooks", "update", id, "--header", "no colon")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `want "Name: value"`)
+	code, _, stderr = runCLI(t, environ, "webhooks", "update", id)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "nothing to change")
+}
+
+func TestWebhooksDelete_CLI(t *testing.T) {
+	t.Parallel()
+	environ, sub := cliWebhook(t)
+	id := sub["id"].(string)
+	code, stdout, stderr := runCLI(t, environ, "events", "emit", "--space", "s1", "--count", "2")
+	require.Equal(t, 0, code, stderr, stdout)
+
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "delete", id, "--json")
+	require.Equal(t, 0, code, stderr)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.Equal(t, map[string]any{"id": id, "deleted": true, "deliveries": 0.0}, out)
+
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "list", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "[]", strings.TrimSpace(stdout))
+	code, _, stderr = runCLI(t, environ, "webhooks", "delete", id)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "webhook subscription not found")
+}
