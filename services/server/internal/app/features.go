@@ -42,10 +42,13 @@ func WebhookLimits(cfg *config.Config) webhooks.Limits {
 // PushConfig maps push.* onto the push module.
 func PushConfig(cfg *config.Config) *push.ModuleConfig {
 	p := cfg.Push
-	return &push.ModuleConfig{Deliver: push.DeliverConfig{
-		VAPIDPublicKey: p.VAPIDPublicKey, VAPIDPrivateKey: p.VAPIDPrivateKey, VAPIDSubject: p.VAPIDSubject,
-		TTL: p.TTL, Urgency: p.Urgency, AllowPrivateTargets: p.AllowPrivateTargets,
-	}}
+	return &push.ModuleConfig{
+		Deliver: push.DeliverConfig{
+			VAPIDPublicKey: p.VAPIDPublicKey, VAPIDPrivateKey: p.VAPIDPrivateKey, VAPIDSubject: p.VAPIDSubject,
+			TTL: p.TTL, Urgency: p.Urgency, AllowPrivateTargets: p.AllowPrivateTargets, OriginConcurrency: p.OriginConcurrency,
+		},
+		Consumer: push.ConsumerConfig{BatchSize: p.BatchSize},
+	}
 }
 
 // APIConfig maps the keys the HTTP API reads onto its configuration.

@@ -95,6 +95,8 @@ type Push struct {
 	TTL                 time.Duration
 	Urgency             string
 	AllowPrivateTargets bool
+	BatchSize           int
+	OriginConcurrency   int
 }
 
 // Perf holds the performance budgets load tests check.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -44,6 +45,10 @@ type DeliverConfig struct {
 	// AllowPrivateTargets lets requests reach loopback and private
 	// addresses and plain http (push.allow_private_targets). Default false.
 	AllowPrivateTargets bool
+	// OriginConcurrency is the most requests this worker has in flight to
+	// one push service origin, over all its jobs
+	// (push.origin_concurrency). Default 16.
+	OriginConcurrency int
 	// Timeout bounds one request, connect to response headers. Default 10s.
 	Timeout time.Duration
 	// QueryTimeout bounds each database call of a delivery. Default 5s.
@@ -79,28 +84,35 @@ func (c *DeliverConfig) validate() error {
 	if c.TTL < 0 {
 		return fmt.Errorf("push.ttl %s: must not be negative", c.TTL)
 	}
+	if c.OriginConcurrency < 1 {
+		return fmt.Errorf("push.origin_concurrency %d: must be at least 1", c.OriginConcurrency)
+	}
 	if c.PruneEvery < 0 {
 		return fmt.Errorf("push deliver config: PruneEvery %s must not be negative", c.PruneEvery)
 	}
 	return nil
 }
 
-// DeliverWorker is the River worker of push.deliver: it checks that the
-// device still exists, still wants the space and that its principal still
-// may read it (authz.ActionPushDeliver), then sends one encrypted message.
-// It holds no transaction while it talks to the push service.
+// DeliverWorker is the River worker of push.deliver. A job is a batch of
+// messages (an event to a device); for each, it checks that the device
+// still exists and still wants the space and that its principal still may
+// read it (authz.ActionPushDeliver), then sends one encrypted message. It
+// reads the whole batch, and the rights of all its principals, in one round
+// trip, sends with at most OriginConcurrency requests in flight per push
+// service origin, and holds no transaction while it talks to push services.
 //
-// A device gets a message at most once per (registration, event), outside
-// one window: right after the push service's 2xx the worker records the send
-// in push_sends, and a job that runs again (River retried it because its
-// completion was lost, or the job of a dead process was made available
-// again) finds the record and sends nothing
-// (TestDeliver_RunAgainAfterASendSendsNothing). Only a process that dies,
-// or loses the database, between the 2xx and that insert (milliseconds)
-// leaves no record; the job then sends again. That second copy carries the
-// same Topic header (derived from the event ID), so a push service that
-// still holds the first one undelivered replaces it (RFC 8030 section 5.4),
-// and the same payload; clients deduplicate by its event_id.
+// Every message's final answer is recorded in push_sends right after it
+// arrives: a 2xx, or a refusal no retry can change. A job that runs again
+// (a retry for the batch's messages that got 429, 5xx or no answer, or a
+// rerun because its completion was lost or its process died) sends only
+// the messages without a record
+// (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
+// TestDeliver_RunAgainAfterASendSendsNothing). Only a process that dies,
+// or loses the database, between a 2xx and its record (milliseconds)
+// leaves no record; the job then sends that message again. The second copy
+// carries the same Topic header (derived from the event ID), so a push
+// service that still holds the first one undelivered replaces it (RFC 8030
+// section 5.4), and the same payload; clients deduplicate by its event_id.
 type DeliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 
@@ -108,6 +120,7 @@ type DeliverWorker struct {
 	cfg    DeliverConfig
 	client *http.Client
 	vapid  *vapidSigner
+	slots  originSlots
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
 	// calls right after Work returns, in the same process, for the same job,
@@ -117,6 +130,10 @@ type DeliverWorker struct {
 
 	// lastPrune is when this worker last pruned push_sends (unix nanos).
 	lastPrune atomic.Int64
+
+	// slotWait, if set, is called when a send waits for a free slot of its
+	// origin (tests).
+	slotWait func()
 }
 
 type retryAfters struct {
@@ -130,6 +147,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	c := *cfg
 	c.VAPIDSubject = cmp.Or(c.VAPIDSubject, "mailto:ops@bothy.invalid")
 	c.Urgency = cmp.Or(c.Urgency, "normal")
+	c.OriginConcurrency = cmp.Or(c.OriginConcurrency, 16)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 5*time.Second)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
@@ -158,7 +176,8 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if err != nil {
 		return nil, err
 	}
-	return &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
+	return &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
+		retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
 }
 
 // newTransport dials only public addresses unless allowPrivate, and keeps
@@ -194,25 +213,43 @@ type Payload struct {
 
 // target is a registration as a delivery needs it.
 type target struct {
+	found        bool
 	principal    string
 	endpoint     string
 	p256dh, auth string
 	tokenID      *uuid.UUID
 	wants        bool
-	// sent: the push service already accepted this message.
-	sent bool
+	// recorded is the push service's final answer recorded for this
+	// message, if any: 2xx means sent.
+	recorded *int16
 }
 
-const targetSQL = `
-SELECT r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
-       NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = $2 AND NOT pp.notify),
-       EXISTS (SELECT 1 FROM push_sends s WHERE s.registration_id = r.id AND s.event_seq = $3)
-FROM push_registrations r WHERE r.id = $1`
+// targetsSQL reads every registration of a batch with its preference for
+// the event's space and the recorded answer for the event, if any. A
+// registration that is gone has no row.
+const targetsSQL = `
+SELECT m.ord, r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
+       NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = m.space AND NOT pp.notify),
+       s.status
+FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(reg, space, seq, ord)
+JOIN push_registrations r ON r.id = m.reg
+LEFT JOIN push_sends s ON s.registration_id = m.reg AND s.event_seq = m.seq`
 
-// recordSendSQL is written right after a 2xx; see DeliverWorker.
-const recordSendSQL = `
-INSERT INTO push_sends (registration_id, event_seq, event_id, status) VALUES ($1, $2, $3, $4)
+// recordSendsSQL records final answers right after they arrive; see
+// DeliverWorker. A registration deleted meanwhile is skipped rather than
+// failing the others' records on the foreign key.
+const recordSendsSQL = `
+INSERT INTO push_sends (registration_id, event_seq, event_id, status)
+SELECT u.reg, u.seq, u.event, u.status
+FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::smallint[]) AS u(reg, seq, event, status)
+WHERE EXISTS (SELECT 1 FROM push_registrations r WHERE r.id = u.reg)
 ON CONFLICT (registration_id, event_seq) DO NOTHING`
+
+// removeGoneSQL deletes gone registrations, each only if its endpoint is
+// still the one the push service answered for.
+const removeGoneSQL = `
+DELETE FROM push_registrations r USING unnest($1::uuid[], $2::text[]) AS g(id, endpoint)
+WHERE r.id = g.id AND r.endpoint = g.endpoint`
 
 // pruneSendsSQL deletes one batch of records older than $1.
 const pruneSendsSQL = `
@@ -221,76 +258,240 @@ DELETE FROM push_sends WHERE ctid = ANY (ARRAY(SELECT ctid FROM push_sends WHERE
 // pruneBatch bounds one DELETE of push_sends.
 const pruneBatch = 5000
 
-// Timeout bounds a whole job: up to two reads, the request, removing a gone
-// registration or recording the send, and a prune now and then.
-func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return w.cfg.Timeout + 4*w.cfg.QueryTimeout
+// Timeout bounds a whole job: the reads, its requests (the batch's share
+// of its origin's slots, one Timeout each), removing gone registrations
+// and recording, and a prune now and then. Messages still unsent when it
+// ends are retried.
+func (w *DeliverWorker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
+	n := 1
+	if msgs, err := job.Args.messages(); err == nil {
+		n = max(1, len(msgs))
+	}
+	rounds := (n + w.cfg.OriginConcurrency - 1) / w.cfg.OriginConcurrency
+	return time.Duration(rounds)*w.cfg.Timeout + 5*w.cfg.QueryTimeout
 }
 
-// Work implements river.Worker.
+// outcome is what became of one message in one run of its job.
+type outcome struct {
+	result     string // a result label
+	reason     error  // why it was not sent, for the job's error
+	retryAfter time.Duration
+	counted    bool // already in the metrics
+}
+
+// Work implements river.Worker: it sends each message of the batch that
+// has no recorded answer yet. The job completes once every message was
+// sent or ended for good, is cancelled when none was sent and none can be,
+// and otherwise fails so that River retries it, with NextRetry's backoff,
+// for the messages still without an answer.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	a := job.Args
-	now := w.cfg.Now()
-	t, dec, err := w.check(ctx, &a)
-	if err == nil && t.sent {
-		w.count(resultAlreadySent)
-		return nil
-	}
-	if age := now.Sub(a.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
-		return w.cancel(resultExpired, fmt.Errorf("message for seq %d is %s old, past push.ttl %s", a.Seq, age.Round(time.Second), w.cfg.TTL))
-	}
-	if errors.Is(err, ErrNotFound) {
-		return w.cancel(resultDenied, fmt.Errorf("registration %s was removed", a.RegistrationID))
-	}
+	msgs, err := job.Args.messages()
 	if err != nil {
-		return w.retry(err)
+		return river.JobCancel(err)
 	}
-	if t.principal != a.Principal {
-		return w.cancel(resultDenied, fmt.Errorf("registration %s now belongs to another principal", a.RegistrationID))
-	}
-	if !t.wants {
-		return w.cancel(resultDenied, fmt.Errorf("principal %q muted space %q", a.Principal, a.Space))
-	}
-	if !dec.Allowed {
-		return w.cancel(resultDenied, fmt.Errorf("push.deliver denied: %s", dec.Reason))
+	now := w.cfg.Now()
+	out := make([]outcome, len(msgs))
+	var live []int // messages not expired
+	for i, m := range msgs {
+		if age := now.Sub(m.ev.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
+			out[i] = outcome{result: resultExpired, counted: true, reason: fmt.Errorf("message for seq %d is %s old, past push.ttl %s", m.ev.Seq, age.Round(time.Second), w.cfg.TTL)}
+			w.count(resultExpired)
+			continue
+		}
+		live = append(live, i)
 	}
 
-	status, retryAfter, err := w.send(ctx, &a, t)
+	var toSend []int
+	var targets []target
+	if len(live) > 0 {
+		lm := make([]message, len(live))
+		for j, i := range live {
+			lm[j] = msgs[i]
+		}
+		ts, decs, err := w.check(ctx, lm)
+		if err != nil {
+			w.countN(resultRetry, len(live))
+			return err
+		}
+		targets = make([]target, len(msgs))
+		for j, i := range live {
+			t, m := ts[j], msgs[i]
+			targets[i] = t
+			switch {
+			case t.recorded != nil && *t.recorded/100 == 2:
+				out[i] = outcome{result: resultAlreadySent}
+			case t.recorded != nil:
+				// Refused for good in an earlier run, and counted then.
+				out[i] = outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service answered %d", *t.recorded)}
+			case !t.found:
+				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("registration %s was removed", m.device.RegistrationID)}
+			case t.principal != m.device.Principal:
+				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("registration %s now belongs to another principal", m.device.RegistrationID)}
+			case !t.wants:
+				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("principal %q muted space %q", m.device.Principal, m.ev.Space)}
+			case !decs[j].Allowed:
+				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("push.deliver denied: %s", decs[j].Reason)}
+			default:
+				toSend = append(toSend, i)
+			}
+		}
+	}
+	for _, o := range out {
+		if o.result != "" && !o.counted {
+			w.count(o.result)
+		}
+	}
+
+	if len(toSend) > 0 {
+		w.sendAll(ctx, msgs, targets, toSend, out)
+	}
+	return w.finish(ctx, job, msgs, targets, out)
+}
+
+// sendAll sends the messages toSend, at most OriginConcurrency at a time
+// per origin over the whole worker, records each final answer as it
+// arrives and fills out. Messages it could not start before ctx ended are
+// left for a retry.
+func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome) {
+	rec := w.newRecorder(ctx, len(toSend))
+	var wg gosync.WaitGroup
+	for k, i := range toSend {
+		slot, err := w.slots.acquire(ctx, originOf(targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
+		if err != nil {
+			for _, rest := range toSend[k:] {
+				out[rest] = outcome{result: resultRetry, counted: true, reason: fmt.Errorf("not sent before the job ended: %w", err)}
+				w.count(resultRetry)
+			}
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer slot.release()
+			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], rec)
+		}()
+	}
+	wg.Wait()
+	rec.close()
+}
+
+// deliverOne sends one message and classifies the answer. A 2xx and a
+// final refusal go to rec at once.
+func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, rec *recorder) outcome {
+	status, retryAfter, err := w.send(ctx, m, t)
+	var o outcome
 	switch {
 	case err != nil:
 		if errors.Is(err, errPrivateTarget) || errors.Is(err, errUnsendable) {
-			return w.cancel(resultFailed, err)
+			o = outcome{result: resultFailed, reason: err}
+		} else {
+			o = outcome{result: resultRetry, reason: err}
 		}
-		return w.retry(err)
 	case status >= 200 && status < 300:
-		w.count(resultSent)
+		o = outcome{result: resultSent}
+		rec.add(m, status)
 		if w.cfg.Metrics != nil {
-			w.cfg.Metrics.handoff.Observe(w.cfg.Now().Sub(a.CommittedAt).Seconds())
+			w.cfg.Metrics.handoff.Observe(w.cfg.Now().Sub(m.ev.CommittedAt).Seconds())
 		}
-		w.recordSend(ctx, &a, status)
-		w.prune(ctx)
-		return nil
 	case status == http.StatusNotFound || status == http.StatusGone:
-		if err := w.remove(ctx, a.RegistrationID, t.endpoint); err != nil {
-			return w.retry(err)
-		}
-		w.cfg.Logger.InfoContext(ctx, "push subscription gone, registration removed",
-			slog.String("registration", a.RegistrationID.String()), slog.Int("status", status), slog.String("host", hostOf(t.endpoint)))
-		return w.cancel(resultGone, fmt.Errorf("push service answered %d: subscription gone, registration removed", status))
+		o = outcome{result: resultGone, reason: fmt.Errorf("push service answered %d: subscription gone, registration removed", status)}
 	case status == http.StatusTooManyRequests || status >= 500:
+		o = outcome{result: resultRetry, reason: fmt.Errorf("push service answered %d (retry after %s)", status, retryAfter), retryAfter: retryAfter}
+	default:
+		// 400 (bad request), 401/403 (VAPID key does not match the
+		// subscription), 413 (too large): trying again cannot help, so
+		// the answer is recorded and a retry of the batch skips it.
+		o = outcome{result: resultFailed, reason: fmt.Errorf("push service answered %d", status)}
+		rec.add(m, status)
+	}
+	w.count(o.result)
+	o.counted = true
+	return o
+}
+
+// finish removes gone registrations and decides the job's end from its
+// messages' outcomes.
+func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], msgs []message, targets []target, out []outcome) error {
+	var goneIDs []uuid.UUID
+	var goneEndpoints []string
+	var retries, delivered int
+	var retryAfter time.Duration
+	var firstRetry error
+	var reasons []error
+	for i, o := range out {
+		switch o.result {
+		case resultGone:
+			goneIDs = append(goneIDs, msgs[i].device.RegistrationID)
+			goneEndpoints = append(goneEndpoints, targets[i].endpoint)
+		case resultRetry:
+			retries++
+			retryAfter = max(retryAfter, o.retryAfter)
+			if firstRetry == nil {
+				firstRetry = o.reason
+			}
+		case resultSent, resultAlreadySent:
+			delivered++
+		}
+		if o.reason != nil && o.result != resultRetry {
+			reasons = append(reasons, o.reason)
+		}
+	}
+	if delivered > 0 {
+		w.prune(ctx)
+	}
+	if len(goneIDs) > 0 {
+		if err := w.remove(ctx, goneIDs, goneEndpoints); err != nil {
+			// The gone messages have no record: a retry sends them again
+			// and meets the same answer.
+			return err
+		}
+		for i, o := range out {
+			if o.result == resultGone {
+				w.cfg.Logger.InfoContext(ctx, "push subscription gone, registration removed",
+					slog.String("registration", msgs[i].device.RegistrationID.String()), slog.String("host", hostOf(targets[i].endpoint)))
+			}
+		}
+	}
+	if retries > 0 {
 		// On the last attempt River discards the job without asking
 		// NextRetry, which would never take the entry out.
 		if retryAfter > 0 && job.Attempt < job.MaxAttempts {
 			w.retryMu.Lock()
-			w.retryMu.at[job.ID] = now.Add(min(retryAfter, w.cfg.MaxRetryAfter))
+			w.retryMu.at[job.ID] = w.cfg.Now().Add(min(retryAfter, w.cfg.MaxRetryAfter))
 			w.retryMu.Unlock()
 		}
-		return w.retry(fmt.Errorf("push service answered %d (retry after %s)", status, retryAfter))
-	default:
-		// 400 (bad request), 401/403 (VAPID key does not match the
-		// subscription), 413 (too large): trying again cannot help.
-		return w.cancel(resultFailed, fmt.Errorf("push service answered %d", status))
+		if len(msgs) == 1 {
+			return firstRetry
+		}
+		return fmt.Errorf("%d of %d messages to retry, the first: %w", retries, len(msgs), firstRetry)
 	}
+	if delivered == 0 && len(reasons) > 0 {
+		return river.JobCancel(joinReasons(reasons))
+	}
+	return nil
+}
+
+// joinReasons says why messages were not sent: the first few distinct
+// reasons, and how many more there were.
+func joinReasons(reasons []error) error {
+	const show = 3
+	seen := map[string]bool{}
+	var parts []string
+	for _, r := range reasons {
+		s := r.Error()
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		parts = append(parts, s)
+	}
+	if len(parts) == 1 {
+		return reasons[0]
+	}
+	if len(parts) > show {
+		parts = append(parts[:show], fmt.Sprintf("and %d more", len(parts)-show))
+	}
+	return fmt.Errorf("%d messages not sent: %s", len(reasons), strings.Join(parts, "; "))
 }
 
 // NextRetry backs off exponentially from 1s up to 1h, with jitter, and
@@ -314,64 +515,195 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	return next
 }
 
-// check reads the registration and decides push.deliver for the job's
-// principal in one round trip. For a registration made through a token,
-// the token's current scopes are read in a second round trip, which only
-// such devices pay.
-func (w *DeliverWorker) check(ctx context.Context, a *DeliverArgs) (target, authz.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
-	defer cancel()
-	var t target
-	found := false
-	b := &pgx.Batch{}
-	b.Queue(targetSQL, a.RegistrationID, a.Space, a.Seq).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants, &t.sent)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	req := &authz.Request{Action: authz.ActionPushDeliver, Principal: a.Principal, Space: a.Space, EventType: a.Type}
-	pending, err := authz.Queue(b, req)
-	if err != nil {
-		return t, authz.Decision{}, err
-	}
-	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
-		return t, authz.Decision{}, fmt.Errorf("read registration %s and rights: %w", a.RegistrationID, err)
-	}
-	if !found {
-		return t, authz.Decision{}, ErrNotFound
-	}
-	if t.tokenID != nil {
-		if err := pending.ReadToken(ctx, w.db, *t.tokenID); err != nil {
-			return t, authz.Decision{}, err
-		}
-	}
-	dec, err := pending.Decision()
-	return t, dec, err
+// decisionKey is one authz question of a batch: the same principal, space
+// and event type (and token, for a device registered through one) get the
+// same answer, so they are asked once.
+type decisionKey struct {
+	principal, space, eventType string
+	token                       uuid.UUID
 }
 
-// recordSend records that the push service accepted the message. It runs
-// even when the job's context ends right after the answer, since the send
-// happened. Failing, it logs: the job still completes, and only a run of
-// the same job again would send a second copy.
-func (w *DeliverWorker) recordSend(ctx context.Context, a *DeliverArgs, status int) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.QueryTimeout)
+// check reads the batch's registrations, with their preferences and
+// recorded answers, and decides push.deliver for each distinct principal
+// and space, all in one round trip. Devices registered through a token
+// need that token's current scopes, which only their registration names:
+// their decisions are read in a second round trip, which only batches with
+// such devices pay. It returns a target and a decision per message.
+func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []authz.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
-	if _, err := w.db.Exec(ctx, recordSendSQL, a.RegistrationID, a.Seq, a.EventID, status); err != nil {
-		if w.cfg.Metrics != nil {
-			w.cfg.Metrics.unrecorded.Inc()
+	regs := make([]uuid.UUID, len(msgs))
+	spaces := make([]string, len(msgs))
+	seqs := make([]int64, len(msgs))
+	for i, m := range msgs {
+		regs[i], spaces[i], seqs[i] = m.device.RegistrationID, m.ev.Space, m.ev.Seq
+	}
+	targets := make([]target, len(msgs))
+	b := &pgx.Batch{}
+	b.Queue(targetsSQL, regs, spaces, seqs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var ord int64
+			var t target
+			if err := rows.Scan(&ord, &t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants, &t.recorded); err != nil {
+				return err
+			}
+			if ord < 1 || int(ord) > len(targets) {
+				return fmt.Errorf("registration row %d of %d", ord, len(targets))
+			}
+			t.found = true
+			targets[ord-1] = t
 		}
-		w.cfg.Logger.WarnContext(ctx, "push sent but not recorded; a rerun of this job would send it again",
-			slog.String("registration", a.RegistrationID.String()), slog.Int64("seq", a.Seq), slog.Any("error", err))
+		return rows.Err()
+	})
+	pending := map[decisionKey]*authz.Pending{}
+	for _, m := range msgs {
+		if err := queueDecision(b, pending, decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, fmt.Errorf("read %d registrations and rights: %w", len(msgs), err)
+	}
+
+	b = &pgx.Batch{}
+	for i, m := range msgs {
+		if t := targets[i]; t.found && t.tokenID != nil {
+			k := decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type, token: *t.tokenID}
+			if err := queueDecision(b, pending, k); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if b.Len() > 0 {
+		if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+			return nil, nil, fmt.Errorf("read token scopes: %w", err)
+		}
+	}
+
+	decs := make([]authz.Decision, len(msgs))
+	for i, m := range msgs {
+		if !targets[i].found {
+			continue
+		}
+		k := decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}
+		if targets[i].tokenID != nil {
+			k.token = *targets[i].tokenID
+		}
+		dec, err := pending[k].Decision()
+		if err != nil {
+			return nil, nil, err
+		}
+		decs[i] = dec
+	}
+	return targets, decs, nil
+}
+
+// queueDecision adds the reads of k's decision to b unless they are
+// already pending.
+func queueDecision(b *pgx.Batch, pending map[decisionKey]*authz.Pending, k decisionKey) error {
+	if pending[k] != nil {
+		return nil
+	}
+	req := &authz.Request{Action: authz.ActionPushDeliver, Principal: k.principal, Space: k.space, EventType: k.eventType}
+	if k.token != uuid.Nil {
+		req.Token = &k.token
+	}
+	p, err := authz.Queue(b, req)
+	if err != nil {
+		return err
+	}
+	pending[k] = p
+	return nil
+}
+
+// recorder writes final answers to push_sends as they arrive: one insert
+// at a time, each taking every answer that came in while the one before
+// ran, so the window between an answer and its record stays one insert
+// long however large the batch. It runs even when the job's context ends
+// right after the answers, since the sends happened. A failed insert is
+// logged and counted: the job still goes on, and only a run of it again
+// would send those messages a second time.
+type recorder struct {
+	w    *DeliverWorker
+	ctx  context.Context
+	ch   chan sendRecord
+	done chan struct{}
+}
+
+type sendRecord struct {
+	reg    uuid.UUID
+	seq    int64
+	event  uuid.UUID
+	status int16
+}
+
+func (w *DeliverWorker) newRecorder(ctx context.Context, n int) *recorder {
+	r := &recorder{w: w, ctx: context.WithoutCancel(ctx), ch: make(chan sendRecord, n), done: make(chan struct{})}
+	go r.run()
+	return r
+}
+
+// add queues one answer; it never blocks (the channel holds the batch).
+func (r *recorder) add(m *message, status int) {
+	r.ch <- sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status)}
+}
+
+// close waits until every queued answer was written.
+func (r *recorder) close() {
+	close(r.ch)
+	<-r.done
+}
+
+func (r *recorder) run() {
+	defer close(r.done)
+	for first := range r.ch {
+		batch := []sendRecord{first}
+	drain:
+		for {
+			select {
+			case rec, ok := <-r.ch:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, rec)
+			default:
+				break drain
+			}
+		}
+		r.write(batch)
+	}
+}
+
+func (r *recorder) write(batch []sendRecord) {
+	regs := make([]uuid.UUID, len(batch))
+	seqs := make([]int64, len(batch))
+	events := make([]uuid.UUID, len(batch))
+	statuses := make([]int16, len(batch))
+	for i, s := range batch {
+		regs[i], seqs[i], events[i], statuses[i] = s.reg, s.seq, s.event, s.status
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.w.cfg.QueryTimeout)
+	defer cancel()
+	_, err := r.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		// A registration was deleted between the statement's check and its
+		// insert; once more, without it.
+		_, err = r.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+	}
+	if err != nil {
+		if r.w.cfg.Metrics != nil {
+			r.w.cfg.Metrics.unrecorded.Add(float64(len(batch)))
+		}
+		r.w.cfg.Logger.WarnContext(ctx, "push sent but not recorded; a rerun of this job would send it again",
+			slog.Int("messages", len(batch)), slog.Int64("seq", batch[0].seq), slog.Any("error", err))
 	}
 }
 
 // prune deletes, at most once per PruneEvery in this worker, the records of
 // sends older than push.ttl plus an hour: no job for them can still run
-// (Work cancels older messages before it would send). It runs in the job
-// that just sent, after the send and its record, in batches that together
+// (Work drops older messages before it would send). It runs in a job that
+// just sent, after the sends and their records, in batches that together
 // take at most QueryTimeout; what is left waits for the next prune.
 func (w *DeliverWorker) prune(ctx context.Context) {
 	now := w.cfg.Now()
@@ -396,13 +728,13 @@ func (w *DeliverWorker) prune(ctx context.Context) {
 	}
 }
 
-// remove deletes a gone registration, unless it was registered again with
-// another endpoint meanwhile.
-func (w *DeliverWorker) remove(ctx context.Context, id uuid.UUID, endpoint string) error {
+// remove deletes gone registrations, each unless it was registered again
+// with another endpoint meanwhile.
+func (w *DeliverWorker) remove(ctx context.Context, ids []uuid.UUID, endpoints []string) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
-	if _, err := w.db.Exec(ctx, `DELETE FROM push_registrations WHERE id = $1 AND endpoint = $2`, id, endpoint); err != nil {
-		return fmt.Errorf("remove gone registration %s: %w", id, err)
+	if _, err := w.db.Exec(ctx, removeGoneSQL, ids, endpoints); err != nil {
+		return fmt.Errorf("remove %d gone registrations: %w", len(ids), err)
 	}
 	return nil
 }
@@ -410,8 +742,9 @@ func (w *DeliverWorker) remove(ctx context.Context, id uuid.UUID, endpoint strin
 // send encrypts and posts the message (RFC 8030 section 5), and returns
 // the status and any Retry-After. No database transaction is open while it
 // runs.
-func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int, time.Duration, error) {
-	payload, err := json.Marshal(Payload{Space: a.Space, Seq: a.Seq, EventID: a.EventID, Type: a.Type})
+func (w *DeliverWorker) send(ctx context.Context, m *message, t *target) (int, time.Duration, error) {
+	ev := m.ev
+	payload, err := json.Marshal(Payload{Space: ev.Space, Seq: ev.Seq, EventID: ev.EventID, Type: ev.Type})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -431,7 +764,7 @@ func (w *DeliverWorker) send(ctx context.Context, a *DeliverArgs, t target) (int
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("TTL", strconv.Itoa(int(w.cfg.TTL/time.Second)))
 	req.Header.Set("Urgency", w.cfg.Urgency)
-	req.Header.Set("Topic", Topic(a.EventID))
+	req.Header.Set("Topic", Topic(ev.EventID))
 	req.Header.Set("Authorization", auth)
 	start := time.Now()
 	resp, err := w.client.Do(req)
@@ -475,19 +808,11 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-func (w *DeliverWorker) cancel(result string, err error) error {
-	w.count(result)
-	return river.JobCancel(err)
-}
+func (w *DeliverWorker) count(result string) { w.countN(result, 1) }
 
-func (w *DeliverWorker) retry(err error) error {
-	w.count(resultRetry)
-	return err
-}
-
-func (w *DeliverWorker) count(result string) {
-	if w.cfg.Metrics != nil {
-		w.cfg.Metrics.deliveries.WithLabelValues(result).Inc()
+func (w *DeliverWorker) countN(result string, n int) {
+	if w.cfg.Metrics != nil && n > 0 {
+		w.cfg.Metrics.deliveries.WithLabelValues(result).Add(float64(n))
 	}
 }
 
@@ -499,4 +824,71 @@ func hostOf(endpoint string) string {
 		return "(unparsable)"
 	}
 	return u.Host
+}
+
+// originOf is the push service an endpoint belongs to: scheme and host.
+func originOf(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
+}
+
+// originSlots bounds the requests in flight per push service origin over
+// every job of a worker. An origin's entry lives while a request to it is
+// in flight or waiting, so the map holds only origins in use.
+type originSlots struct {
+	mu gosync.Mutex
+	m  map[string]*originSlot
+}
+
+type originSlot struct {
+	s      *originSlots
+	origin string
+	ch     chan struct{}
+	users  int // holders and waiters
+}
+
+// acquire waits for a free slot of origin (limit slots in all), or until
+// ctx ends. wait, if set, is called when the slot is not free at once.
+func (s *originSlots) acquire(ctx context.Context, origin string, limit int, wait func()) (*originSlot, error) {
+	s.mu.Lock()
+	o := s.m[origin]
+	if o == nil {
+		o = &originSlot{s: s, origin: origin, ch: make(chan struct{}, limit)}
+		s.m[origin] = o
+	}
+	o.users++
+	s.mu.Unlock()
+	select {
+	case o.ch <- struct{}{}:
+		return o, nil
+	default:
+	}
+	if wait != nil {
+		wait()
+	}
+	select {
+	case o.ch <- struct{}{}:
+		return o, nil
+	case <-ctx.Done():
+		o.leave()
+		return nil, ctx.Err()
+	}
+}
+
+// release frees the slot.
+func (o *originSlot) release() {
+	<-o.ch
+	o.leave()
+}
+
+func (o *originSlot) leave() {
+	o.s.mu.Lock()
+	o.users--
+	if o.users == 0 {
+		delete(o.s.m, o.origin)
+	}
+	o.s.mu.Unlock()
 }

@@ -6,3 +6,7 @@ func (w *DeliverWorker) PendingRetryAfters() int {
 	defer w.retryMu.Unlock()
 	return len(w.retryMu.at)
 }
+
+// SetSlotWait makes the worker call f whenever a send waits for a free slot
+// of its origin.
+func (w *DeliverWorker) SetSlotWait(f func()) { w.slotWait = f }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
@@ -155,6 +156,24 @@ type jobRow struct {
 	Errors      []string
 	ScheduledAt time.Time
 	Attempt     int
+}
+
+// jobMessage is one message of a job: an event to a device.
+type jobMessage struct {
+	Seq            int64
+	RegistrationID uuid.UUID
+	Principal      string
+}
+
+// messages lists the job's messages in order.
+func (j jobRow) messages() []jobMessage {
+	var out []jobMessage
+	for _, e := range j.Args.Events {
+		for _, d := range e.Devices {
+			out = append(out, jobMessage{Seq: e.Seq, RegistrationID: d.RegistrationID, Principal: d.Principal})
+		}
+	}
+	return out
 }
 
 func (b *bundle) jobs(t testing.TB) []jobRow {

@@ -10,8 +10,9 @@ const (
 	resultExpired = "expired" // older than push.ttl
 	resultRetry   = "retry"   // 429, 5xx or a network error: tried again later
 	resultFailed  = "failed"  // another answer: the job is cancelled
-	// resultAlreadySent: the job ran again and found its message recorded as
-	// sent, so it sent nothing.
+	// resultAlreadySent: the job ran again (a retry for other messages of its
+	// batch, or a rerun) and found the message recorded as sent, so it sent
+	// nothing.
 	resultAlreadySent = "already_sent"
 )
 
@@ -30,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bothy_push_deliveries_total",
-			Help: "push.deliver job runs by result: sent, gone, denied, expired, retry, failed, already_sent (a rerun that found its send recorded and sent nothing).",
+			Help: "Push messages by the result of one run of their push.deliver job: sent, gone, denied, expired, retry, failed, already_sent (a later run of the job, a retry for other messages of its batch or a rerun, found the send recorded and sent nothing).",
 		}, []string{"result"}),
 		unrecorded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bothy_push_sends_unrecorded_total",

@@ -23,7 +23,8 @@ type Module struct {
 // off: the consumer still advances its cursor, so its lag stays zero, but
 // creates no jobs.
 type ModuleConfig struct {
-	Deliver DeliverConfig
+	Deliver  DeliverConfig
+	Consumer ConsumerConfig
 }
 
 // NewModule returns the factory of push. Keys that do not form a pair stop
@@ -34,7 +35,9 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		dc := cfg.Deliver
 		if dc.VAPIDPublicKey == "" && dc.VAPIDPrivateKey == "" {
 			d.Logger.Warn("push is off: push.vapid_public_key and push.vapid_private_key are not set (bothy push vapid-keys)")
-			m.consumer = NewConsumer(&ConsumerConfig{Disabled: true})
+			cc := cfg.Consumer
+			cc.Disabled = true
+			m.consumer = NewConsumer(&cc)
 			return m, nil
 		}
 		dc.Logger, dc.Metrics = d.Logger, NewMetrics(d.Registry)
@@ -42,7 +45,7 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		m.consumer, m.worker, m.publicKey = NewConsumer(nil), w, dc.VAPIDPublicKey
+		m.consumer, m.worker, m.publicKey = NewConsumer(&cfg.Consumer), w, dc.VAPIDPublicKey
 		return m, nil
 	}
 }

@@ -64,8 +64,9 @@ func TestConsumer_Handle(t *testing.T) {
 		require.Zero(t, b.rcv.Requests("alice-phone"), "alice wrote the event")
 
 		b.write(t, "s1", "bob")
-		require.Equal(t, 2, b.round(t).Jobs)
-		b.waitJobs(t, 3, "completed")
+		require.Equal(t, 1, b.round(t).Jobs, "alice's two devices share a push service: one job")
+		jobs := b.waitJobs(t, 2, "completed")
+		require.Len(t, jobs[1].messages(), 2)
 		require.Equal(t, 1, b.rcv.Requests("bob-phone"), "bob wrote the second event")
 		require.Equal(t, 1, b.rcv.Requests("alice-laptop"))
 		require.Equal(t, 1, b.rcv.Requests("alice-phone"))
@@ -92,19 +93,19 @@ func TestConsumer_Handle(t *testing.T) {
 		for range 3 {
 			seqs = append(seqs, b.write(t, "s1", "alice").Seq)
 		}
-		require.Equal(t, 3, b.round(t).Jobs)
+		require.Equal(t, 3, b.round(t).Jobs, "one job per event")
 		jobs := b.jobs(t)
 		require.Len(t, jobs, 3)
 		for i, j := range jobs {
-			require.Equal(t, bob.ID, j.Args.RegistrationID)
-			require.Equal(t, "bob", j.Args.Principal)
-			require.Equal(t, seqs[i], j.Args.Seq)
+			require.Equal(t, []jobMessage{{Seq: seqs[i], RegistrationID: bob.ID, Principal: "bob"}}, j.messages())
 		}
 
 		// Unmuting takes effect for the next events.
 		require.NoError(t, b.registry.SetPreference(ctx, b.db.Pool, &push.SetPreferenceParams{Principal: "carol", Space: "s1", Notify: true}))
 		b.write(t, "s1", "alice")
-		require.Equal(t, 2, b.round(t).Jobs)
+		require.Equal(t, 1, b.round(t).Jobs)
+		jobs = b.jobs(t)
+		require.Len(t, jobs[3].messages(), 2, "bob and carol")
 	})
 
 	t.Run("DisabledConsumerAdvancesWithoutJobs", func(t *testing.T) {

@@ -564,9 +564,13 @@ type stage struct {
 	P50, P95, P99 time.Duration
 }
 
+// stagesSQL reads one row per job and event: a job's args list its events
+// (a job made before batching is one event itself).
 const stagesSQL = `
 SELECT e.committed_at, j.created_at, j.attempted_at
-FROM river_job j JOIN event_log e ON e.seq = (j.args->>'seq')::bigint
+FROM river_job j
+CROSS JOIN LATERAL jsonb_array_elements(coalesce(j.args->'events', jsonb_build_array(j.args))) ev
+JOIN event_log e ON e.seq = (ev->>'seq')::bigint
 WHERE j.kind = 'push.deliver' AND e.id = ANY($1) AND j.attempted_at IS NOT NULL`
 
 // stages reads where the time went from the jobs' timestamps.
