@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -214,11 +215,17 @@ func (r *run) mux() *http.ServeMux {
 	return mux
 }
 
+// handler is the HTTP server's handler: the mux behind the access log.
+func (r *run) handler() http.Handler {
+	return accesslog.Handler(r.mux(), &accesslog.Config{Logger: r.s.logger,
+		Quiet: []string{"GET /metrics", "GET /healthz", "GET /readyz"}})
+}
+
 // serve runs the HTTP server, the modules' runners and, in the worker role,
 // the consumers and River until ctx ends, then waits for all of them.
 func (r *run) serve(ctx context.Context, ln net.Listener) error {
 	cfg := r.s.cfg
-	httpSrv := &http.Server{Handler: r.mux(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	g, gctx := errgroup.WithContext(runCtx)

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
+	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
@@ -210,6 +211,7 @@ func (a *API) wrap(rt route) http.Handler {
 				a.fail(w, r, err)
 				return
 			}
+			accesslog.SetPrincipal(r.Context(), s.Principal)
 			subj = s
 		}
 		if r.Method != http.MethodGet {
