@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -16,6 +17,7 @@ import (
 func init() {
 	register(command{Name: "webhooks update", Args: "SUBSCRIPTION_ID", Summary: "change a subscription's URL, event types or custom headers", Setup: setupWebhooksUpdate})
 	register(command{Name: "webhooks delete", Args: "SUBSCRIPTION_ID", Summary: "delete a subscription with its delivery records", Setup: setupWebhooksDelete})
+	register(command{Name: "webhooks test", Args: "SUBSCRIPTION_ID", Summary: "send a signed test message to the receiver and show its answer", Setup: setupWebhooksTest})
 }
 
 // headerFlag collects repeated --header "Name: value" flags.
@@ -145,6 +147,52 @@ func setupWebhooksDelete(fs *flag.FlagSet) func(context.Context, *call) error {
 			}{id, true, n})
 		}
 		fmt.Fprintf(c.stdout, "subscription %s deleted with its %d delivery records; nothing more is sent for it\n", id, n)
+		return nil
+	}
+}
+
+func setupWebhooksTest(fs *flag.FlagSet) func(context.Context, *call) error {
+	asJSON := jsonFlag(fs)
+	return func(ctx context.Context, c *call) error {
+		id, err := subscriptionID(c)
+		if err != nil {
+			return err
+		}
+		cfg, pool, err := c.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		tester, err := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: cfg.Webhooks.AllowPrivateTargets,
+			Timeout: cfg.Webhooks.Timeout, MaxResponseBytes: cfg.Webhooks.MaxResponseBytes})
+		if err != nil {
+			return err
+		}
+		res, err := tester.Send(ctx, pool, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			out := struct {
+				MessageID       uuid.UUID `json:"message_id"`
+				StatusCode      *int      `json:"status_code"`
+				LatencySeconds  float64   `json:"latency_seconds"`
+				OK              bool      `json:"ok"`
+				Error           string    `json:"error,omitempty"`
+				ResponseExcerpt string    `json:"response_excerpt,omitempty"`
+			}{MessageID: res.MessageID, LatencySeconds: res.Latency.Seconds(), OK: res.Error == "", Error: res.Error, ResponseExcerpt: res.ResponseExcerpt}
+			if res.StatusCode != 0 {
+				out.StatusCode = &res.StatusCode
+			}
+			if err := c.printJSON(out); err != nil {
+				return err
+			}
+		} else if res.Error == "" {
+			fmt.Fprintf(c.stdout, "receiver answered %d in %s (test message %s)\n", res.StatusCode, res.Latency.Round(time.Millisecond), res.MessageID)
+		}
+		if res.Error != "" {
+			return fmt.Errorf("test message %s failed after %s: %s", res.MessageID, res.Latency.Round(time.Millisecond), res.Error)
+		}
 		return nil
 	}
 }

@@ -2,9 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	gosync "sync"
 	"testing"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
@@ -78,4 +83,53 @@ func TestWebhooksDelete_CLI(t *testing.T) {
 	code, _, stderr = runCLI(t, environ, "webhooks", "delete", id)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "webhook subscription not found")
+}
+
+func TestWebhooksTest_CLI(t *testing.T) {
+	t.Parallel()
+	environ, sub := cliWebhook(t)
+	id := sub["id"].(string)
+	var mu gosync.Mutex
+	var got http.Header
+	var verified error
+	seen := func() (http.Header, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return got, verified
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		wh, err := standardwebhooks.NewWebhook(sub["secret"].(string))
+		if err == nil {
+			err = wh.Verify(body, r.Header)
+		}
+		mu.Lock()
+		got, verified = r.Header.Clone(), err
+		mu.Unlock()
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	code, _, stderr := runCLI(t, environ, "webhooks", "update", id, "--url", srv.URL+"/hook")
+	require.Equal(t, 0, code, stderr)
+
+	code, stdout, stderr := runCLI(t, environ, "webhooks", "test", id)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "receiver answered 204 in ")
+	h, err := seen()
+	require.NoError(t, err, "the receiver verifies the signature")
+	require.Contains(t, stdout, h.Get("webhook-id"))
+
+	code, _, stderr = runCLI(t, environ, "webhooks", "update", id, "--header", "X-Fail: yes")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "test", id, "--json")
+	require.Equal(t, 1, code, "a failing receiver fails the command")
+	require.Contains(t, stderr, "receiver answered 502 Bad Gateway")
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	require.EqualValues(t, 502, out["status_code"])
+	require.Equal(t, false, out["ok"])
 }

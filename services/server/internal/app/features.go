@@ -56,6 +56,7 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 	return &httpapi.Config{
 		AllowPrivateWebhookTargets: cfg.Webhooks.AllowPrivateTargets,
 		WebhookLimits:              WebhookLimits(cfg),
+		WebhookTimeout:             cfg.Webhooks.Timeout,
 		AllowPrivatePushEndpoints:  cfg.Push.AllowPrivateTargets,
 		AdminToken:                 cfg.Server.AdminToken,
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,9 @@ type Config struct {
 	// WebhookLimits bound filters and subscription counts
 	// (webhooks.max_*). Default: webhooks' defaults.
 	WebhookLimits webhooks.Limits
+	// WebhookTimeout bounds a test send as it bounds a delivery attempt
+	// (webhooks.timeout). Default: webhooks' default.
+	WebhookTimeout time.Duration
 	// AllowPrivatePushEndpoints accepts push endpoints on private
 	// addresses (push.allow_private_targets). Default false.
 	AllowPrivatePushEndpoints bool
@@ -60,6 +64,10 @@ type API struct {
 	river    *river.Client[pgx.Tx]
 	registry *push.Registry
 	cfg      Config
+	// tester sends POST /v1/webhooks/{id}/test; testerErr is why it could
+	// not be built.
+	tester    *webhooks.Tester
+	testerErr error
 	// ui is the River UI handler once mounted; Run starts its caches.
 	ui *riverui.Handler
 }
@@ -88,8 +96,11 @@ func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	tester, testerErr := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
+		Timeout: c.WebhookTimeout, Logger: c.Logger})
 	return &API{pool: d.Pool, log: d.Events, rounds: d.Rounds, river: jobs, cfg: c,
-		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints})}
+		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
+		tester:   tester, testerErr: testerErr}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
@@ -149,6 +160,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/webhooks/{id}", handler: a.getWebhook},
 		{pattern: "PATCH /v1/webhooks/{id}", handler: a.updateWebhook},
 		{pattern: "DELETE /v1/webhooks/{id}", handler: a.deleteWebhook},
+		{pattern: "POST /v1/webhooks/{id}/test", handler: a.testWebhook},
 		{pattern: "POST /v1/webhooks/{id}/disable", handler: a.disableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},

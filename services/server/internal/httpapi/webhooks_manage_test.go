@@ -203,3 +203,50 @@ func TestAPI_WebhookDelete(t *testing.T) {
 		require.Empty(t, b.do(t, "GET", "/v1/webhooks", owner, "").json(t)["subscriptions"])
 	})
 }
+
+func TestAPI_WebhookTest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	admin := b.principal(t, "boss", authz.RightAdmin, "s1", allScopes...)
+	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
+	rv := newHeaderReceiver(t)
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"X-Receiver-Key":"k-0123456789"}}`, rv.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	sub := r.json(t)
+	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	sp := "/v1/webhooks/" + sub["id"].(string)
+
+	t.Run("ReturnsTheReceiversStatusAndLatencyAndTheReceiverVerifiesIt", func(t *testing.T) {
+		r := b.do(t, "POST", sp+"/test", owner, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		res := r.json(t)
+		require.EqualValues(t, http.StatusNoContent, res["status_code"])
+		require.Equal(t, true, res["ok"])
+		require.Greater(t, res["latency_seconds"].(float64), 0.0)
+		got := rv.waitFor(t, 1)[0]
+		require.NoError(t, got.verified)
+		require.Equal(t, res["message_id"], got.header.Get("webhook-id"))
+		require.Equal(t, "k-0123456789", got.header.Get("X-Receiver-Key"))
+		require.Contains(t, string(got.body), `"type":"bothy.webhook.test"`)
+		require.Equal(t, http.StatusOK, b.do(t, "POST", sp+"/test", admin, `{}`).status, "an admin of the space may test it")
+	})
+
+	t.Run("AFailingReceiverIsA200SayingWhy", func(t *testing.T) {
+		rv.set(func(rv *headerReceiver) { rv.status = http.StatusServiceUnavailable })
+		defer rv.set(func(rv *headerReceiver) { rv.status = 0 })
+		res := b.do(t, "POST", sp+"/test", owner, "").json(t)
+		require.EqualValues(t, http.StatusServiceUnavailable, res["status_code"])
+		require.Equal(t, false, res["ok"])
+		require.Equal(t, "receiver answered 503 Service Unavailable", res["error"])
+	})
+
+	t.Run("AnotherPrincipalCannotTestIt", func(t *testing.T) {
+		n := len(rv.requests())
+		b.do(t, "POST", sp+"/test", stranger, "").problem(t, http.StatusNotFound)
+		b.do(t, "POST", sp+"/test", "", "").problem(t, http.StatusUnauthorized)
+		b.do(t, "POST", sp+"/test", owner, `{"x":1}`).problem(t, http.StatusBadRequest)
+		b.do(t, "POST", "/v1/webhooks/0199c0de-0000-7000-8000-000000000000/test", owner, "").problem(t, http.StatusNotFound)
+		require.Len(t, rv.requests(), n, "no request was sent for them")
+	})
+}
