@@ -162,41 +162,69 @@ func (h *harness) killWorker(ctx context.Context) {
 	h.logf("fault: SIGKILL %s (pid %d, left %d running jobs and sender claims), restarted as %s (pid %d)", p.name, p.pid(), len(held), n.name, n.pid())
 }
 
+// terminateTimeout is how long a termination waits for each backend to
+// exit. A terminated backend stays in pg_stat_activity until it has exited,
+// so without the wait a fault right after this one could take it for a live
+// connection.
+const terminateTimeout = time.Second
+
+// terminateSQL terminates the backends and waits up to $3 ms for each to
+// exit; one that did not in time is not counted.
 const terminateSQL = `
-SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, $3))
 FROM pg_stat_activity WHERE datname = $1 AND application_name = ANY ($2)`
 
+// terminate terminates the backends whose application_name is one of names
+// and returns how many it terminated, once they have exited.
 func (h *harness) terminate(ctx context.Context, names []string) (int, error) {
 	var n int
 	err := h.query(ctx, 5*time.Second, func(ctx context.Context) error {
-		return h.pool.QueryRow(ctx, terminateSQL, dburl.Name(h.dbURL), names).Scan(&n)
+		return h.pool.QueryRow(ctx, terminateSQL, dburl.Name(h.dbURL), names, terminateTimeout.Milliseconds()).Scan(&n)
 	})
 	return n, err
 }
 
+// backendWait bounds how long a termination waits for the connections it
+// is to terminate. They are missing for a while after every loss, above all
+// after a crash of the cluster, which the schedule may have run just
+// before: a worker's pool dials again when it next needs a connection, and
+// its listener reconnects with backoff, up to
+// postgres.ListenerConfig.MaxBackoff (5 s by default) between attempts.
+const backendWait = 10 * time.Second
+
 // terminatePool terminates every pool connection of one random worker
-// (found by its application_name bothy-worker-<pid>).
+// (found by its application_name bothy-worker-<pid>), once it has one.
 func (h *harness) terminatePool(ctx context.Context) {
 	ws := h.liveWorkers()
 	if len(ws) == 0 {
 		return
 	}
 	p := ws[h.randN(len(ws))]
+	names := []string{p.appName()}
+	waited, ok := h.awaitBackends(ctx, names, 1)
+	if !ok {
+		return
+	}
 	h.recordFault(faultTermPool)
-	n, err := h.terminate(ctx, []string{p.appName()})
+	n, err := h.terminate(ctx, names)
 	if err != nil {
 		h.note("terminate backends of %s: %v", p.name, err)
 		return
 	}
 	h.faultMu.add(faultTermPool, n)
-	h.logf("fault: pg_terminate_backend on %d pool connections of %s", n, p.name)
+	h.logf("fault: pg_terminate_backend on %d pool connections of %s (waited %s for one)", n, p.name, waited)
 }
 
-// terminateListen terminates the LISTEN connection of every worker.
+// terminateListen terminates the LISTEN connection of every worker, once
+// each has one.
 func (h *harness) terminateListen(ctx context.Context) {
 	var names []string
 	for _, p := range h.liveWorkers() {
 		names = append(names, p.listenAppName())
+	}
+	waited, ok := h.awaitBackends(ctx, names, len(names))
+	if !ok {
+		return
 	}
 	h.recordFault(faultTermListen)
 	n, err := h.terminate(ctx, names)
@@ -205,7 +233,39 @@ func (h *harness) terminateListen(ctx context.Context) {
 		return
 	}
 	h.faultMu.add(faultTermListen, n)
-	h.logf("fault: pg_terminate_backend on %d LISTEN connections", n)
+	h.logf("fault: pg_terminate_backend on %d LISTEN connections of %d workers (waited %s for them)", n, len(names), waited)
+}
+
+const countBackendsSQL = `
+SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = ANY ($2)`
+
+// awaitBackends polls until there are least or more backends whose
+// application_name is one of names, or backendWait has passed, and says
+// how long it waited. After backendWait the termination goes ahead and may
+// find none: when every termination of a kind found none, the report fails
+// (verifyFaults). A failed count is read as "not yet"; the termination
+// reports the error. It returns false when ctx ended first: the load is
+// over and the fault is not injected.
+func (h *harness) awaitBackends(ctx context.Context, names []string, least int) (time.Duration, bool) {
+	start := time.Now()
+	deadline := start.Add(backendWait)
+	for {
+		var n int
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := h.pool.QueryRow(qctx, countBackendsSQL, dburl.Name(h.dbURL), names).Scan(&n)
+		cancel()
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		if (err == nil && n >= least) || time.Now().After(deadline) {
+			return time.Since(start).Round(10 * time.Millisecond), true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // revokeWebhook revokes the right of the owner of "revoked-owner"; its
