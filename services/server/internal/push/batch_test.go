@@ -139,6 +139,43 @@ func TestDeliver_BatchRetrySendsOnlyTheFailedDevices(t *testing.T) {
 	require.Equal(t, []int{201, 201, 201, 400}, statuses)
 }
 
+// TestDeliver_RecordsEachSendBeforeTheBatchEnds: a send is recorded as
+// soon as its answer arrives, not when the whole batch is done, so a
+// process that dies in the middle of a large batch sends again only what
+// was in flight.
+func TestDeliver_RecordsEachSendBeforeTheBatchEnds(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var releaseOnce gosync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	b := setup(t, &setupOpts{respond: func(device string) pushtest.Response {
+		if device == "carol-phone" {
+			<-release
+		}
+		return pushtest.Response{}
+	}})
+	t.Cleanup(releaseAll)
+	b.member(t, "alice", "s1", authz.RightWrite)
+	b.member(t, "bob", "s1", authz.RightRead)
+	b.member(t, "carol", "s1", authz.RightRead)
+	bob, _ := b.device(t, "bob", "bob-phone")
+	b.device(t, "carol", "carol-phone")
+	b.start(t)
+
+	b.write(t, "s1", "alice")
+	require.Equal(t, 1, b.round(t).Jobs)
+	eventually(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM push_sends WHERE registration_id = $1`, bob.ID).Scan(&n))
+		return n == 1
+	}, "bob's send recorded while carol's request is still open")
+	require.Equal(t, "running", b.jobs(t)[0].State)
+	releaseAll()
+	b.waitJobs(t, 1, "completed")
+	require.Len(t, b.rcv.Messages(), 2)
+}
+
 // TestDeliver_RunAgainAfterABatchSendsNothing: a batch job that sent all
 // its messages and runs again (its completion was lost) makes no request.
 func TestDeliver_RunAgainAfterABatchSendsNothing(t *testing.T) {
@@ -243,6 +280,11 @@ func TestDeliver_OriginConcurrencyIsBounded(t *testing.T) {
 		},
 		deliverCfg: func(c *push.DeliverConfig) { c.OriginConcurrency = limit },
 	})
+	// Answers every held request when the test ends, however it ends, so
+	// River can stop.
+	var releaseOnce gosync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll)
 	waiting := make(chan struct{}, devices)
 	b.worker.SetSlotWait(func() { waiting <- struct{}{} })
 	b.member(t, "alice", "s1", authz.RightWrite)
@@ -267,7 +309,7 @@ func TestDeliver_OriginConcurrencyIsBounded(t *testing.T) {
 		defer mu.Unlock()
 		return inFlight == limit
 	}, "two requests in flight")
-	close(release)
+	releaseAll()
 	b.waitJobs(t, 1, "completed")
 	require.Len(t, b.rcv.Messages(), devices)
 	mu.Lock()

@@ -619,7 +619,7 @@ func queueDecision(b *pgx.Batch, pending map[decisionKey]*authz.Pending, k decis
 // recorder writes final answers to push_sends as they arrive: one insert
 // at a time, each taking every answer that came in while the one before
 // ran, so the window between an answer and its record stays one insert
-// long however large the batch. It runs even when the job's context ends
+// long however large the batch (TestDeliver_RecordsEachSendBeforeTheBatchEnds). It runs even when the job's context ends
 // right after the answers, since the sends happened. A failed insert is
 // logged and counted: the job still goes on, and only a run of it again
 // would send those messages a second time.
