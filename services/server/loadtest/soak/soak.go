@@ -193,8 +193,6 @@ type harness struct {
 	pushRevoked    bool
 	pushRevokedSeq int64
 
-	webhookJobRows [][]string // filled by verifyWebhooks for the jobs table
-
 	wh      *webhookReceivers
 	targets []*target
 	pr      *pushReceiver

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -64,11 +65,6 @@ func (r *report) String() string {
 	return b.String()
 }
 
-type key struct {
-	id  uuid.UUID
-	seq int64
-}
-
 func itoa[T ~int | ~int64](n T) string { return fmt.Sprint(n) }
 
 // logEvent is one row of event_log as the checks see it.
@@ -93,14 +89,19 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	r.add(h.verifyEvents(head, events))
 
 	spaceSeqs := seqsBySpace(events)
-	missing := map[string]int{}
-	if err := h.verifyWebhooks(ctx, r, head, spaceSeqs, missing); err != nil {
+	wh, err := h.verifyWebhooks(ctx, head, spaceSeqs)
+	if err != nil {
 		return nil, err
 	}
-	if err := h.verifyPush(ctx, r, spaceSeqs, missing); err != nil {
+	push, err := h.verifyPush(ctx, spaceSeqs)
+	if err != nil {
 		return nil, err
 	}
-	dupsByCause := h.arrivalsReport(r, missing)
+	// The jobs table comes first: it is the exactly-once check.
+	r.add(jobsTable(wh, push))
+	r.add(wh.deliveries)
+	r.add(push.deliveries)
+	dupsByCause := h.arrivalsReport(r, map[string]int{chanWebhooks: wh.missing, chanPush: push.missing})
 
 	cursors, err := h.verifyCursors(ctx, head)
 	if err != nil {
@@ -386,357 +387,552 @@ func firstLine(s string) string {
 	return l
 }
 
-// verifyWebhooks checks delivery rows per (subscription, seq) against the
-// events of each subscription's active intervals, the receivers' arrivals
-// and the revocation.
-func (h *harness) verifyWebhooks(ctx context.Context, r *report, head int64, spaceSeqs map[string][]int64, missingArrivals map[string]int) error {
-	status := map[uuid.UUID]string{}
-	srows, err := h.pool.Query(ctx, `SELECT id, status FROM webhook_subscriptions`)
-	if err != nil {
-		return err
-	}
-	for srows.Next() {
-		var id uuid.UUID
-		var st string
-		if err := srows.Scan(&id, &st); err != nil {
-			return err
-		}
-		status[id] = st
-	}
-	srows.Close()
-	type drow struct {
-		seq    int64
-		status string
-	}
-	dels := map[uuid.UUID][]drow{}
-	drows, err := h.pool.Query(ctx, `SELECT subscription_id, event_seq, status FROM webhook_deliveries ORDER BY subscription_id, event_seq`)
-	if err != nil {
-		return err
-	}
-	for drows.Next() {
-		var id uuid.UUID
-		var d drow
-		if err := drows.Scan(&id, &d.seq, &d.status); err != nil {
-			return err
-		}
-		dels[id] = append(dels[id], d)
-	}
-	drows.Close()
-	dupJobs := map[uuid.UUID]int{}
-	jrows, err := h.pool.Query(ctx, `
-SELECT (args->>'subscription_id')::uuid, count(*) - 1 FROM river_job WHERE kind = $1
-GROUP BY args->>'subscription_id', args->>'seq' HAVING count(*) > 1`, webhooks.KindDeliver)
-	if err != nil {
-		return err
-	}
-	for jrows.Next() {
-		var id uuid.UUID
-		var n int
-		if err := jrows.Scan(&id, &n); err != nil {
-			return err
-		}
-		dupJobs[id] += n
-	}
-	jrows.Close()
+// consumerFindings are what the checks of one consumer found: its rows of
+// the jobs table, its deliveries table with the violations of all its
+// checks, and how many messages should have arrived at its receivers and
+// did not.
+type consumerFindings struct {
+	jobRows    [][]string
+	deliveries *report
+	missing    int
+}
 
-	var jobRows, delRows [][]string
+// jobsTable is the exactly-once check's table: the rows of every consumer.
+func jobsTable(consumers ...*consumerFindings) *report {
+	var rows [][]string
+	for _, c := range consumers {
+		rows = append(rows, c.jobRows...)
+	}
+	f := &report{}
+	f.table("JOBS PER CONSUMER PER TARGET AND EVENT (exactly once)", "consumer\ttarget\texpected\tgot\tduplicates\tmissing\textra", rows)
+	return f
+}
+
+// deliveryRow is one row of webhook_deliveries as the checks see it.
+type deliveryRow struct {
+	seq    int64
+	status string
+}
+
+// subscription is the final state of one target's webhook subscription:
+// its status, delivery rows in seq order and delivery jobs beyond one per
+// seq in the database, and what the soak and the receiver saw.
+type subscription struct {
+	t          *target
+	status     string
+	rows       []deliveryRow
+	dupJobs    int
+	resumes    []int64 // the seq it resumed after at creation and at every enable
+	revoked    bool    // its owner's right was revoked
+	revokedAt  time.Time
+	revokedSeq int64 // the head read after the revocation
+	arrivals   []arrival
+	badSig     int
+}
+
+func (s *subscription) active() bool { return s.status == webhooks.StatusActive }
+
+// verifyWebhooks checks each subscription: its delivery rows against the
+// events of its active intervals (its row of the jobs table), then the
+// requests at its receiver against the rows and the revocation.
+func (h *harness) verifyWebhooks(ctx context.Context, head int64, spaceSeqs map[string][]int64) (*consumerFindings, error) {
+	subs, err := h.subscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := &consumerFindings{deliveries: &report{}}
+	var delRows [][]string
+	for _, s := range subs {
+		row, found := s.checkRows(spaceSeqs[s.t.space], head)
+		f.jobRows = append(f.jobRows, row)
+		f.deliveries.add(found)
+		row, found, missing := s.checkArrivals()
+		delRows = append(delRows, row)
+		f.deliveries.add(found)
+		f.missing += missing
+	}
+	f.deliveries.table("WEBHOOK DELIVERIES PER SUBSCRIPTION", "subscription\tspace\tintervals\tstatus\tdelivered\tdead\tskipped\tpending\trequests\tundelivered\tnever-received\tout-of-order\tafter-revoke\tbad-sig", delRows)
+	return f, nil
+}
+
+// subscriptions reads the final state of every target's subscription.
+func (h *harness) subscriptions(ctx context.Context) ([]*subscription, error) {
+	status, err := h.subscriptionStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := h.deliveryRows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dupJobs, err := h.duplicateDeliveryJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
 	h.procMu.Lock()
 	targets := slices.Clone(h.targets)
 	h.procMu.Unlock()
+	subs := make([]*subscription, 0, len(targets))
 	for _, t := range targets {
+		s := &subscription{t: t, status: status[t.id], rows: rows[t.id], dupJobs: dupJobs[t.id]}
 		t.mu.Lock()
-		resumes := slices.Clone(t.resumes)
-		revoked, revokedAt, revokedSeq := t.revoked, t.revokedAt, t.revokedSeq
+		s.resumes = slices.Clone(t.resumes)
+		s.revoked, s.revokedAt, s.revokedSeq = t.revoked, t.revokedAt, t.revokedSeq
 		t.mu.Unlock()
-		arrivals, badSig := t.snapshot()
-		active := status[t.id] == webhooks.StatusActive
-		evs := spaceSeqs[t.space]
-		isEvent := map[int64]bool{}
-		for _, s := range evs {
-			isEvent[s] = true
-		}
-		have := map[int64]string{}
-		extra := 0
-		counts := map[string]int{}
-		for _, d := range dels[t.id] {
-			have[d.seq] = d.status
-			counts[d.status]++
-			if !isEvent[d.seq] || d.seq <= resumes[0] {
-				extra++
-			}
-		}
-		// Each active interval (resume_i, end_i] must have rows for a
-		// prefix of its events, the whole of it if it lasts to the end.
-		expected, missing := 0, 0
-		var lastIntervalFrom int64
-		for i, from := range resumes {
-			to := head
-			if i+1 < len(resumes) {
-				to = resumes[i+1]
-			}
-			last := i == len(resumes)-1
-			if last {
-				lastIntervalFrom = from
-			}
-			upTo := from
-			for _, s := range evs {
-				if s > from && s <= to && have[s] != "" {
-					upTo = s
-				}
-			}
-			if last && active {
-				upTo = to
-			}
-			for _, s := range evs {
-				if s > from && s <= upTo {
-					expected++
-					if have[s] == "" {
-						missing++
-					}
-				}
-			}
-		}
-		dups := dupJobs[t.id]
-		jobRows = append(jobRows, []string{"webhooks", t.name, itoa(expected), itoa(len(dels[t.id])), itoa(dups), itoa(missing), itoa(extra)})
-		if missing > 0 {
-			r.fail("webhooks %s: %d events without a delivery row", t.name, missing)
-		}
-		if extra > 0 {
-			r.fail("webhooks %s: %d delivery rows for events it should not have", t.name, extra)
-		}
-		if dups > 0 {
-			r.fail("webhooks %s: %d duplicate delivery jobs for one (subscription, seq)", t.name, dups)
-		}
-
-		// Arrivals: in seq order, signed, and every delivered row seen with a 2xx.
-		outOfOrder := 0
-		var maxSeq int64
-		got2xx := map[int64]bool{}
-		afterRevoke := 0
-		for _, a := range arrivals {
-			if a.seq < maxSeq {
-				outOfOrder++
-			}
-			maxSeq = max(maxSeq, a.seq)
-			if a.status >= 200 && a.status < 300 {
-				got2xx[a.seq] = true
-			}
-			if revoked && (a.seq > revokedSeq || a.at.After(revokedAt.Add(whTimeout+2*time.Second))) {
-				afterRevoke++
-			}
-		}
-		neverReceived := 0
-		undelivered := 0
-		for _, d := range dels[t.id] {
-			if d.status == webhooks.DeliveryDelivered && !got2xx[d.seq] {
-				neverReceived++
-			}
-			switch {
-			case d.status == webhooks.DeliveryPending && active:
-				undelivered++
-			case t.name == "revoked-owner":
-				if revoked && d.seq > revokedSeq && d.status == webhooks.DeliveryDelivered {
-					afterRevoke++
-				}
-				if !revoked && d.status != webhooks.DeliveryDelivered {
-					undelivered++
-				}
-			case t.name == "gone-410":
-				if d.seq > lastIntervalFrom && active && d.status != webhooks.DeliveryDelivered {
-					undelivered++
-				}
-			default:
-				if d.status != webhooks.DeliveryDelivered {
-					undelivered++
-				}
-			}
-		}
-		delRows = append(delRows, []string{t.name, t.space, itoa(len(resumes)), status[t.id], itoa(counts["delivered"]),
-			itoa(counts["dead"]), itoa(counts["skipped"]), itoa(counts["pending"]), itoa(len(arrivals)),
-			itoa(undelivered), itoa(neverReceived), itoa(outOfOrder), itoa(afterRevoke), itoa(badSig)})
-		missingArrivals[chanWebhooks] += undelivered + neverReceived
-		if undelivered > 0 {
-			r.fail("webhooks %s: %d deliveries not delivered", t.name, undelivered)
-		}
-		if neverReceived > 0 {
-			r.fail("webhooks %s: %d deliveries marked delivered that the receiver never accepted", t.name, neverReceived)
-		}
-		if outOfOrder > 0 {
-			r.fail("webhooks %s: %d requests arrived out of seq order", t.name, outOfOrder)
-		}
-		if afterRevoke > 0 {
-			r.fail("webhooks %s: %d deliveries after the owner's right was revoked", t.name, afterRevoke)
-		}
-		if badSig > 0 {
-			r.fail("webhooks %s: %d requests with a bad signature", t.name, badSig)
-		}
+		s.arrivals, s.badSig = t.snapshot()
+		subs = append(subs, s)
 	}
-	h.webhookJobRows = jobRows
-	r.table("WEBHOOK DELIVERIES PER SUBSCRIPTION", "subscription\tspace\tintervals\tstatus\tdelivered\tdead\tskipped\tpending\trequests\tundelivered\tnever-received\tout-of-order\tafter-revoke\tbad-sig", delRows)
-	return nil
+	return subs, nil
 }
 
-// verifyPush checks push.deliver jobs per (registration, seq) and the
-// decrypted messages.
-func (h *harness) verifyPush(ctx context.Context, r *report, spaceSeqs map[string][]int64, missingArrivals map[string]int) error {
-	jobs := map[key][]string{}
-	rows, err := h.pool.Query(ctx, `
-SELECT (args->>'registration_id')::uuid, (args->>'seq')::bigint, state FROM river_job WHERE kind = 'push.deliver'`)
+// subscriptionStatus reads every subscription's status.
+func (h *harness) subscriptionStatus(ctx context.Context) (map[uuid.UUID]string, error) {
+	rows, err := h.pool.Query(ctx, `SELECT id, status FROM webhook_subscriptions`)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for rows.Next() {
-		var k key
-		var st string
-		if err := rows.Scan(&k.id, &k.seq, &st); err != nil {
-			return err
-		}
-		jobs[k] = append(jobs[k], st)
-	}
-	rows.Close()
-	h.procMu.Lock()
-	revoked, revokedSeq := h.pushRevoked, h.pushRevokedSeq
-	h.procMu.Unlock()
+	status := map[uuid.UUID]string{}
+	var id uuid.UUID
+	var st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+		status[id] = st
+		return nil
+	})
+	return status, err
+}
 
-	jobRows := h.webhookJobRows
-	var delRows [][]string
-	for _, d := range h.devices {
-		isRevoked := d.principal == "pu-revoked" && revoked
-		var evs []int64
-		for _, s := range d.spaces {
-			evs = append(evs, spaceSeqs[s]...)
+// deliveryRows reads every subscription's delivery rows, in seq order.
+func (h *harness) deliveryRows(ctx context.Context) (map[uuid.UUID][]deliveryRow, error) {
+	rows, err := h.pool.Query(ctx, `SELECT subscription_id, event_seq, status FROM webhook_deliveries ORDER BY subscription_id, event_seq`)
+	if err != nil {
+		return nil, err
+	}
+	dels := map[uuid.UUID][]deliveryRow{}
+	var id uuid.UUID
+	var d deliveryRow
+	_, err = pgx.ForEachRow(rows, []any{&id, &d.seq, &d.status}, func() error {
+		dels[id] = append(dels[id], d)
+		return nil
+	})
+	return dels, err
+}
+
+// duplicateDeliveryJobs counts each subscription's delivery jobs beyond
+// one per seq.
+func (h *harness) duplicateDeliveryJobs(ctx context.Context) (map[uuid.UUID]int, error) {
+	rows, err := h.pool.Query(ctx, `
+SELECT (args->>'subscription_id')::uuid, count(*) - 1 FROM river_job WHERE kind = $1
+GROUP BY args->>'subscription_id', args->>'seq' HAVING count(*) > 1`, webhooks.KindDeliver)
+	if err != nil {
+		return nil, err
+	}
+	dups := map[uuid.UUID]int{}
+	var id uuid.UUID
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		dups[id] += n
+		return nil
+	})
+	return dups, err
+}
+
+// checkRows checks the subscription's delivery rows against events, the
+// seqs of its space, and returns its row of the jobs table: each active
+// interval must have rows for a prefix of its events, no row is for
+// another seq, and no seq has more than one delivery job.
+func (s *subscription) checkRows(events []int64, head int64) ([]string, *report) {
+	isEvent := map[int64]bool{}
+	for _, e := range events {
+		isEvent[e] = true
+	}
+	has := map[int64]bool{}
+	extra := 0
+	for _, d := range s.rows {
+		has[d.seq] = true
+		if !isEvent[d.seq] || d.seq <= s.resumes[0] {
+			extra++
 		}
-		slices.Sort(evs)
-		isEvent := map[int64]bool{}
-		for _, s := range evs {
-			isEvent[s] = true
+	}
+	expected, missing := s.expectedRows(events, has, head)
+	f := &report{}
+	if missing > 0 {
+		f.fail("webhooks %s: %d events without a delivery row", s.t.name, missing)
+	}
+	if extra > 0 {
+		f.fail("webhooks %s: %d delivery rows for events it should not have", s.t.name, extra)
+	}
+	if s.dupJobs > 0 {
+		f.fail("webhooks %s: %d duplicate delivery jobs for one (subscription, seq)", s.t.name, s.dupJobs)
+	}
+	return []string{"webhooks", s.t.name, itoa(expected), itoa(len(s.rows)), itoa(s.dupJobs), itoa(missing), itoa(extra)}, f
+}
+
+// expectedRows counts the events that must have a delivery row and those of
+// them without one. Each active interval (resume_i, resume_i+1], the last
+// ending at the head, must have rows for a prefix of its events (up to its
+// last event with a row), the whole of it if it is the last and the
+// subscription is still active.
+func (s *subscription) expectedRows(events []int64, has map[int64]bool, head int64) (expected, missing int) {
+	for i, from := range s.resumes {
+		to, last := head, i == len(s.resumes)-1
+		if !last {
+			to = s.resumes[i+1]
 		}
-		var gotSeqs []int64
-		dups, extra, afterRevoke := 0, 0, 0
-		states := map[string]int{}
-		for k, sts := range jobs {
-			if k.id != d.regID {
-				continue
-			}
-			gotSeqs = append(gotSeqs, k.seq)
-			dups += len(sts) - 1
-			for _, st := range sts {
-				states[st]++
-			}
-			if !isEvent[k.seq] {
-				extra++
-			}
-			if isRevoked && k.seq > revokedSeq {
-				afterRevoke++
-			}
-		}
-		has := map[int64]bool{}
-		for _, s := range gotSeqs {
-			has[s] = true
-		}
-		upTo := int64(1<<62 - 1)
-		if isRevoked {
-			upTo = 0
-			for _, s := range gotSeqs {
-				if s <= revokedSeq {
-					upTo = max(upTo, s)
-				}
+		upTo := from
+		for _, e := range events {
+			if e > from && e <= to && has[e] {
+				upTo = e
 			}
 		}
-		expected, missing := 0, 0
-		for _, s := range evs {
-			if s <= upTo {
+		if last && s.active() {
+			upTo = to
+		}
+		for _, e := range events {
+			if e > from && e <= upTo {
 				expected++
-				if !has[s] {
+				if !has[e] {
 					missing++
 				}
 			}
 		}
-		jobRows = append(jobRows, []string{"push", d.name, itoa(expected), itoa(len(gotSeqs) + dups), itoa(dups), itoa(missing), itoa(extra)})
-		if missing > 0 {
-			r.fail("push %s: %d events without a push.deliver job", d.name, missing)
-		}
-		if dups > 0 {
-			r.fail("push %s: %d duplicate push.deliver jobs for one (registration, seq)", d.name, dups)
-		}
-		if extra > 0 {
-			r.fail("push %s: %d jobs for events it should not get", d.name, extra)
-		}
-		if afterRevoke > 0 {
-			r.fail("push %s: %d jobs for events committed after the right was revoked", d.name, afterRevoke)
-		}
+	}
+	return expected, missing
+}
 
-		// Deliveries: every completed job's message arrived and decrypted.
-		msgs := h.pr.messages(d.name)
-		arrived := map[int64]int{}
-		msgAfterRevoke := 0
-		for _, m := range msgs {
-			arrived[m.seq]++
-			if isRevoked && m.seq > revokedSeq {
-				msgAfterRevoke++
-			}
+// checkArrivals checks the requests at the subscription's receiver against
+// its delivery rows and returns its row of the deliveries table, and how
+// many messages should have arrived and did not: every row is delivered
+// (as judgeRow says), every delivered row was accepted with a 2xx, requests
+// came in seq order and signed, and none after the owner's right was
+// revoked.
+func (s *subscription) checkArrivals() ([]string, *report, int) {
+	outOfOrder, afterRevoke, got2xx := s.scanArrivals()
+	counts := map[string]int{}
+	neverReceived, undelivered := 0, 0
+	for _, d := range s.rows {
+		counts[d.status]++
+		if d.status == webhooks.DeliveryDelivered && !got2xx[d.seq] {
+			neverReceived++
 		}
-		notArrived, notDone, orphan := 0, 0, 0
-		for k, sts := range jobs {
-			if k.id != d.regID {
-				continue
-			}
-			for _, st := range sts {
-				switch {
-				case st == "completed":
-					if arrived[k.seq] == 0 {
-						notArrived++
-					}
-				case st == "cancelled" && isRevoked:
-				default:
-					notDone++
-				}
-			}
+		notDelivered, late := s.judgeRow(d)
+		if notDelivered {
+			undelivered++
 		}
-		for s := range arrived {
-			if !has[s] {
-				orphan++
-			}
-		}
-		if isRevoked {
-			missingArrivals[chanPush] += notArrived
-		} else {
-			for _, s := range evs {
-				if s <= upTo && arrived[s] == 0 {
-					missingArrivals[chanPush]++
-				}
-			}
-		}
-		delRows = append(delRows, []string{d.name, d.principal, strings.Join(d.spaces, ","), itoa(states["completed"]),
-			itoa(states["cancelled"]), itoa(len(gotSeqs) + dups - states["completed"] - states["cancelled"]),
-			itoa(len(msgs)), itoa(len(arrived)), itoa(notArrived), itoa(notDone), itoa(msgAfterRevoke + afterRevoke), itoa(orphan)})
-		if notArrived > 0 {
-			r.fail("push %s: %d completed jobs whose message never arrived", d.name, notArrived)
-		}
-		if notDone > 0 {
-			r.fail("push %s: %d jobs not completed", d.name, notDone)
-		}
-		if msgAfterRevoke > 0 {
-			r.fail("push %s: %d messages for events committed after the right was revoked", d.name, msgAfterRevoke)
-		}
-		if orphan > 0 {
-			r.fail("push %s: %d messages without a job", d.name, orphan)
+		if late {
+			afterRevoke++
 		}
 	}
+	f := &report{}
+	name := s.t.name
+	if undelivered > 0 {
+		f.fail("webhooks %s: %d deliveries not delivered", name, undelivered)
+	}
+	if neverReceived > 0 {
+		f.fail("webhooks %s: %d deliveries marked delivered that the receiver never accepted", name, neverReceived)
+	}
+	if outOfOrder > 0 {
+		f.fail("webhooks %s: %d requests arrived out of seq order", name, outOfOrder)
+	}
+	if afterRevoke > 0 {
+		f.fail("webhooks %s: %d deliveries after the owner's right was revoked", name, afterRevoke)
+	}
+	if s.badSig > 0 {
+		f.fail("webhooks %s: %d requests with a bad signature", name, s.badSig)
+	}
+	row := []string{name, s.t.space, itoa(len(s.resumes)), s.status, itoa(counts["delivered"]),
+		itoa(counts["dead"]), itoa(counts["skipped"]), itoa(counts["pending"]), itoa(len(s.arrivals)),
+		itoa(undelivered), itoa(neverReceived), itoa(outOfOrder), itoa(afterRevoke), itoa(s.badSig)}
+	return row, f, undelivered + neverReceived
+}
+
+// scanArrivals counts the requests that came after one of a higher seq and
+// those that came after the owner's right was revoked (for a later event,
+// or started later than a sender's timeout after the revocation), and lists
+// the seqs accepted with a 2xx.
+func (s *subscription) scanArrivals() (outOfOrder, afterRevoke int, got2xx map[int64]bool) {
+	got2xx = map[int64]bool{}
+	var maxSeq int64
+	for _, a := range s.arrivals {
+		if a.seq < maxSeq {
+			outOfOrder++
+		}
+		maxSeq = max(maxSeq, a.seq)
+		if a.status >= 200 && a.status < 300 {
+			got2xx[a.seq] = true
+		}
+		if s.revoked && (a.seq > s.revokedSeq || a.at.After(s.revokedAt.Add(whTimeout+2*time.Second))) {
+			afterRevoke++
+		}
+	}
+	return outOfOrder, afterRevoke, got2xx
+}
+
+// judgeRow says whether a delivery row should have been delivered and was
+// not, and whether it was delivered after the owner's right was revoked. A
+// pending row of an active subscription is not delivered. revoked-owner's
+// rows must all be delivered while its owner keeps the right; once it is
+// revoked none need be, and none of a later event may be. gone-410 was
+// disabled: only the rows of its last active interval must be delivered,
+// and only while it is active. Every other row must be delivered.
+func (s *subscription) judgeRow(d deliveryRow) (undelivered, afterRevoke bool) {
+	switch {
+	case d.status == webhooks.DeliveryPending && s.active():
+		return true, false
+	case s.t.name == "revoked-owner":
+		if s.revoked {
+			return false, d.seq > s.revokedSeq && d.status == webhooks.DeliveryDelivered
+		}
+		return d.status != webhooks.DeliveryDelivered, false
+	case s.t.name == "gone-410":
+		return d.seq > s.resumes[len(s.resumes)-1] && s.active() && d.status != webhooks.DeliveryDelivered, false
+	default:
+		return d.status != webhooks.DeliveryDelivered, false
+	}
+}
+
+// registration is the final state of one device's push registration: its
+// push.deliver jobs, the events of its spaces, and the messages the push
+// service decrypted for it.
+type registration struct {
+	d          *device
+	jobs       map[int64][]string // the states of its jobs, by seq
+	events     []int64            // the seqs of its spaces' events, in order
+	revoked    bool               // its principal's right was revoked
+	revokedSeq int64              // the head read after the revocation
+	msgs       []pushMessage
+}
+
+// upTo is the last seq the registration must have a job for: after a
+// revocation, its last job for an event before it.
+func (g *registration) upTo() int64 {
+	if !g.revoked {
+		return 1<<62 - 1
+	}
+	var upTo int64
+	for seq := range g.jobs {
+		if seq <= g.revokedSeq {
+			upTo = max(upTo, seq)
+		}
+	}
+	return upTo
+}
+
+// jobCounts counts the registration's jobs, those beyond one per seq, and
+// the seqs with a job for an event committed after the revocation.
+func (g *registration) jobCounts() (total, dups, afterRevoke int) {
+	for seq, states := range g.jobs {
+		total += len(states)
+		dups += len(states) - 1
+		if g.revoked && seq > g.revokedSeq {
+			afterRevoke++
+		}
+	}
+	return total, dups, afterRevoke
+}
+
+// verifyPush checks each registration: its push.deliver jobs per seq
+// against the events of its spaces (its row of the jobs table), then the
+// messages the push service decrypted against the jobs; and what the push
+// service itself saw.
+func (h *harness) verifyPush(ctx context.Context, spaceSeqs map[string][]int64) (*consumerFindings, error) {
+	regs, err := h.registrations(ctx, spaceSeqs)
+	if err != nil {
+		return nil, err
+	}
+	f := &consumerFindings{deliveries: &report{}}
+	var delRows [][]string
+	for _, g := range regs {
+		row, found := g.checkJobs()
+		f.jobRows = append(f.jobRows, row)
+		f.deliveries.add(found)
+		row, found, missing := g.checkMessages()
+		delRows = append(delRows, row)
+		f.deliveries.add(found)
+		f.missing += missing
+	}
+	f.deliveries.add(h.checkPushService())
+	f.deliveries.table("PUSH DELIVERIES", "device\tprincipal\tspaces\tcompleted\tcancelled\tother\tmessages\tdistinct seqs\tnot-arrived\tnot-done\tafter-revoke\twithout-job", delRows)
+	return f, nil
+}
+
+// registrations reads the final state of every device's registration.
+func (h *harness) registrations(ctx context.Context, spaceSeqs map[string][]int64) ([]*registration, error) {
+	jobs, err := h.pushJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.procMu.Lock()
+	revoked, revokedSeq := h.pushRevoked, h.pushRevokedSeq
+	h.procMu.Unlock()
+	regs := make([]*registration, 0, len(h.devices))
+	for _, d := range h.devices {
+		g := &registration{d: d, jobs: jobs[d.regID], revoked: d.principal == "pu-revoked" && revoked,
+			revokedSeq: revokedSeq, msgs: h.pr.messages(d.name)}
+		for _, s := range d.spaces {
+			g.events = append(g.events, spaceSeqs[s]...)
+		}
+		slices.Sort(g.events)
+		regs = append(regs, g)
+	}
+	return regs, nil
+}
+
+// pushJobs reads the state of every push.deliver job, by registration and
+// seq.
+func (h *harness) pushJobs(ctx context.Context) (map[uuid.UUID]map[int64][]string, error) {
+	rows, err := h.pool.Query(ctx, `
+SELECT (args->>'registration_id')::uuid, (args->>'seq')::bigint, state FROM river_job WHERE kind = 'push.deliver'`)
+	if err != nil {
+		return nil, err
+	}
+	jobs := map[uuid.UUID]map[int64][]string{}
+	var id uuid.UUID
+	var seq int64
+	var st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &st}, func() error {
+		if jobs[id] == nil {
+			jobs[id] = map[int64][]string{}
+		}
+		jobs[id][seq] = append(jobs[id][seq], st)
+		return nil
+	})
+	return jobs, err
+}
+
+// checkJobs checks the registration's jobs against its events and returns
+// its row of the jobs table: one job for every event up to upTo, none for
+// another seq, and none for an event committed after the revocation.
+func (g *registration) checkJobs() ([]string, *report) {
+	isEvent := map[int64]bool{}
+	for _, e := range g.events {
+		isEvent[e] = true
+	}
+	extra := 0
+	for seq := range g.jobs {
+		if !isEvent[seq] {
+			extra++
+		}
+	}
+	upTo := g.upTo()
+	expected, missing := 0, 0
+	for _, e := range g.events {
+		if e <= upTo {
+			expected++
+			if g.jobs[e] == nil {
+				missing++
+			}
+		}
+	}
+	total, dups, afterRevoke := g.jobCounts()
+	f := &report{}
+	name := g.d.name
+	if missing > 0 {
+		f.fail("push %s: %d events without a push.deliver job", name, missing)
+	}
+	if dups > 0 {
+		f.fail("push %s: %d duplicate push.deliver jobs for one (registration, seq)", name, dups)
+	}
+	if extra > 0 {
+		f.fail("push %s: %d jobs for events it should not get", name, extra)
+	}
+	if afterRevoke > 0 {
+		f.fail("push %s: %d jobs for events committed after the right was revoked", name, afterRevoke)
+	}
+	return []string{"push", name, itoa(expected), itoa(total), itoa(dups), itoa(missing), itoa(extra)}, f
+}
+
+// checkMessages checks the messages the push service decrypted for the
+// registration against its jobs and returns its row of the deliveries
+// table, and how many messages should have arrived and did not: every
+// completed job's message arrived, every job completed (or was cancelled
+// after the revocation), no message is of an event committed after the
+// revocation, and none is without a job.
+func (g *registration) checkMessages() ([]string, *report, int) {
+	arrived := map[int64]int{}
+	msgAfterRevoke := 0
+	for _, m := range g.msgs {
+		arrived[m.seq]++
+		if g.revoked && m.seq > g.revokedSeq {
+			msgAfterRevoke++
+		}
+	}
+	states, notArrived, notDone := g.judgeJobs(arrived)
+	orphan := 0
+	for seq := range arrived {
+		if g.jobs[seq] == nil {
+			orphan++
+		}
+	}
+	f := &report{}
+	name := g.d.name
+	if notArrived > 0 {
+		f.fail("push %s: %d completed jobs whose message never arrived", name, notArrived)
+	}
+	if notDone > 0 {
+		f.fail("push %s: %d jobs not completed", name, notDone)
+	}
+	if msgAfterRevoke > 0 {
+		f.fail("push %s: %d messages for events committed after the right was revoked", name, msgAfterRevoke)
+	}
+	if orphan > 0 {
+		f.fail("push %s: %d messages without a job", name, orphan)
+	}
+	total, _, afterRevoke := g.jobCounts()
+	row := []string{name, g.d.principal, strings.Join(g.d.spaces, ","), itoa(states["completed"]),
+		itoa(states["cancelled"]), itoa(total - states["completed"] - states["cancelled"]),
+		itoa(len(g.msgs)), itoa(len(arrived)), itoa(notArrived), itoa(notDone), itoa(msgAfterRevoke + afterRevoke), itoa(orphan)}
+	return row, f, g.missingMessages(arrived, notArrived)
+}
+
+// judgeJobs counts the registration's jobs by state, the completed ones
+// whose message never arrived, and those not completed (a job cancelled
+// after the revocation is done).
+func (g *registration) judgeJobs(arrived map[int64]int) (states map[string]int, notArrived, notDone int) {
+	states = map[string]int{}
+	for seq, sts := range g.jobs {
+		for _, st := range sts {
+			states[st]++
+			switch {
+			case st == "completed":
+				if arrived[seq] == 0 {
+					notArrived++
+				}
+			case st == "cancelled" && g.revoked:
+			default:
+				notDone++
+			}
+		}
+	}
+	return states, notArrived, notDone
+}
+
+// missingMessages counts the messages that should have arrived and did
+// not: after a revocation, those of completed jobs; otherwise one for every
+// event up to upTo.
+func (g *registration) missingMessages(arrived map[int64]int, notArrived int) int {
+	if g.revoked {
+		return notArrived
+	}
+	upTo, missing := g.upTo(), 0
+	for _, e := range g.events {
+		if e <= upTo && arrived[e] == 0 {
+			missing++
+		}
+	}
+	return missing
+}
+
+// checkPushService checks what the push service itself saw: every request
+// passed VAPID and decrypted, and every payload was JSON.
+func (h *harness) checkPushService() *report {
+	f := &report{}
 	if errs := h.pr.rcv.Errors(); len(errs) > 0 {
-		r.fail("push: %d requests failed VAPID or decryption, first: %v", len(errs), errs[0])
+		f.fail("push: %d requests failed VAPID or decryption, first: %v", len(errs), errs[0])
 	}
 	h.pr.mu.Lock()
+	defer h.pr.mu.Unlock()
 	if h.pr.badJSON > 0 {
-		r.fail("push: %d decrypted payloads were not JSON", h.pr.badJSON)
+		f.fail("push: %d decrypted payloads were not JSON", h.pr.badJSON)
 	}
-	h.pr.mu.Unlock()
-	// The jobs table comes first: it is the exactly-once check.
-	r.sections = append(r.sections, "")
-	copy(r.sections[2:], r.sections[1:])
-	jr := &report{}
-	jr.table("JOBS PER CONSUMER PER TARGET AND EVENT (exactly once)", "consumer\ttarget\texpected\tgot\tduplicates\tmissing\textra", jobRows)
-	r.sections[1] = jr.sections[0]
-	r.table("PUSH DELIVERIES", "device\tprincipal\tspaces\tcompleted\tcancelled\tother\tmessages\tdistinct seqs\tnot-arrived\tnot-done\tafter-revoke\twithout-job", delRows)
-	return nil
+	return f
 }
