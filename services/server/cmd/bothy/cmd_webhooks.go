@@ -51,6 +51,7 @@ type subscriptionJSON struct {
 	CreatedAt        time.Time  `json:"created_at"`
 	// Headers are masked as in the HTTP API.
 	Headers map[string]string `json:"headers"`
+	policyJSON
 }
 
 func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
@@ -61,7 +62,7 @@ func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
 	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: redactURL(s.URL), EventTypes: types, TokenID: s.TokenID,
 		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
 		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: webhooks.MaskHeaders(s.Headers)}
+		Headers: webhooks.MaskHeaders(s.Headers), policyJSON: toPolicyJSON(s)}
 }
 
 func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
@@ -89,17 +90,20 @@ func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
 			return c.printJSON(out)
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tOWNER\tSPACE\tSTATUS\tLAST_DELIVERED\tPENDING\tEVENTS\tURL")
+		fmt.Fprintln(tw, "ID\tOWNER\tSPACE\tSTATUS\tLAST_DELIVERED\tPENDING\tEVENTS\tPOLICY\tURL")
 		for _, s := range subs {
 			status := s.Status
-			if s.DisabledCause != "" {
+			if s.Probing {
+				status += " (" + s.DisabledCause + ", probing)"
+			} else if s.DisabledCause != "" {
 				status += " (" + s.DisabledCause + ")"
 			}
 			types := strings.Join(s.EventTypes, ",")
 			if types == "" {
 				types = "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Owner, s.Space, status, s.LastDeliveredSeq, s.Pending, types, redactURL(s.URL))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.ID, s.Owner, s.Space, status, s.LastDeliveredSeq, s.Pending, types,
+				policyOf(s), redactURL(s.URL))
 		}
 		return tw.Flush()
 	}
@@ -121,12 +125,13 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 	token := fs.String("token", "", "token ID whose current scopes bound every delivery (default: the owner's full rights)")
 	headers := headerFlag{}
 	fs.Var(headers, "header", "a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
+	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		if *owner == "" || *space == "" || *url == "" {
 			return fmt.Errorf("%w: webhooks create needs --owner, --space and --url", errUsage)
 		}
-		p := &webhooks.CreateParams{Owner: *owner, Space: *space, URL: *url, Headers: headers}
+		p := &webhooks.CreateParams{Owner: *owner, Space: *space, URL: *url, Headers: headers, Policy: pf.params()}
 		if *events != "" {
 			for _, t := range strings.Split(*events, ",") {
 				p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))
@@ -146,7 +151,8 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 		defer pool.Close()
 		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
 		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes,
-			MaxSubscriptionsPerSpace: cfg.Webhooks.MaxSubscriptionsPerSpace, MaxSubscriptionsPerOwner: cfg.Webhooks.MaxSubscriptionsPerOwner}
+			MaxSubscriptionsPerSpace: cfg.Webhooks.MaxSubscriptionsPerSpace, MaxSubscriptionsPerOwner: cfg.Webhooks.MaxSubscriptionsPerOwner,
+			EventRetention: cfg.Sync.EventRetention}
 		s, secret, err := webhooks.Create(ctx, pool, postgres.CursorStore{}, p)
 		if err != nil {
 			return err
@@ -157,7 +163,7 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 				Secret string `json:"secret"`
 			}{toSubscriptionJSON(s), secret})
 		}
-		fmt.Fprintf(c.stdout, "subscription %s created on space %s, starting after seq %d\n", s.ID, s.Space, s.ResumeAfterSeq)
+		fmt.Fprintf(c.stdout, "subscription %s created on space %s, starting after seq %d, policy %s\n", s.ID, s.Space, s.ResumeAfterSeq, policyOf(s))
 		fmt.Fprintf(c.stdout, "signing secret (shown once; give it to the receiver): %s\n", secret)
 		return nil
 	}

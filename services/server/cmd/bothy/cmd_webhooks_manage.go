@@ -51,6 +51,7 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 	fs.Var(set, "header", "set a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
 	var remove listFlag
 	fs.Var(&remove, "remove-header", "remove a custom header by name (repeatable)")
+	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
@@ -79,8 +80,9 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 				p.Headers[k] = nil
 			}
 		}
-		if p.URL == nil && p.EventTypes == nil && p.Headers == nil {
-			return fmt.Errorf("%w: nothing to change: give --url, --events, --header or --remove-header", errUsage)
+		p.Policy = pf.params()
+		if p.URL == nil && p.EventTypes == nil && p.Headers == nil && p.Policy == nil {
+			return fmt.Errorf("%w: nothing to change: give --url, --events, --header, --remove-header or a policy flag", errUsage)
 		}
 		cfg, pool, err := c.open(ctx)
 		if err != nil {
@@ -88,7 +90,7 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 		}
 		defer pool.Close()
 		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
-		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes}
+		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes, EventRetention: cfg.Sync.EventRetention}
 		s, err := webhooks.Update(ctx, pool, id, p)
 		if err != nil {
 			return err
@@ -96,7 +98,7 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 		if *asJSON {
 			return c.printJSON(toSubscriptionJSON(s))
 		}
-		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s\n", s.ID, redactURL(s.URL), typesOf(s), headersOf(s))
+		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(s), headersOf(s), policyOf(s))
 		return nil
 	}
 }

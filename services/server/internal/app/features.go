@@ -36,7 +36,7 @@ func WebhooksConfig(cfg *config.Config) *webhooks.ModuleConfig {
 func WebhookLimits(cfg *config.Config) webhooks.Limits {
 	w := cfg.Webhooks
 	return webhooks.Limits{MaxEventTypes: w.MaxEventTypes, MaxSubscriptionsPerSpace: w.MaxSubscriptionsPerSpace,
-		MaxSubscriptionsPerOwner: w.MaxSubscriptionsPerOwner}
+		MaxSubscriptionsPerOwner: w.MaxSubscriptionsPerOwner, EventRetention: cfg.Sync.EventRetention}
 }
 
 // PushConfig maps push.* onto the push module.

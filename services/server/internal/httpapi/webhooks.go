@@ -31,6 +31,7 @@ type subscriptionJSON struct {
 	Headers map[string]string `json:"headers"`
 	// Secret is only set in the answers that create it.
 	Secret string `json:"secret,omitempty"`
+	policyJSON
 }
 
 func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
@@ -41,7 +42,7 @@ func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
 	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, Status: s.Status,
 		DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
 		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: webhooks.MaskHeaders(s.Headers)}
+		Headers: webhooks.MaskHeaders(s.Headers), policyJSON: policyOut(s)}
 }
 
 // kindConflict is the problem kind of a request that the resource's
@@ -170,6 +171,7 @@ type createWebhookRequest struct {
 	Secret string `json:"secret"`
 	// Headers are sent with every request.
 	Headers map[string]string `json:"headers"`
+	policyRequest
 }
 
 func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -186,6 +188,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
 		Secret: req.Secret, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
+		Policy: req.params(),
 	})
 	if err != nil {
 		return webhookError(err)
@@ -211,6 +214,7 @@ type updateWebhookRequest struct {
 	EventTypes *[]string `json:"event_types"`
 	// Headers is a merge patch: a value sets the header, null removes it.
 	Headers map[string]*string `json:"headers"`
+	policyRequest
 }
 
 func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -222,11 +226,12 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
-	if req.URL == nil && req.EventTypes == nil && req.Headers == nil {
-		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, event_types and/or headers")
+	if req.URL == nil && req.EventTypes == nil && req.Headers == nil && req.policyRequest.empty() {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, event_types, headers and/or policy fields")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
 		URL: req.URL, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
+		Policy: req.params(),
 	})
 	if err != nil {
 		return webhookError(err)

@@ -52,7 +52,7 @@ WITH cand AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
     SELECT s.id, hit.seq, hit.id
     FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
-    WHERE s.status = 'active' AND hit.seq > s.resume_after_seq
+    WHERE (s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq -- probing: its backlog keeps growing
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
 )
@@ -103,15 +103,15 @@ func candidates(typ string) []string {
 
 // HandleLost implements sync.ConsumerLossHandler. The events of the lost
 // range cannot be read any more, so their spaces are unknown: every active
-// subscription that existed before the range ended could have missed one,
-// and is disabled with cause gap.
+// (or probing) subscription that existed before the range ended could have
+// missed one, and is disabled with cause gap.
 func (*Consumer) HandleLost(ctx context.Context, tx pgx.Tx, consumer string, lost sync.SeqRange) error {
 	detail := fmt.Sprintf("events %s were removed by retention before the webhooks consumer read them", lost)
 	_, err := tx.Exec(ctx, `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = 'gap', disabled_detail = $2, disabled_at = now(), updated_at = now(),
     pump_job_id = NULL, pump_until = NULL
-WHERE status = 'active' AND resume_after_seq < $1`, lost.To, detail)
+WHERE (status = 'active' OR probing) AND resume_after_seq < $1`, lost.To, detail)
 	if err != nil {
 		return fmt.Errorf("webhooks: disable subscriptions after lost %s: %w", lost, err)
 	}

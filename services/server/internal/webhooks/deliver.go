@@ -181,6 +181,15 @@ type claim struct {
 	// headers are the subscription's custom headers.
 	headers map[string]string
 	body    []byte
+
+	// pol and sched are the subscription's policy and retry schedule.
+	pol   Policy
+	sched schedule
+	// probe: the send probes a subscription disabled as failing.
+	probe bool
+	// claimJob is the job that holds the delivery's own claim (unordered
+	// policy); nil when the claim is the subscription's (ordered ones).
+	claimJob *int64
 }
 
 // result kinds of one send.
@@ -207,6 +216,14 @@ type outcome struct {
 type next struct {
 	send   *claim
 	snooze *time.Duration
+	// pause: wait this long in the process for the throttle and step
+	// again, or snooze for it if the slice ends first.
+	pause time.Duration
+	// unordered: the subscription's policy is unordered (workUnordered).
+	unordered bool
+	// stop: claim no more (unordered); the subscription is disabled,
+	// deleted or no longer unordered.
+	stop bool
 }
 
 // Work implements river.Worker.
@@ -218,6 +235,13 @@ func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error
 		n, err := d.step(ctx, me, job.Args.SubscriptionID, prev, time.Since(start) < d.cfg.Slice)
 		if err != nil {
 			return err
+		}
+		if n.unordered {
+			return d.workUnordered(ctx, me, job.Args.SubscriptionID, start)
+		}
+		if n.pause > 0 && d.pauseWithin(ctx, start, n.pause) {
+			prev = nil
+			continue
 		}
 		if n.snooze != nil {
 			return river.JobSnooze(*n.snooze)
@@ -244,14 +268,63 @@ type subRow struct {
 	pumpJobID                             *int64
 	pumpLive                              bool
 	now                                   time.Time
+	pumpUntil                             *time.Time
 	// mine: the claim is this job's.
 	mine bool
+	pol  Policy
+	// probing: disabled as failing and probed (auto_recover).
+	probing bool
+	// throttleNext is when the next request may start (throttle_next_at).
+	throttleNext *time.Time
+	// claimsLive: a delivery has a live claim of its own, an unordered
+	// send from before the policy changed.
+	claimsLive bool
+}
+
+// throttleWait is how long the next request must wait for the throttle.
+func (s *subRow) throttleWait() time.Duration {
+	if s.pol.MaxRequestsPerSecond <= 0 || s.throttleNext == nil {
+		return 0
+	}
+	return max(s.throttleNext.Sub(s.now), 0)
+}
+
+// throttleAfter is throttle_next_at once a request starts now; nil
+// without a throttle. Requests are spaced evenly, without bursts.
+func (s *subRow) throttleAfter() *time.Time {
+	if s.pol.MaxRequestsPerSecond <= 0 {
+		return nil
+	}
+	from := s.now
+	if s.throttleNext != nil && s.throttleNext.After(from) {
+		from = *s.throttleNext
+	}
+	t := from.Add(time.Duration(float64(time.Second) / s.pol.MaxRequestsPerSecond))
+	return &t
+}
+
+// pauseWithin waits d in the process if that ends within the job's slice;
+// false if it would not, or ctx ended.
+func (d *Deliverer) pauseWithin(ctx context.Context, start time.Time, w time.Duration) bool {
+	if time.Since(start)+w >= d.cfg.Slice {
+		return false
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // lockSubSQL locks the subscription and says whether its claim is live:
 // unexpired, and either the claim of this job ($2), of this process ($3),
 // of a process outside liveness, or of a process whose lock is held. Only
-// an unexpired claim of another process pays for the liveness check.
+// an unexpired claim of another process pays for the liveness check. It
+// reads the policy, and whether a delivery has a claim of its own (the
+// partial index webhook_deliveries_claimed is empty for ordered ones).
 var lockSubSQL = `
 SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
        token_id, status, pump_job_id,
@@ -259,8 +332,12 @@ SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN c
             WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
             ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
        END,
-       now()
-FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
+       now(), pump_until, ` + policyColumns + `, probing, throttle_next_at,
+       EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.claim_until > now())
+FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
+
+// throttleSQL moves the throttle's next slot.
+const throttleSQL = `UPDATE webhook_subscriptions SET throttle_next_at = $2 WHERE id = $1`
 
 // headSQL reads the subscription's lowest pending delivery.
 const headSQL = `
@@ -281,7 +358,8 @@ UPDATE webhook_subscriptions SET pump_job_id = $3, pump_until = $4, pump_owner =
 RETURNING headers`
 
 const deadSQL = `
-UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
+UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
+    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
 WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending'`
 
 const attemptSQL = `
@@ -304,7 +382,13 @@ type stepTx struct {
 
 // step runs one short transaction: record prev's outcome, then decide what
 // comes next and, if it is a send, claim it.
-func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *outcome, mayContinue bool) (n next, err error) {
+func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *outcome, mayContinue bool) (next, error) {
+	return d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.run(ctx, prev, mayContinue) })
+}
+
+// inTx runs fn in one short transaction of a step, and counts its metric
+// results once it committed.
+func (d *Deliverer) inTx(ctx context.Context, me sender, subID uuid.UUID, fn func(t *stepTx) (next, error)) (n next, err error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
 	tx, err := d.pool.Begin(ctx)
@@ -317,7 +401,7 @@ func (d *Deliverer) step(ctx context.Context, me sender, subID uuid.UUID, prev *
 		}
 	}()
 	t := &stepTx{d: d, tx: tx, me: me, subID: subID}
-	if n, err = t.run(ctx, prev, mayContinue); err != nil {
+	if n, err = fn(t); err != nil {
 		return n, err
 	}
 	if err = tx.Commit(ctx); err != nil {
@@ -338,7 +422,10 @@ func (t *stepTx) run(ctx context.Context, prev *outcome, mayContinue bool) (next
 	if err != nil || s == nil || snooze != nil {
 		return next{snooze: snooze}, err
 	}
-	if s.status != StatusActive {
+	if s.pol.Name == PolicyUnordered {
+		return next{unordered: true}, nil
+	}
+	if s.status != StatusActive && !s.probing {
 		if s.mine {
 			return next{}, t.release(ctx)
 		}
@@ -347,9 +434,19 @@ func (t *stepTx) run(ctx context.Context, prev *outcome, mayContinue bool) (next
 	if !s.mine && s.pumpJobID != nil && s.pumpLive {
 		return next{}, nil // another job is sending; it will reach our deliveries
 	}
+	if s.claimsLive {
+		// Unordered sends from before the policy changed: order starts
+		// once they have ended.
+		return t.hold(ctx, time.Second, s.now.Add(time.Second+t.d.cfg.Timeout+leaseMargin))
+	}
 	for range maxRefusalsPerStep {
 		h, n, err := t.findHead(ctx, s, mayContinue)
 		if err != nil || h == nil {
+			return n, err
+		}
+		if w := s.throttleWait(); w > 0 {
+			n, err := t.hold(ctx, w, s.now.Add(w+t.d.cfg.Timeout+leaseMargin))
+			n.pause = w
 			return n, err
 		}
 		ev, v, err := t.judge(ctx, s, h)
@@ -372,19 +469,22 @@ func (t *stepTx) run(ctx context.Context, prev *outcome, mayContinue bool) (next
 // delivery waits for a retry: the job stays its sender through the wait.
 func (t *stepTx) lockAndRecord(ctx context.Context, prev *outcome) (*subRow, *time.Duration, error) {
 	s := &subRow{}
-	err := t.tx.QueryRow(ctx, lockSubSQL, t.subID, t.me.jobID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(
-		&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID, &s.status, &s.pumpJobID, &s.pumpLive, &s.now)
+	ps := scanPolicy(&s.pol)
+	err := t.tx.QueryRow(ctx, lockSubSQL, t.subID, t.me.jobID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(append(append(
+		[]any{&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID, &s.status, &s.pumpJobID, &s.pumpLive, &s.now, &s.pumpUntil},
+		ps.dest()...), &s.probing, &s.throttleNext, &s.claimsLive)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("deliver %s: lock subscription: %w", t.subID, err)
 	}
+	ps.done()
 	s.mine = s.pumpJobID != nil && *s.pumpJobID == t.me.jobID
 	if prev == nil {
 		return s, nil, nil
 	}
-	r, wait, err := t.d.record(ctx, t.tx, prev, s.now)
+	r, wait, err := t.d.record(ctx, t.tx, prev)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -393,8 +493,8 @@ func (t *stepTx) lockAndRecord(ctx context.Context, prev *outcome) (*subRow, *ti
 		n, err := t.hold(ctx, *wait, s.now.Add(*wait+t.d.cfg.Timeout+leaseMargin))
 		return s, n.snooze, err
 	}
-	if r != resultName(resultDelivered) { // gone or dead: the subscription may have been disabled
-		if err := t.tx.QueryRow(ctx, `SELECT status FROM webhook_subscriptions WHERE id = $1`, t.subID).Scan(&s.status); err != nil {
+	if r != resultName(resultDelivered) || prev.claim.probe { // the subscription may have been disabled or recovered
+		if err := t.tx.QueryRow(ctx, `SELECT status, probing FROM webhook_subscriptions WHERE id = $1`, t.subID).Scan(&s.status, &s.probing); err != nil {
 			return nil, nil, fmt.Errorf("deliver %s: reread status: %w", t.subID, err)
 		}
 	}
@@ -501,8 +601,14 @@ func (t *stepTx) claim(ctx context.Context, s *subRow, h *head, ev *sync.Event) 
 	if err := t.tx.QueryRow(ctx, claimSQL, t.subID, h.seq, t.me.jobID, s.now.Add(t.d.cfg.Timeout+leaseMargin), t.me.owner).Scan(&headers); err != nil {
 		return next{}, fmt.Errorf("deliver %s: claim %d: %w", t.subID, h.seq, err)
 	}
+	if th := s.throttleAfter(); th != nil {
+		if _, err := t.tx.Exec(ctx, throttleSQL, t.subID, th); err != nil {
+			return next{}, fmt.Errorf("deliver %s: throttle: %w", t.subID, err)
+		}
+	}
 	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
-		previousSecret: s.prevSecret, headers: headers, body: body}}, nil
+		previousSecret: s.prevSecret, headers: headers, body: body,
+		pol: s.pol, sched: t.d.schedule(&s.pol), probe: s.status != StatusActive}}, nil
 }
 
 // hold keeps the job the subscription's sender until until and snoozes it
@@ -541,27 +647,61 @@ func resultName(k resultKind) string {
 	return "retry"
 }
 
-// record stores prev's attempt and applies its outcome. It returns the
-// metric result and, for a retry within budget, how long to wait.
-func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome, now time.Time) (string, *time.Duration, error) {
+// deliveredSQL records a 2xx once: the attempt, the delivery (and its own
+// claim) finished, and the subscription's highest delivered seq.
+const deliveredSQL = `
+WITH a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, response_excerpt)
+    VALUES ($1, $2, $3, $4, NULLIF($5, ''))
+), d AS (
+    UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL, next_attempt_at = NULL,
+        claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+    WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' RETURNING event_seq
+)
+UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, $2)
+WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`
+
+// failedSQL counts a failed attempt and ends the delivery's own claim. With
+// $4 set (unordered) it changes nothing unless the claim is still that
+// job's: a sender whose claim was taken over records its attempt only.
+const failedSQL = `
+UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $3, claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' AND ($4::bigint IS NULL OR claim_job_id = $4)
+RETURNING attempts, first_attempt_at, now()`
+
+const nextAttemptSQL = `UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE subscription_id = $1 AND event_seq = $2`
+
+// probeRecoveredSQL makes a probed subscription active again.
+const probeRecoveredSQL = `
+UPDATE webhook_subscriptions
+SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, probing = false, updated_at = now()
+WHERE id = $1 AND probing`
+
+// probeSQL disables a subscription as failing and starts probing it.
+const probeSQL = `
+UPDATE webhook_subscriptions
+SET status = 'disabled', disabled_cause = 'failing', disabled_detail = $2, disabled_at = now(), probing = true, updated_at = now()
+WHERE id = $1 AND status = 'active'`
+
+// record stores o's attempt and applies its outcome. It returns the metric
+// result and, when the subscription's sender waits (an ordered head's
+// retry or the next probe), how long.
+func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome) (string, *time.Duration, error) {
 	c := o.claim
 	var code *int
 	if o.statusCode != 0 {
 		code = &o.statusCode
 	}
 	if o.kind == resultDelivered {
-		_, err := tx.Exec(ctx, `
-WITH a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, response_excerpt)
-    VALUES ($1, $2, $3, $4, NULLIF($5, ''))
-), d AS (
-    UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL, next_attempt_at = NULL
-    WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' RETURNING event_seq
-)
-UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, $2)
-WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`, c.subID, c.seq, code, o.duration.Seconds(), o.excerpt)
-		if err != nil {
+		if _, err := tx.Exec(ctx, deliveredSQL, c.subID, c.seq, code, o.duration.Seconds(), o.excerpt); err != nil {
 			return "", nil, fmt.Errorf("deliver %s: mark %d delivered: %w", c.subID, c.seq, err)
+		}
+		if c.probe {
+			if _, err := tx.Exec(ctx, probeRecoveredSQL, c.subID); err != nil {
+				return "", nil, fmt.Errorf("deliver %s: recover: %w", c.subID, err)
+			}
+			d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
+				slog.String("subscription", c.subID.String()), slog.Int64("seq", c.seq))
 		}
 		return "delivered", nil, nil
 	}
@@ -581,56 +721,122 @@ WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`, c.subID, c.seq, code, o.duration.Se
 		}
 		return "gone", nil, nil
 	}
+	return d.recordFailure(ctx, tx, o)
+}
 
+// recordFailure counts a failed attempt and decides the delivery's next
+// one: a probe waits for the next probe, a delivery past its budget is
+// judged by the policy, any other waits its backoff.
+func (d *Deliverer) recordFailure(ctx context.Context, tx pgx.Tx, o *outcome) (string, *time.Duration, error) {
+	c := o.claim
 	var attempts int
 	var first *time.Time
-	err := tx.QueryRow(ctx, `
-UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $3
-WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending'
-RETURNING attempts, first_attempt_at`, c.subID, c.seq, o.err).Scan(&attempts, &first)
+	var now time.Time
+	err := tx.QueryRow(ctx, failedSQL, c.subID, c.seq, o.err, c.claimJob).Scan(&attempts, &first, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "retry", nil, nil // no longer pending (skipped meanwhile)
+		return "retry", nil, nil // no longer pending (skipped meanwhile), or its claim was taken over
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("deliver %s: mark %d for retry: %w", c.subID, c.seq, err)
 	}
-	if first != nil && now.Sub(*first) >= d.cfg.RetryBudget {
-		msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", d.cfg.RetryBudget, attempts, o.err)
-		if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
-			return "", nil, err
+	var wait time.Duration
+	switch {
+	case c.probe:
+		var probes int
+		if err := tx.QueryRow(ctx, `
+SELECT count(*) FROM webhook_attempts a JOIN webhook_subscriptions s ON s.id = a.subscription_id
+WHERE a.subscription_id = $1 AND a.event_seq = $2 AND a.attempted_at >= s.disabled_at`, c.subID, c.seq).Scan(&probes); err != nil {
+			return "", nil, fmt.Errorf("deliver %s: count probes: %w", c.subID, err)
 		}
-		if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseFailing, msg); err != nil {
-			return "", nil, err
+		wait = probeWait(c.sched, max(probes-1, 1), o.retryAfter)
+	case first != nil && now.Sub(*first) >= c.sched.budget:
+		return d.budgetSpent(ctx, tx, o, attempts, now)
+	default:
+		wait = backoff(c.sched, attempts, o.retryAfter)
+		if first != nil {
+			// Never wait past the budget's end by more than needed to notice it.
+			wait = min(wait, max(first.Add(c.sched.budget).Sub(now), time.Millisecond))
 		}
-		d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: failing",
-			slog.String("subscription", c.subID.String()), slog.Int64("seq", c.seq), slog.Int("attempts", attempts))
-		return "dead", nil, nil
 	}
-	wait := d.backoff(attempts, o.retryAfter)
-	if first != nil {
-		// Never wait past the budget's end by more than needed to notice it.
-		wait = min(wait, max(first.Add(d.cfg.RetryBudget).Sub(now), time.Millisecond))
+	if _, err := tx.Exec(ctx, nextAttemptSQL, c.subID, c.seq, now.Add(wait)); err != nil {
+		return "", nil, fmt.Errorf("deliver %s: schedule %d: %w", c.subID, c.seq, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE subscription_id = $1 AND event_seq = $2`,
-		c.subID, c.seq, now.Add(wait)); err != nil {
-		return "", nil, err
+	if c.claimJob != nil {
+		return "retry", nil, nil // unordered: the delivery waits on its own
 	}
 	return "retry", &wait, nil
 }
 
-// backoff is the wait before retry number attempts: RetryBase doubled per
-// attempt, capped at RetryMax, with jitter over its upper half, and at
-// least what the receiver asked for with Retry-After (capped likewise).
-func (d *Deliverer) backoff(attempts int, retryAfter time.Duration) time.Duration {
-	w := d.cfg.RetryBase
-	for i := 1; i < attempts && w < d.cfg.RetryMax; i++ {
+// budgetSpent ends a delivery whose retry budget is spent, as its policy
+// says: dead and go on (ordered_dead_letter, unordered); or the
+// subscription is disabled as failing, and either the delivery is dead or,
+// with auto_recover, it stays pending as the probe.
+func (d *Deliverer) budgetSpent(ctx context.Context, tx pgx.Tx, o *outcome, attempts int, now time.Time) (string, *time.Duration, error) {
+	c := o.claim
+	msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", c.sched.budget, attempts, o.err)
+	log := d.cfg.Logger.With(slog.String("subscription", c.subID.String()), slog.Int64("seq", c.seq), slog.Int("attempts", attempts))
+	if c.pol.Name != PolicyOrdered {
+		if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
+			return "", nil, fmt.Errorf("deliver %s: dead %d: %w", c.subID, c.seq, err)
+		}
+		log.InfoContext(ctx, "webhook delivery dead: retry budget spent", slog.String("policy", c.pol.Name))
+		return "dead", nil, nil
+	}
+	if c.pol.AutoRecover {
+		wait := probeWait(c.sched, 0, o.retryAfter)
+		if _, err := tx.Exec(ctx, probeSQL, c.subID, msg+"; probing with this delivery (auto_recover)"); err != nil {
+			return "", nil, fmt.Errorf("deliver %s: disable and probe: %w", c.subID, err)
+		}
+		if _, err := tx.Exec(ctx, nextAttemptSQL, c.subID, c.seq, now.Add(wait)); err != nil {
+			return "", nil, fmt.Errorf("deliver %s: schedule probe %d: %w", c.subID, c.seq, err)
+		}
+		log.WarnContext(ctx, "webhook subscription disabled: failing; probing (auto_recover)", slog.Duration("next_probe", wait))
+		return "retry", &wait, nil
+	}
+	if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
+		return "", nil, err
+	}
+	if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseFailing, msg); err != nil {
+		return "", nil, err
+	}
+	log.WarnContext(ctx, "webhook subscription disabled: failing")
+	return "dead", nil, nil
+}
+
+// backoff is the wait before retry number attempts: the base doubled per
+// attempt, capped at the schedule's max, with jitter over its upper half,
+// and at least what the receiver asked for with Retry-After (capped
+// likewise).
+func backoff(s schedule, attempts int, retryAfter time.Duration) time.Duration {
+	w := s.base
+	for i := 1; i < attempts && w < s.max; i++ {
 		w *= 2
 	}
-	w = min(w, d.cfg.RetryMax)
+	return jitter(min(w, s.max), retryAfter, s.max)
+}
+
+// probeWait is the wait before the next probe after probes failed ones:
+// the schedule's max doubled per probe up to an hour (or the max, if that
+// is longer), with jitter, and at least Retry-After (capped by the max).
+func probeWait(s schedule, probes int, retryAfter time.Duration) time.Duration {
+	ceiling := max(s.max, maxProbeWait)
+	w := s.max
+	for range probes {
+		if w >= ceiling {
+			break
+		}
+		w *= 2
+	}
+	return jitter(min(w, ceiling), retryAfter, s.max)
+}
+
+// jitter spreads w over its upper half and raises it to retryAfter capped
+// at limit.
+func jitter(w, retryAfter, limit time.Duration) time.Duration {
 	if w > 1 {
 		w = w/2 + rand.N(w/2+1)
 	}
-	return max(w, min(retryAfter, d.cfg.RetryMax))
+	return max(w, min(retryAfter, limit))
 }
 
 // send makes one attempt. It holds no transaction and no connection of the

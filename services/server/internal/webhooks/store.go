@@ -90,6 +90,11 @@ type Limits struct {
 	// all spaces (webhooks.max_subscriptions_per_owner). Default
 	// DefaultMaxSubscriptionsPerOwner.
 	MaxSubscriptionsPerOwner int
+	// EventRetention bounds a subscription's retry budget from above
+	// (sync.event_retention): a failing receiver's deliveries must end
+	// dead or disabled while their events are still in the log. Default:
+	// only MaxRetryBudget.
+	EventRetention time.Duration
 }
 
 // withDefaults returns l (nil: all defaults) with zero fields defaulted.
@@ -164,6 +169,10 @@ type Subscription struct {
 	ResumeAfterSeq   int64
 	LastDeliveredSeq int64
 	CreatedAt        time.Time
+	Policy           Policy
+	// Probing: disabled as failing and probed with its head delivery
+	// (Policy.AutoRecover).
+	Probing bool
 	// Pending is the number of pending deliveries.
 	Pending int64
 	// Headers are the custom request headers, values whole: show them
@@ -207,6 +216,9 @@ type CreateParams struct {
 	// Limits bound the filter and the subscription counts. Nil: the
 	// defaults.
 	Limits *Limits
+	// Policy, if set, chooses the delivery policy, throttle and retry
+	// schedule. Nil: ordered, on the server's schedule.
+	Policy *PolicyParams
 }
 
 var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?)$`)
@@ -248,6 +260,10 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	} else if _, err := base64.StdEncoding.DecodeString(secret[min(len(secret), len("whsec_")):]); err != nil || len(secret) < len("whsec_")+8 || secret[:6] != "whsec_" {
 		return nil, "", fmt.Errorf("%w: secret must be whsec_ followed by base64", ErrInvalid)
 	}
+	pol, err := newPolicy(p.Policy, &limits)
+	if err != nil {
+		return nil, "", err
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, "", err
@@ -262,11 +278,14 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `
+		if err := tx.QueryRow(ctx, `
 INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers)
 SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8 FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
-			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID, headers).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID, headers).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt); err != nil {
+			return err
+		}
+		return writePolicy(ctx, tx, id, &pol)
 	})
 	if errors.Is(err, ErrLimit) {
 		return nil, "", err
@@ -274,17 +293,22 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 	if err != nil {
 		return nil, "", fmt.Errorf("create webhook subscription: %w", err)
 	}
+	s.Policy = pol
 	return s, secret, nil
 }
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
-(SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers`
+(SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
+` + policyColumns + `, s.probing`
 
 func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	s := &Subscription{}
-	err := row.Scan(&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
-		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers)
+	ps := scanPolicy(&s.Policy)
+	err := row.Scan(append(append([]any{&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
+		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers},
+		ps.dest()...), &s.Probing)...)
+	ps.done()
 	return s, err
 }
 
@@ -317,12 +341,13 @@ WHERE ($1 = '' OR s.owner = $1) AND ($2 = '' OR s.space = $2) ORDER BY s.created
 	return pgx.CollectRows(rows, scanSubscription)
 }
 
-// disableSQL disables one active subscription and releases its sender.
+// disableSQL disables one active (or probing) subscription and releases
+// its sender.
 const disableSQL = `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = $2, disabled_detail = $3, disabled_at = now(), updated_at = now(),
     pump_job_id = NULL, pump_until = NULL
-WHERE id = $1 AND status = 'active'`
+WHERE id = $1 AND (status = 'active' OR probing)`
 
 // Disable disables an active subscription by hand. Disabling a disabled
 // one changes nothing and is not an error.

@@ -29,6 +29,9 @@ type UpdateParams struct {
 	Resolver Resolver
 	// Limits bound the filter. Nil: the defaults.
 	Limits *Limits
+	// Policy changes the delivery policy, throttle and retry schedule; nil
+	// fields stay (PolicyParams). It applies from the next claim.
+	Policy *PolicyParams
 }
 
 // Update changes a subscription's target, filter and custom headers and
@@ -69,6 +72,9 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 		}
 		setHeaders, removeHeaders = set, append(removeHeaders, remove...)
 	}
+	if err := p.Policy.validate(); err != nil {
+		return nil, err
+	}
 	db, ok := q.(interface {
 		Begin(ctx context.Context) (pgx.Tx, error)
 	})
@@ -91,7 +97,10 @@ RETURNING headers`, id, url, types, setHeaders, removeHeaders).Scan(&headers)
 		if err != nil {
 			return fmt.Errorf("update webhook subscription %s: %w", id, err)
 		}
-		return checkHeaderTotals(headers)
+		if err := checkHeaderTotals(headers); err != nil {
+			return err
+		}
+		return setPolicy(ctx, tx, id, p.Policy, p.Limits)
 	})
 	if err != nil {
 		return nil, err

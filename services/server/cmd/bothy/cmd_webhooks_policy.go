@@ -1,0 +1,119 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// policyFlags are the delivery policy flags of webhooks create and update.
+// Only the flags given change anything; 0 returns a value to its default.
+type policyFlags struct {
+	fs                            *flag.FlagSet
+	policy                        *string
+	maxInFlight                   *int
+	autoRecover                   *bool
+	maxRPS                        *float64
+	retryBase, retryMax, retryBud *time.Duration
+}
+
+func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
+	return &policyFlags{fs: fs,
+		policy: fs.String("policy", "", "ordered (one at a time, in seq order; a spent retry budget disables), ordered_dead_letter "+
+			"(in order; a spent budget makes the delivery dead and goes on) or unordered (parallel; for receivers that dedupe by webhook-id)"),
+		maxInFlight: fs.Int("max-in-flight", 0, "unordered only: requests in flight at once, 1..100 (default 10)"),
+		autoRecover: fs.Bool("auto-recover", false, "probe a subscription disabled as failing with its head delivery and resume it on a 2xx"),
+		maxRPS:      fs.Float64("max-rps", 0, "at most this many requests per second, 0.1..1000 (0: no limit)"),
+		retryBase:   fs.Duration("retry-base", 0, "first retry's wait, doubling per attempt, 100ms..1h (0: the server's, 5s)"),
+		retryMax:    fs.Duration("retry-max", 0, "longest wait between attempts, also for Retry-After, 100ms..24h (0: the server's, 1h)"),
+		retryBud:    fs.Duration("retry-budget", 0, "how long a delivery is retried, 1s..720h and below sync.event_retention (0: webhooks.retry_budget)"),
+	}
+}
+
+// params returns what the flags given on the command line change; nil if
+// none was given.
+func (f *policyFlags) params() *webhooks.PolicyParams {
+	var p webhooks.PolicyParams
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "policy":
+			p.Name = f.policy
+		case "max-in-flight":
+			p.MaxInFlight = f.maxInFlight
+		case "auto-recover":
+			p.AutoRecover = f.autoRecover
+		case "max-rps":
+			p.MaxRequestsPerSecond = f.maxRPS
+		case "retry-base":
+			p.RetryBase = f.retryBase
+		case "retry-max":
+			p.RetryMax = f.retryMax
+		case "retry-budget":
+			p.RetryBudget = f.retryBud
+		}
+	})
+	if p == (webhooks.PolicyParams{}) {
+		return nil
+	}
+	return &p
+}
+
+// policyJSON is a subscription's delivery policy in --json output, as the
+// HTTP API shows it: the throttle and schedule only where they are not the
+// server's.
+type policyJSON struct {
+	Policy               string   `json:"policy"`
+	MaxInFlight          int      `json:"max_in_flight,omitempty"`
+	AutoRecover          bool     `json:"auto_recover"`
+	Probing              bool     `json:"probing"`
+	MaxRequestsPerSecond *float64 `json:"max_requests_per_second,omitempty"`
+	RetryBaseSeconds     *float64 `json:"retry_base_seconds,omitempty"`
+	RetryMaxSeconds      *float64 `json:"retry_max_seconds,omitempty"`
+	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds,omitempty"`
+}
+
+func toPolicyJSON(s *webhooks.Subscription) policyJSON {
+	p := &s.Policy
+	secs := func(d time.Duration) *float64 {
+		if d == 0 {
+			return nil
+		}
+		v := d.Seconds()
+		return &v
+	}
+	out := policyJSON{Policy: p.Name, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover, Probing: s.Probing,
+		RetryBaseSeconds: secs(p.RetryBase), RetryMaxSeconds: secs(p.RetryMax), RetryBudgetSeconds: secs(p.RetryBudget)}
+	if p.MaxRequestsPerSecond > 0 {
+		out.MaxRequestsPerSecond = &p.MaxRequestsPerSecond
+	}
+	return out
+}
+
+// policyOf sums a subscription's policy up for the tables: the policy, its
+// requests in flight, the throttle, auto-recover and a schedule that is
+// not the server's.
+func policyOf(s *webhooks.Subscription) string {
+	p := &s.Policy
+	parts := []string{p.Name}
+	if p.MaxInFlight > 0 {
+		parts[0] += fmt.Sprintf("/%d", p.MaxInFlight)
+	}
+	if p.MaxRequestsPerSecond > 0 {
+		parts = append(parts, fmt.Sprintf("%g/s", p.MaxRequestsPerSecond))
+	}
+	if p.AutoRecover {
+		parts = append(parts, "auto-recover")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"base", p.RetryBase}, {"max", p.RetryMax}, {"budget", p.RetryBudget}} {
+		if d.v > 0 {
+			parts = append(parts, d.name+" "+d.v.String())
+		}
+	}
+	return strings.Join(parts, ",")
+}
