@@ -30,6 +30,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/telemetry"
 )
 
 // Server is a running "bothy server".
@@ -161,8 +162,8 @@ func (r *run) holdLiveness(ctx context.Context) error {
 }
 
 // newRiver builds the process's River client. In the worker role it works
-// the partition maintenance and every module's jobs and periodic jobs; in
-// the api role it only inserts.
+// the partition maintenance and every module's jobs and periodic jobs, and
+// exports River's job metrics; in the api role it only inserts.
 func (r *run) newRiver() error {
 	cfg := r.s.cfg
 	rcfg := RiverConfig(cfg, r.s.logger)
@@ -185,6 +186,7 @@ func (r *run) newRiver() error {
 			}
 		}
 		rcfg.Queues, rcfg.Workers = queues, workers
+		rcfg.Middleware = append(rcfg.Middleware, telemetry.NewRiverMetrics(r.s.registry, r.pool, &telemetry.RiverMetricsConfig{Logger: r.s.logger}))
 	}
 	rc, err := river.NewClient(riverpgxv5.New(r.pool), rcfg)
 	if err != nil {

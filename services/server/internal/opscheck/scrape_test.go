@@ -79,7 +79,10 @@ func scrape(t *testing.T, role string) string {
 	// initializes a consumer's series when its loop starts: wait for them.
 	want := []string{"bothy_event_consumer_lag{", "bothy_server_role{"}
 	if role != "api" {
-		want = append(want, `bothy_event_consumer_rounds_total{consumer="push"`, `bothy_event_consumer_rounds_total{consumer="webhooks"`)
+		want = append(want, `bothy_event_consumer_rounds_total{consumer="push"`, `bothy_event_consumer_rounds_total{consumer="webhooks"`,
+			// River's metrics, once the maintenance job River runs at start
+			// was counted.
+			`bothy_river_jobs{kind="event_log.maintain",queue="default"`, `bothy_river_job_runs_total{kind="event_log.maintain"`)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
