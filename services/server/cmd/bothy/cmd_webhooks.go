@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -68,16 +71,31 @@ func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
 func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
 	owner := fs.String("owner", "", "only this owner's subscriptions")
 	space := fs.String("space", "", "only subscriptions on this space")
+	limit := fs.Int("limit", 0, "at most this many, in creation order; more are announced on stderr with their --cursor (0: all)")
+	cursor := fs.String("cursor", "", "start after the page that announced this cursor")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
+		after, err := page.Decode("webhooks", *cursor) // the HTTP API's cursors of GET /v1/webhooks
+		if err != nil || *limit < 0 {
+			return fmt.Errorf("%w: --cursor or --limit: %v", errUsage, cmp.Or(err, errors.New("want 0 or more")))
+		}
 		_, pool, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		subs, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: *owner, Space: *space})
+		p := &webhooks.ListParams{Owner: *owner, Space: *space, AfterCreatedAt: after.Time, AfterID: after.ID}
+		if *limit > 0 {
+			p.Limit = *limit + 1
+		}
+		subs, err := webhooks.List(ctx, pool, p)
 		if err != nil {
 			return err
+		}
+		if *limit > 0 && len(subs) > *limit {
+			subs = subs[:*limit]
+			last := subs[len(subs)-1]
+			defer fmt.Fprintf(c.stderr, "more follow: --cursor %s\n", page.Key{List: "webhooks", Time: last.CreatedAt, ID: last.ID}.Encode())
 		}
 		if err := postgres.Durable(ctx, pool); err != nil { // pending counts come from rounds
 			return err
@@ -285,7 +303,8 @@ func setupWebhooksRotate(fs *flag.FlagSet) func(context.Context, *call) error {
 
 func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) error {
 	status := fs.String("status", "", "pending, delivered, dead or skipped (default all)")
-	limit := fs.Int("limit", 50, "newest first, at most this many")
+	limit := fs.Int("limit", 50, "newest first, at most this many; more are announced on stderr with their --cursor")
+	cursor := fs.String("cursor", "", "start after the page that announced this cursor (older deliveries)")
 	attempts := fs.Bool("attempts", false, "also list every attempt of each delivery")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -293,14 +312,25 @@ func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) erro
 		if err != nil {
 			return err
 		}
+		before, err := page.Decode("deliveries", *cursor) // the HTTP API's cursors of a subscription's deliveries
+		if err == nil && before.Seq != 0 && before.ID != id {
+			err = page.ErrBadCursor
+		}
+		if err != nil || *limit < 1 {
+			return fmt.Errorf("%w: --cursor or --limit: %v", errUsage, cmp.Or(err, errors.New("want 1 or more")))
+		}
 		_, pool, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		ds, err := webhooks.Deliveries(ctx, pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: *status, Limit: *limit})
+		ds, err := webhooks.Deliveries(ctx, pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: *status, Limit: *limit + 1, BeforeSeq: before.Seq})
 		if err != nil {
 			return err
+		}
+		if len(ds) > *limit {
+			ds = ds[:*limit]
+			defer fmt.Fprintf(c.stderr, "more follow: --cursor %s\n", page.Key{List: "deliveries", ID: id, Seq: ds[len(ds)-1].Seq}.Encode())
 		}
 		if err := postgres.Durable(ctx, pool); err != nil { // deliveries are made by rounds
 			return err

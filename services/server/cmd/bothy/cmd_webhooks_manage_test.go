@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	gosync "sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -132,4 +134,64 @@ func TestWebhooksTest_CLI(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
 	require.EqualValues(t, 502, out["status_code"])
 	require.Equal(t, false, out["ok"])
+}
+
+// cliWalk runs args with --limit and every --cursor announced on stderr
+// until none is, and returns the ids of what each page printed as JSON.
+func cliWalk(t *testing.T, environ []string, idKey string, args ...string) []string {
+	t.Helper()
+	var ids []string
+	var cursor []string
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100)
+		code, stdout, stderr := runCLI(t, environ, append(append(args, "--json"), cursor...)...)
+		require.Equal(t, 0, code, stderr)
+		var items []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &items))
+		for _, it := range items {
+			ids = append(ids, fmt.Sprint(it[idKey]))
+		}
+		next, ok := strings.CutPrefix(strings.TrimSpace(stderr), "more follow: --cursor ")
+		if !ok {
+			return ids
+		}
+		cursor = []string{"--cursor", next}
+	}
+}
+
+func TestWebhooksPages_CLI(t *testing.T) {
+	t.Parallel()
+	environ, sub := cliWebhook(t)
+	all := []string{sub["id"].(string)}
+	for range 4 {
+		code, stdout, stderr := runCLI(t, environ, "webhooks", "create", "--owner", "alice", "--space", "s1", "--url", "http://127.0.0.1:9/hook", "--json")
+		require.Equal(t, 0, code, stderr)
+		var s map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &s))
+		all = append(all, s["id"].(string))
+	}
+	require.Equal(t, all, cliWalk(t, environ, "id", "webhooks", "list", "--limit", "2"), "every subscription once, in creation order")
+
+	db := dbURL(environ)
+	pool, err := pgxpool.New(t.Context(), db)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
+		SELECT $1, g, gen_random_uuid() FROM generate_series(1, 7) g`, all[0])
+	require.NoError(t, err)
+	require.Equal(t, []string{"7", "6", "5", "4", "3", "2", "1"}, cliWalk(t, environ, "seq", "webhooks", "deliveries", all[0], "--limit", "3"))
+
+	code, _, stderr := runCLI(t, environ, "webhooks", "list", "--cursor", "garbage")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "not a cursor of this list")
+}
+
+// dbURL returns BOTHY_DATABASE_URL of environ.
+func dbURL(environ []string) string {
+	for _, e := range environ {
+		if v, ok := strings.CutPrefix(e, "BOTHY_DATABASE_URL="); ok {
+			return v
+		}
+	}
+	return ""
 }

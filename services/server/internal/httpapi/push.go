@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/push"
 )
 
@@ -42,15 +43,28 @@ func (a *API) listRegistrations(w http.ResponseWriter, r *http.Request, s *authz
 	if err := mayManageDevices(s); err != nil {
 		return err
 	}
-	regs, err := a.registry.List(r.Context(), a.pool, s.Principal)
+	limit, after, err := pageParams(r, cursorRegistrations)
 	if err != nil {
 		return err
+	}
+	regs, err := a.registry.ListPage(r.Context(), a.pool, &push.ListPageParams{Principal: s.Principal,
+		AfterCreatedAt: after.Time, AfterID: after.ID, Limit: limit + 1})
+	if err != nil {
+		return err
+	}
+	var next string
+	if len(regs) > limit {
+		regs = regs[:limit]
+		next = page.Key{List: cursorRegistrations, Time: regs[limit-1].CreatedAt, ID: regs[limit-1].ID}.Encode()
 	}
 	out := make([]registrationJSON, 0, len(regs))
 	for i := range regs {
 		out = append(out, registrationOut(&regs[i]))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"registrations": out})
+	writeJSON(w, http.StatusOK, struct {
+		Registrations []registrationJSON `json:"registrations"`
+		NextCursor    string             `json:"next_cursor,omitempty"`
+	}{out, next})
 	return nil
 }
 

@@ -3,12 +3,12 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -124,9 +124,44 @@ func (a *API) subscription(r *http.Request, s *authz.Subject) (*webhooks.Subscri
 	return sub, nil
 }
 
+// Cursor list names (page.Key.List) of this package's lists.
+const (
+	cursorWebhooks      = "webhooks"
+	cursorDeliveries    = "deliveries"
+	cursorRegistrations = "push-registrations"
+)
+
+// pageParams reads limit and cursor of a list: 400 naming the parameter.
+func pageParams(r *http.Request, list string) (int, page.Key, error) {
+	q := r.URL.Query()
+	limit, err := page.Limit(q.Get("limit"))
+	if err != nil {
+		return 0, page.Key{}, errorf(http.StatusBadRequest, kindBadRequest, "%v", err)
+	}
+	after, err := page.Decode(list, q.Get("cursor"))
+	if err != nil {
+		return 0, page.Key{}, errorf(http.StatusBadRequest, kindBadRequest, "cursor: %v", err)
+	}
+	return limit, after, nil
+}
+
+type subscriptionsPage struct {
+	Subscriptions []subscriptionJSON `json:"subscriptions"`
+	// NextCursor is set when more may follow.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// listWebhooks answers a page of the subscriptions the subject may manage,
+// in creation order. Subscriptions on spaces where the subject lacks
+// webhooks.manage are skipped, and further rows are read until the page is
+// full, so a page is short only at the end.
 func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	space := r.URL.Query().Get("space")
-	p := &webhooks.ListParams{Owner: s.Principal, Space: space}
+	limit, after, err := pageParams(r, cursorWebhooks)
+	if err != nil {
+		return err
+	}
+	p := &webhooks.ListParams{Owner: s.Principal, Space: space, AfterCreatedAt: after.Time, AfterID: after.ID}
 	if space != "" {
 		if err := a.allow(r, s, authz.ActionWebhookManage, space); err != nil {
 			return err
@@ -139,27 +174,42 @@ func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subj
 			p.Owner = "" // an admin sees every subscription on the space
 		}
 	}
-	subs, err := webhooks.List(r.Context(), a.pool, p)
-	if err != nil {
-		return err
-	}
-	out := []subscriptionJSON{}
+	out := subscriptionsPage{Subscriptions: []subscriptionJSON{}}
 	allowed := map[string]bool{}
-	for _, sub := range subs {
-		ok, seen := allowed[sub.Space]
-		if !seen {
-			d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: authz.ActionWebhookManage,
-				Principal: s.Principal, Scopes: scopesOf(s), Space: sub.Space})
-			if err != nil {
-				return err
-			}
-			ok, allowed[sub.Space] = d.Allowed, d.Allowed
+	for {
+		p.Limit = limit - len(out.Subscriptions) + 1 // one more says whether more follow
+		subs, err := webhooks.List(r.Context(), a.pool, p)
+		if err != nil {
+			return err
 		}
-		if ok {
-			out = append(out, subscriptionOut(sub))
+		more := len(subs) == p.Limit
+		if more {
+			subs = subs[:len(subs)-1]
+		}
+		for _, sub := range subs {
+			ok, seen := allowed[sub.Space]
+			if !seen {
+				d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: authz.ActionWebhookManage,
+					Principal: s.Principal, Scopes: scopesOf(s), Space: sub.Space})
+				if err != nil {
+					return err
+				}
+				ok, allowed[sub.Space] = d.Allowed, d.Allowed
+			}
+			if ok {
+				out.Subscriptions = append(out.Subscriptions, subscriptionOut(sub))
+			}
+			p.AfterCreatedAt, p.AfterID = sub.CreatedAt, sub.ID
+		}
+		if !more {
+			break
+		}
+		if len(out.Subscriptions) == limit {
+			out.NextCursor = page.Key{List: cursorWebhooks, Time: p.AfterCreatedAt, ID: p.AfterID}.Encode()
+			break
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"subscriptions": out})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -355,17 +405,22 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if !deliveryStatuses[status] {
 		return errorf(http.StatusBadRequest, kindBadRequest, "status %q: want pending, delivered, dead or skipped", status)
 	}
-	limit := 50
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return errorf(http.StatusBadRequest, kindBadRequest, "limit %q: want 1..500", v)
-		}
-		limit = n
-	}
-	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status, Limit: limit})
+	limit, before, err := pageParams(r, cursorDeliveries)
 	if err != nil {
 		return err
+	}
+	if before.Seq != 0 && before.ID != sub.ID {
+		return errorf(http.StatusBadRequest, kindBadRequest, "cursor: %v", page.ErrBadCursor)
+	}
+	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status,
+		Limit: limit + 1, BeforeSeq: before.Seq})
+	if err != nil {
+		return err
+	}
+	var next string
+	if len(ds) > limit {
+		ds = ds[:limit]
+		next = page.Key{List: cursorDeliveries, ID: sub.ID, Seq: ds[limit-1].Seq}.Encode()
 	}
 	out := make([]webhooks.DeliveryView, 0, len(ds))
 	for i := range ds {
@@ -375,6 +430,9 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 		}
 		out = append(out, webhooks.NewDeliveryView(&ds[i], atts, true))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+	writeJSON(w, http.StatusOK, struct {
+		Deliveries []webhooks.DeliveryView `json:"deliveries"`
+		NextCursor string                  `json:"next_cursor,omitempty"`
+	}{out, next})
 	return nil
 }

@@ -329,12 +329,31 @@ func Get(ctx context.Context, q authz.Querier, id uuid.UUID) (*Subscription, err
 type ListParams struct {
 	Owner string
 	Space string
+	// AfterCreatedAt and AfterID, when AfterID is set, start the list after
+	// that subscription in its order (page.Key of the previous page's last
+	// one).
+	AfterCreatedAt time.Time
+	AfterID        uuid.UUID
+	// Limit returns at most this many; 0 returns all.
+	Limit int
 }
 
-// List returns subscriptions in creation order.
+// List returns subscriptions in creation order: created_at, then id, a
+// unique key, so pages taken after a subscription never repeat or skip one
+// that existed when the walk started.
 func List(ctx context.Context, q authz.Querier, p *ListParams) ([]*Subscription, error) {
+	var after *time.Time
+	if p.AfterID != uuid.Nil {
+		after = &p.AfterCreatedAt
+	}
+	var limit *int
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
 	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM webhook_subscriptions s
-WHERE ($1 = '' OR s.owner = $1) AND ($2 = '' OR s.space = $2) ORDER BY s.created_at, s.id`, p.Owner, p.Space)
+WHERE ($1 = '' OR s.owner = $1) AND ($2 = '' OR s.space = $2)
+  AND ($3::timestamptz IS NULL OR (s.created_at, s.id) > ($3, $4::uuid))
+ORDER BY s.created_at, s.id LIMIT $5`, p.Owner, p.Space, after, p.AfterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list webhook subscriptions: %w", err)
 	}
@@ -495,9 +514,14 @@ type DeliveriesParams struct {
 	Status string
 	// Limit: newest first, at most this many. Default 50.
 	Limit int
+	// BeforeSeq, if not 0, lists only deliveries of lower seqs: the next
+	// page after one that ended at that seq.
+	BeforeSeq int64
 }
 
-// Deliveries lists a subscription's deliveries, newest first.
+// Deliveries lists a subscription's deliveries, newest first (by seq, the
+// primary key's order, so a walk by BeforeSeq sees every delivery older
+// than its first page exactly once while newer ones are added).
 func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]Delivery, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -505,8 +529,8 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 	}
 	rows, err := q.Query(ctx, `
 SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
-FROM webhook_deliveries WHERE subscription_id = $1 AND ($2 = '' OR status = $2)
-ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit)
+FROM webhook_deliveries WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
+ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", p.SubscriptionID, err)
 	}
