@@ -121,6 +121,7 @@ type DeliverWorker struct {
 	client *http.Client
 	vapid  *vapidSigner
 	slots  originSlots
+	sends  sendLog
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
 	// calls right after Work returns, in the same process, for the same job,
@@ -176,8 +177,10 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if err != nil {
 		return nil, err
 	}
-	return &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
-		retryMu: retryAfters{at: map[int64]time.Time{}}}, nil
+	w := &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
+		retryMu: retryAfters{at: map[int64]time.Time{}}}
+	w.sends.w = w
+	return w, nil
 }
 
 // newTransport dials only public addresses unless allowPrivate, and keeps
@@ -226,14 +229,16 @@ type target struct {
 
 // targetsSQL reads every registration of a batch with its preference for
 // the event's space and the recorded answer for the event, if any. A
-// registration that is gone has no row.
+// registration that is gone has no row. Each lookup is an index probe per
+// message: the LIMIT keeps the planner from joining by hashing whole tables,
+// which it prefers for a few hundred rows while the tables are small and
+// which grows with push_sends.
 const targetsSQL = `
 SELECT m.ord, r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
        NOT EXISTS (SELECT 1 FROM push_preferences pp WHERE pp.principal = r.principal AND pp.space = m.space AND NOT pp.notify),
-       s.status
+       (SELECT s.status FROM push_sends s WHERE s.registration_id = m.reg AND s.event_seq = m.seq)
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(reg, space, seq, ord)
-JOIN push_registrations r ON r.id = m.reg
-LEFT JOIN push_sends s ON s.registration_id = m.reg AND s.event_seq = m.seq`
+CROSS JOIN LATERAL (SELECT * FROM push_registrations r WHERE r.id = m.reg LIMIT 1) r`
 
 // recordSendsSQL records final answers right after they arrive; see
 // DeliverWorker. A registration deleted meanwhile is skipped rather than
@@ -353,7 +358,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 // arrives and fills out. Messages it could not start before ctx ended are
 // left for a retry.
 func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome) {
-	rec := w.newRecorder(ctx, len(toSend))
+	var recorded gosync.WaitGroup // this job's answers in the send log
+	defer recorded.Wait()
 	var wg gosync.WaitGroup
 	for k, i := range toSend {
 		slot, err := w.slots.acquire(ctx, originOf(targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
@@ -368,16 +374,15 @@ func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []t
 		go func() {
 			defer wg.Done()
 			defer slot.release()
-			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], rec)
+			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], &recorded)
 		}()
 	}
 	wg.Wait()
-	rec.close()
 }
 
 // deliverOne sends one message and classifies the answer. A 2xx and a
-// final refusal go to rec at once.
-func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, rec *recorder) outcome {
+// final refusal go to the send log at once.
+func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, recorded *gosync.WaitGroup) outcome {
 	status, retryAfter, err := w.send(ctx, m, t)
 	var o outcome
 	switch {
@@ -389,7 +394,7 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, r
 		}
 	case status >= 200 && status < 300:
 		o = outcome{result: resultSent}
-		rec.add(m, status)
+		w.sends.add(m, status, recorded)
 		if w.cfg.Metrics != nil {
 			w.cfg.Metrics.handoff.Observe(w.cfg.Now().Sub(m.ev.CommittedAt).Seconds())
 		}
@@ -402,7 +407,7 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, r
 		// subscription), 413 (too large): trying again cannot help, so
 		// the answer is recorded and a retry of the batch skips it.
 		o = outcome{result: resultFailed, reason: fmt.Errorf("push service answered %d", status)}
-		rec.add(m, status)
+		w.sends.add(m, status, recorded)
 	}
 	w.count(o.result)
 	o.counted = true
@@ -616,18 +621,27 @@ func queueDecision(b *pgx.Batch, pending map[decisionKey]*authz.Pending, k decis
 	return nil
 }
 
-// recorder writes final answers to push_sends as they arrive: one insert
-// at a time, each taking every answer that came in while the one before
-// ran, so the window between an answer and its record stays one insert
-// long however large the batch (TestDeliver_RecordsEachSendBeforeTheBatchEnds). It runs even when the job's context ends
-// right after the answers, since the sends happened. A failed insert is
-// logged and counted: the job still goes on, and only a run of it again
-// would send those messages a second time.
-type recorder struct {
-	w    *DeliverWorker
-	ctx  context.Context
-	ch   chan sendRecord
-	done chan struct{}
+// recordLinger is how long the send log lets answers gather before it
+// writes them: one insert for many answers, from every job of the worker,
+// costs PostgreSQL far less than one each, and it lengthens the window in
+// which a crash loses a record by only this much.
+const recordLinger = 5 * time.Millisecond
+
+// sendLog writes final answers to push_sends for every job of a worker as
+// they arrive: answers gather for recordLinger, then one insert writes all
+// that came in meanwhile, so the window between an answer and its record
+// stays a few milliseconds however large the batch
+// (TestDeliver_RecordsEachSendBeforeTheBatchEnds). It writes even when the
+// job's context ends right after the answers, since the sends happened. A
+// failed insert is logged and counted: the jobs still go on, and only a run
+// of one of them again would send those messages a second time. Its writer
+// goroutine runs while answers wait and ends when none do; a job waits for
+// its own answers to be written before it returns.
+type sendLog struct {
+	w       *DeliverWorker
+	mu      gosync.Mutex
+	pending []sendRecord
+	writing bool
 }
 
 type sendRecord struct {
@@ -635,46 +649,45 @@ type sendRecord struct {
 	seq    int64
 	event  uuid.UUID
 	status int16
+	done   *gosync.WaitGroup
 }
 
-func (w *DeliverWorker) newRecorder(ctx context.Context, n int) *recorder {
-	r := &recorder{w: w, ctx: context.WithoutCancel(ctx), ch: make(chan sendRecord, n), done: make(chan struct{})}
-	go r.run()
-	return r
-}
-
-// add queues one answer; it never blocks (the channel holds the batch).
-func (r *recorder) add(m *message, status int) {
-	r.ch <- sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status)}
-}
-
-// close waits until every queued answer was written.
-func (r *recorder) close() {
-	close(r.ch)
-	<-r.done
-}
-
-func (r *recorder) run() {
-	defer close(r.done)
-	for first := range r.ch {
-		batch := []sendRecord{first}
-	drain:
-		for {
-			select {
-			case rec, ok := <-r.ch:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, rec)
-			default:
-				break drain
-			}
-		}
-		r.write(batch)
+// add queues one answer; done is released once it is written or failed.
+func (l *sendLog) add(m *message, status int, done *gosync.WaitGroup) {
+	done.Add(1)
+	l.mu.Lock()
+	l.pending = append(l.pending, sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
+	start := !l.writing
+	l.writing = true
+	l.mu.Unlock()
+	if start {
+		go l.run()
 	}
 }
 
-func (r *recorder) write(batch []sendRecord) {
+func (l *sendLog) run() {
+	t := time.NewTimer(recordLinger)
+	defer t.Stop()
+	for {
+		<-t.C
+		l.mu.Lock()
+		batch := l.pending
+		l.pending = nil
+		if len(batch) == 0 {
+			l.writing = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l.write(batch)
+		for _, r := range batch {
+			r.done.Done()
+		}
+		t.Reset(recordLinger)
+	}
+}
+
+func (l *sendLog) write(batch []sendRecord) {
 	regs := make([]uuid.UUID, len(batch))
 	seqs := make([]int64, len(batch))
 	events := make([]uuid.UUID, len(batch))
@@ -682,20 +695,20 @@ func (r *recorder) write(batch []sendRecord) {
 	for i, s := range batch {
 		regs[i], seqs[i], events[i], statuses[i] = s.reg, s.seq, s.event, s.status
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.w.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.w.cfg.QueryTimeout)
 	defer cancel()
-	_, err := r.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+	_, err := l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
 		// A registration was deleted between the statement's check and its
 		// insert; once more, without it.
-		_, err = r.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+		_, err = l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	}
 	if err != nil {
-		if r.w.cfg.Metrics != nil {
-			r.w.cfg.Metrics.unrecorded.Add(float64(len(batch)))
+		if l.w.cfg.Metrics != nil {
+			l.w.cfg.Metrics.unrecorded.Add(float64(len(batch)))
 		}
-		r.w.cfg.Logger.WarnContext(ctx, "push sent but not recorded; a rerun of this job would send it again",
+		l.w.cfg.Logger.WarnContext(ctx, "push sent but not recorded; a rerun of its job would send it again",
 			slog.Int("messages", len(batch)), slog.Int64("seq", batch[0].seq), slog.Any("error", err))
 	}
 }
