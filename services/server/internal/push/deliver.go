@@ -537,7 +537,9 @@ type decisionKey struct {
 func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []authz.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
-	regs := make([]uuid.UUID, len(msgs))
+	// uuid.UUID would be encoded through its text form; [16]byte is
+	// copied as it is.
+	regs := make([][16]byte, len(msgs))
 	spaces := make([]string, len(msgs))
 	seqs := make([]int64, len(msgs))
 	for i, m := range msgs {
@@ -688,9 +690,9 @@ func (l *sendLog) run() {
 }
 
 func (l *sendLog) write(batch []sendRecord) {
-	regs := make([]uuid.UUID, len(batch))
+	regs := make([][16]byte, len(batch))
 	seqs := make([]int64, len(batch))
-	events := make([]uuid.UUID, len(batch))
+	events := make([][16]byte, len(batch))
 	statuses := make([]int16, len(batch))
 	for i, s := range batch {
 		regs[i], seqs[i], events[i], statuses[i] = s.reg, s.seq, s.event, s.status
