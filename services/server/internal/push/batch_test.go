@@ -344,4 +344,19 @@ func TestDeliver_JobOfOneDeviceFromBeforeBatching(t *testing.T) {
 	require.Equal(t, push.Payload{Space: "s1", Seq: ev.Seq, EventID: ev.ID, Type: ev.Type}, p)
 }
 
-var _ river.JobArgs = push.DeliverArgs{}
+// TestDeliver_TimeoutStaysUnderTheRescue: River's rescuer makes a job that
+// ran longer than river.rescue_stuck_jobs_after (at least a minute)
+// available again while it runs; a batch job's timeout, its records and
+// removals included, stays below that however large the batch.
+func TestDeliver_TimeoutStaysUnderTheRescue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	devices := make(push.Devices, 5000)
+	for i := range devices {
+		devices[i] = push.Device{RegistrationID: uuid.New(), Principal: "p"}
+	}
+	big := &river.Job[push.DeliverArgs]{Args: push.DeliverArgs{Events: []push.BatchEvent{{Space: "s1", Devices: devices}}}}
+	require.LessOrEqual(t, b.worker.Timeout(big), 45*time.Second)
+	one := &river.Job[push.DeliverArgs]{Args: push.DeliverArgs{Events: []push.BatchEvent{{Space: "s1", Devices: devices[:1]}}}}
+	require.Equal(t, 30*time.Second, b.worker.Timeout(one), "one request and four queries")
+}

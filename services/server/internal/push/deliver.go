@@ -263,17 +263,25 @@ DELETE FROM push_sends WHERE ctid = ANY (ARRAY(SELECT ctid FROM push_sends WHERE
 // pruneBatch bounds one DELETE of push_sends.
 const pruneBatch = 5000
 
+// maxJobTimeout bounds a batch job's run, with time left for the records
+// and removals that follow, under a minute: the least
+// river.rescue_stuck_jobs_after allows. River's rescuer makes a job that
+// has run longer than that available again while it still runs, and two
+// runs of one batch would both send what neither had recorded yet.
+const maxJobTimeout = 45 * time.Second
+
 // Timeout bounds a whole job: the reads, its requests (the batch's share
-// of its origin's slots, one Timeout each), removing gone registrations
-// and recording, and a prune now and then. Messages still unsent when it
-// ends are retried.
+// of its origin's slots, one request Timeout each), removing gone
+// registrations and recording, and a prune now and then, at most
+// maxJobTimeout (TestDeliver_TimeoutStaysUnderTheRescue). Messages not
+// sent by then are retried.
 func (w *DeliverWorker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
 	n := 1
 	if msgs, err := job.Args.messages(); err == nil {
 		n = max(1, len(msgs))
 	}
 	rounds := (n + w.cfg.OriginConcurrency - 1) / w.cfg.OriginConcurrency
-	return time.Duration(rounds)*w.cfg.Timeout + 5*w.cfg.QueryTimeout
+	return min(time.Duration(rounds)*w.cfg.Timeout+4*w.cfg.QueryTimeout, maxJobTimeout)
 }
 
 // outcome is what became of one message in one run of its job.
@@ -360,9 +368,18 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome) {
 	var recorded gosync.WaitGroup // this job's answers in the send log
 	defer recorded.Wait()
+	// A request is started only if it can end before the job does: one
+	// cut off in flight may have been delivered without an answer, and
+	// its retry would send it twice.
+	startCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		startCtx, cancel = context.WithDeadline(ctx, deadline.Add(-w.cfg.Timeout))
+		defer cancel()
+	}
 	var wg gosync.WaitGroup
 	for k, i := range toSend {
-		slot, err := w.slots.acquire(ctx, originOf(targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
+		slot, err := w.slots.acquire(startCtx, originOf(targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
 		if err != nil {
 			for _, rest := range toSend[k:] {
 				out[rest] = outcome{result: resultRetry, counted: true, reason: fmt.Errorf("not sent before the job ended: %w", err)}
@@ -746,7 +763,8 @@ func (w *DeliverWorker) prune(ctx context.Context) {
 // remove deletes gone registrations, each unless it was registered again
 // with another endpoint meanwhile.
 func (w *DeliverWorker) remove(ctx context.Context, ids []uuid.UUID, endpoints []string) error {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	// The push service said so; the answer holds after the job's time ran out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.QueryTimeout)
 	defer cancel()
 	if _, err := w.db.Exec(ctx, removeGoneSQL, ids, endpoints); err != nil {
 		return fmt.Errorf("remove %d gone registrations: %w", len(ids), err)
