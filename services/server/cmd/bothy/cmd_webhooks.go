@@ -21,7 +21,7 @@ func init() {
 	register(command{Name: "webhooks list", Summary: "webhook subscriptions with status and pending count", Setup: setupWebhooksList})
 	register(command{Name: "webhooks create", Summary: "subscribe a URL to a space's events, printing the signing secret once", Setup: setupWebhooksCreate})
 	register(command{Name: "webhooks disable", Args: "SUBSCRIPTION_ID", Summary: "disable a subscription by hand", Setup: setupWebhooksDisable})
-	register(command{Name: "webhooks enable", Args: "SUBSCRIPTION_ID", Summary: "re-enable a subscription; it resumes from the current head", Setup: setupWebhooksEnable})
+	register(command{Name: "webhooks enable", Args: "SUBSCRIPTION_ID", Summary: "re-enable a subscription from the current head, or with what it missed (--from backlog)", Setup: setupWebhooksEnable})
 	register(command{Name: "webhooks rotate-secret", Args: "SUBSCRIPTION_ID", Summary: "new signing secret; the old one still signs for --overlap", Setup: setupWebhooksRotate})
 	register(command{Name: "webhooks deliveries", Args: "SUBSCRIPTION_ID", Summary: "a subscription's deliveries and attempts", Setup: setupWebhooksDeliveries})
 }
@@ -223,6 +223,8 @@ type enableJSON struct {
 	WasCause       string    `json:"was_cause"`
 	ResumeAfterSeq int64     `json:"resume_after_seq"`
 	Skipped        int64     `json:"skipped"`
+	From           string    `json:"from"`
+	Created        int64     `json:"created"`
 	NotDelivered   *struct {
 		From int64 `json:"from"`
 		To   int64 `json:"to"`
@@ -230,23 +232,27 @@ type enableJSON struct {
 }
 
 func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
+	from := fs.String("from", "head", "head: resume at the head, skipping what it missed; backlog: send its pending deliveries and the events committed while disabled, while the log holds them")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
 		if err != nil {
 			return err
 		}
+		if *from != "head" && *from != "backlog" {
+			return fmt.Errorf("%w: --from %q: want head or backlog", errUsage, *from)
+		}
 		_, pool, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		res, err := webhooks.Enable(ctx, pool, postgres.CursorStore{}, id)
+		res, err := enableFrom(ctx, pool, id, *from)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			out := enableJSON{ID: id, WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped}
+			out := enableJSON{ID: id, WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped, From: *from, Created: res.Created}
 			if res.NotDeliveredTo > 0 {
 				out.NotDelivered = &struct {
 					From int64 `json:"from"`
@@ -257,6 +263,10 @@ func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
 		}
 		if res.ResumeAfterSeq == 0 && res.WasCause == "" {
 			fmt.Fprintf(c.stdout, "subscription %s was already active\n", id)
+			return nil
+		}
+		if *from == "backlog" {
+			printEnabledFromBacklog(c, id, res)
 			return nil
 		}
 		fmt.Fprintf(c.stdout, "subscription %s enabled (was disabled: %s); it resumes from the current head: events after seq %d are delivered\n",

@@ -60,6 +60,7 @@ type Config struct {
 type API struct {
 	pool     *pgxpool.Pool
 	log      module.Events
+	source   sync.EventSource
 	rounds   sync.RoundBarrier
 	river    *river.Client[pgx.Tx]
 	registry *push.Registry
@@ -98,7 +99,7 @@ func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
 	}
 	tester, testerErr := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
 		Timeout: c.WebhookTimeout, Logger: c.Logger})
-	return &API{pool: d.Pool, log: d.Events, rounds: d.Rounds, river: jobs, cfg: c,
+	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, river: jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
 		tester:   tester, testerErr: testerErr}
 }
@@ -165,6 +166,8 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},
 		{pattern: "GET /v1/webhooks/{id}/deliveries", handler: a.listDeliveries},
+		{pattern: "POST /v1/webhooks/{id}/deliveries/{seq}/resend", handler: a.resendDelivery},
+		{pattern: "POST /v1/webhooks/{id}/recover", handler: a.recoverWebhook},
 
 		{pattern: "GET /v1/push/registrations", handler: a.listRegistrations},
 		{pattern: "POST /v1/push/registrations", handler: a.createRegistration},

@@ -57,6 +57,10 @@ func webhookError(err error) error {
 	switch {
 	case errors.Is(err, webhooks.ErrNotFound):
 		return errorf(http.StatusNotFound, kindNotFound, "no such webhook subscription")
+	case errors.Is(err, webhooks.ErrDeliveryNotFound):
+		return errorf(http.StatusNotFound, kindNotFound, "%v", err)
+	case errors.Is(err, webhooks.ErrConflict):
+		return errorf(http.StatusConflict, kindConflict, "%v", err)
 	case errors.Is(err, webhooks.ErrForbidden):
 		return errorf(http.StatusForbidden, kindForbidden, "%v", err)
 	case errors.Is(err, webhooks.ErrInvalid), errors.Is(err, webhooks.ErrTargetRefused), errors.Is(err, webhooks.ErrLimit):
@@ -322,6 +326,11 @@ type enableWebhookResponse struct {
 	WasCause       string `json:"was_cause"`
 	ResumeAfterSeq int64  `json:"resume_after_seq"`
 	Skipped        int64  `json:"skipped"`
+	// From is where it resumed: head or backlog.
+	From string `json:"from"`
+	// Created is how many deliveries the backlog made for events
+	// committed while it was disabled.
+	Created int64 `json:"created"`
 	// NotDelivered is the range of seqs that will never be delivered, or
 	// null.
 	NotDelivered *seqRange `json:"not_delivered"`
@@ -337,17 +346,19 @@ func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err != nil {
 		return err
 	}
-	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &struct{}{}, true); err != nil {
+	var req enableWebhookRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
 		return err
 	}
-	res, err := webhooks.Enable(r.Context(), a.pool, a.rounds, sub.ID)
+	res, err := a.enable(r, sub, &req)
 	if err != nil {
 		return webhookError(err)
 	}
 	if sub, err = webhooks.Get(r.Context(), a.pool, sub.ID); err != nil {
 		return webhookError(err)
 	}
-	out := enableWebhookResponse{Subscription: subscriptionOut(sub), WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped}
+	out := enableWebhookResponse{Subscription: subscriptionOut(sub), WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped,
+		From: req.From, Created: res.Created}
 	if res.NotDeliveredTo > 0 {
 		out.NotDelivered = &seqRange{From: res.NotDeliveredFrom, To: res.NotDeliveredTo}
 	}

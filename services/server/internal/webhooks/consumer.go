@@ -32,44 +32,47 @@ func NewConsumer() *Consumer { return &Consumer{} }
 // Name implements sync.Consumer.
 func (*Consumer) Name() string { return ConsumerName }
 
-// handleSQL matches the whole batch against the active subscriptions in one
-// statement. Each event arrives as its candidate filter patterns (see
-// candidates), and each candidate is looked up by (space, pattern) in
-// webhook_subscription_filters (migration 0052), so a round reads only the
-// filters that match: its cost follows the matches, not how many filters
-// the subscriptions on a space have (BenchmarkRoundFilters,
-// TestConsumer_TenantIsolation). DISTINCT merges a subscription that
-// matches one event through several patterns; the unique key
-// (subscription_id, event_seq) makes a replayed batch insert nothing. It
-// returns, per subscription, the lowest new seq.
-const handleSQL = `
-WITH cand AS (
+// matchSQL is the round's matching, shared with Recover and
+// EnableFromBacklog: the hit CTE holds every (subscription, seq, event id)
+// whose filter matches an event. Each event arrives as its candidate
+// filter patterns ($1-$4, see matchArgs), and each candidate is looked up
+// by (space, pattern) in webhook_subscription_filters (migration 0052), so
+// it reads only the filters that match: its cost follows the matches, not
+// how many filters the subscriptions on a space have
+// (BenchmarkRoundFilters, TestConsumer_TenantIsolation). DISTINCT merges a
+// subscription that matches one event through several patterns.
+const matchSQL = `
+cand AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[]) AS c(seq, id, space, pattern)
 ), hit AS (
     SELECT DISTINCT f.subscription_id, c.seq, c.id
     FROM cand c JOIN webhook_subscription_filters f ON f.space = c.space AND f.pattern = c.pattern
-), ins AS (
+)`
+
+// handleSQL matches the whole batch against the active subscriptions in one
+// statement (matchSQL). The unique key (subscription_id, event_seq) makes a
+// replayed batch insert nothing. In the same snapshot it marks every
+// disabled subscription not yet marked with the batch's lowest seq ($5):
+// the events its backlog starts with (migration 0054). It returns, per
+// subscription, the lowest new seq.
+const handleSQL = `
+WITH ` + matchSQL + `, ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
     SELECT s.id, hit.seq, hit.id
     FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
     WHERE (s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq -- probing: its backlog keeps growing
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
+), mark AS (
+    UPDATE webhook_subscriptions SET backlog_from_seq = $5
+    WHERE status = 'disabled' AND backlog_from_seq IS NULL AND NOT probing
 )
 SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER BY subscription_id`
 
 // Handle implements sync.Consumer.
 func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
-	var seqs []int64
-	var ids []uuid.UUID
-	var spaces, patterns []string
-	for i := range events {
-		e := &events[i]
-		for _, p := range candidates(e.Type) {
-			seqs, ids, spaces, patterns = append(seqs, e.Seq), append(ids, e.ID), append(spaces, e.Space), append(patterns, p)
-		}
-	}
-	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns)
+	seqs, ids, spaces, patterns := matchArgs(events)
+	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns, events[0].Seq)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
@@ -78,6 +81,18 @@ func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]
 		err := row.Scan(&a.SubscriptionID, &a.Seq)
 		return sync.Job{Args: a}, err
 	})
+}
+
+// matchArgs returns matchSQL's arguments for events: one row per event and
+// candidate pattern of its type.
+func matchArgs(events []sync.Event) (seqs []int64, ids []uuid.UUID, spaces, patterns []string) {
+	for i := range events {
+		e := &events[i]
+		for _, p := range candidates(e.Type) {
+			seqs, ids, spaces, patterns = append(seqs, e.Seq), append(ids, e.ID), append(spaces, e.Space), append(patterns, p)
+		}
+	}
+	return seqs, ids, spaces, patterns
 }
 
 // candidates returns every filter pattern that matches an event of type

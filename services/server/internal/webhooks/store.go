@@ -389,15 +389,18 @@ type EnableResult struct {
 	ResumeAfterSeq int64
 	// Skipped is how many pending deliveries were given up.
 	Skipped int64
+	// Created is how many deliveries EnableFromBacklog made for events
+	// committed while the subscription was disabled (0 for Enable).
+	Created int64
 	// NotDelivered is the range of seqs after the last delivered one up to
 	// the head that the subscription will never receive (Len 0: none).
 	NotDeliveredFrom, NotDeliveredTo int64
 }
 
-// Enable re-activates a subscription. It always resumes from the current
-// head of the log: pending deliveries are marked skipped, and
-// the result says which range will never be delivered, so the owner can
-// resynchronize from the source of truth.
+// Enable re-activates a subscription. It resumes from the current head of
+// the log: pending deliveries are marked skipped, and the result says which
+// range will never be delivered, so the owner can resynchronize from the
+// source of truth. EnableFromBacklog resumes with what was missed instead.
 func Enable(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id uuid.UUID) (*EnableResult, error) {
 	res := &EnableResult{}
 	var last int64
@@ -407,7 +410,7 @@ WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FR
 up AS (
     UPDATE webhook_subscriptions s
     SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
-        resume_after_seq = (SELECT last_seq FROM event_seq), pump_job_id = NULL, pump_until = NULL
+        resume_after_seq = (SELECT last_seq FROM event_seq), backlog_from_seq = NULL, pump_job_id = NULL, pump_until = NULL
     WHERE s.id = $1 AND s.status = 'disabled'
     RETURNING s.resume_after_seq
 ),

@@ -1,0 +1,146 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// jobs returns what inserts delivery jobs: the server's River client.
+func (a *API) jobs() (webhooks.JobInserter, error) {
+	if a.river == nil || a.source == nil {
+		return nil, errors.New("http api: built without a River client or an event source")
+	}
+	return a.river, nil
+}
+
+func (a *API) resendDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 1 {
+		return errorf(http.StatusNotFound, kindNotFound, "%q is not a seq", r.PathValue("seq"))
+	}
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &struct{}{}, true); err != nil {
+		return err
+	}
+	jobs, err := a.jobs()
+	if err != nil {
+		return err
+	}
+	d, err := webhooks.Resend(r.Context(), a.pool, &webhooks.ResendParams{SubscriptionID: sub.ID, Seq: seq, Events: a.source, Jobs: jobs})
+	if err != nil {
+		return webhookError(err)
+	}
+	atts, err := webhooks.Attempts(r.Context(), a.pool, sub.ID, seq)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, webhooks.NewDeliveryView(d, atts, true))
+	return nil
+}
+
+type recoverWebhookRequest struct {
+	FromSeq *int64     `json:"from_seq"`
+	ToSeq   *int64     `json:"to_seq"`
+	Since   *time.Time `json:"since"`
+	Until   *time.Time `json:"until"`
+}
+
+type recoverWebhookResponse struct {
+	// Range is the retained seqs searched, or null.
+	Range   *seqRange `json:"range"`
+	Reset   int64     `json:"reset"`
+	Created int64     `json:"created"`
+	// Lost is the part of the range retention removed, or null.
+	Lost *lostRange `json:"lost"`
+}
+
+// lostRange is seqs (a seq range asked) or commit times (a time range
+// asked).
+type lostRange struct {
+	From  int64      `json:"from,omitempty"`
+	To    int64      `json:"to,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
+func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, err := a.subscription(r, s)
+	if err != nil {
+		return err
+	}
+	var req recoverWebhookRequest
+	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
+		return err
+	}
+	jobs, err := a.jobs()
+	if err != nil {
+		return err
+	}
+	p := &webhooks.RecoverParams{SubscriptionID: sub.ID, Events: a.source, Jobs: jobs}
+	for _, f := range []struct {
+		name string
+		v    *int64
+		to   *int64
+	}{{"from_seq", req.FromSeq, &p.FromSeq}, {"to_seq", req.ToSeq, &p.ToSeq}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 {
+			return errorf(http.StatusUnprocessableEntity, kindInvalid, "%s: want a seq of at least 1", f.name)
+		}
+		*f.to = *f.v
+	}
+	if req.Since != nil {
+		p.Since = *req.Since
+	}
+	if req.Until != nil {
+		p.Until = *req.Until
+	}
+	res, err := webhooks.Recover(r.Context(), a.pool, p)
+	if err != nil {
+		return webhookError(err)
+	}
+	out := recoverWebhookResponse{Reset: res.Reset, Created: res.Created}
+	if res.Range.Len() > 0 {
+		out.Range = &seqRange{From: res.Range.From, To: res.Range.To}
+	}
+	switch {
+	case res.Lost.Len() > 0:
+		out.Lost = &lostRange{From: res.Lost.From, To: res.Lost.To}
+	case !res.LostSince.IsZero():
+		since, until := res.LostSince.UTC(), res.LostUntil.UTC()
+		out.Lost = &lostRange{Since: &since, Until: &until}
+	}
+	writeJSON(w, http.StatusAccepted, out)
+	return nil
+}
+
+// enableWebhookRequest says where an enabled subscription resumes.
+type enableWebhookRequest struct {
+	// From is "head" (the default) or "backlog".
+	From string `json:"from"`
+}
+
+// enable enables sub from where req says.
+func (a *API) enable(r *http.Request, sub *webhooks.Subscription, req *enableWebhookRequest) (*webhooks.EnableResult, error) {
+	switch req.From {
+	case "", "head":
+		req.From = "head"
+		return webhooks.Enable(r.Context(), a.pool, a.rounds, sub.ID)
+	case "backlog":
+		jobs, err := a.jobs()
+		if err != nil {
+			return nil, err
+		}
+		return webhooks.EnableFromBacklog(r.Context(), a.pool, a.rounds, &webhooks.EnableBacklogParams{ID: sub.ID, Events: a.source, Jobs: jobs})
+	}
+	return nil, errorf(http.StatusUnprocessableEntity, kindInvalid, "from %q: want head or backlog", req.From)
+}
