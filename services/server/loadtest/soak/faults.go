@@ -3,6 +3,7 @@ package soak
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	gosync "sync"
 	"time"
@@ -239,33 +240,29 @@ func (h *harness) terminateListen(ctx context.Context) {
 const countBackendsSQL = `
 SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = ANY ($2)`
 
-// awaitBackends polls until there are least or more backends whose
-// application_name is one of names, or backendWait has passed, and says
-// how long it waited. After backendWait the termination goes ahead and may
-// find none: when every termination of a kind found none, the report fails
-// (verifyFaults). A failed count is read as "not yet"; the termination
-// reports the error. It returns false when ctx ended first: the load is
-// over and the fault is not injected.
+// errTooFew is awaitBackends' "not yet".
+var errTooFew = errors.New("fewer backends than awaited")
+
+// awaitBackends polls (h.query) until there are least or more backends
+// whose application_name is one of names, or backendWait has passed, and
+// says how long it waited. After backendWait the termination goes ahead
+// and may find none: when every termination of a kind found none, the
+// report fails (verifyFaults). A failed count is read as "not yet"; the
+// termination reports the error. It returns false when ctx ended first:
+// the load is over and the fault is not injected.
 func (h *harness) awaitBackends(ctx context.Context, names []string, least int) (time.Duration, bool) {
 	start := time.Now()
-	deadline := start.Add(backendWait)
-	for {
+	_ = h.query(ctx, backendWait, func(ctx context.Context) error {
 		var n int
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := h.pool.QueryRow(qctx, countBackendsSQL, dburl.Name(h.dbURL), names).Scan(&n)
-		cancel()
-		if ctx.Err() != nil {
-			return 0, false
+		if err := h.pool.QueryRow(ctx, countBackendsSQL, dburl.Name(h.dbURL), names).Scan(&n); err != nil {
+			return err
 		}
-		if (err == nil && n >= least) || time.Now().After(deadline) {
-			return time.Since(start).Round(10 * time.Millisecond), true
+		if n < least {
+			return errTooFew
 		}
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
+	return time.Since(start).Round(10 * time.Millisecond), ctx.Err() == nil
 }
 
 // revokeWebhook revokes the right of the owner of "revoked-owner"; its
