@@ -92,6 +92,30 @@ func (h *harness) duplicates() []duplicate {
 	return out
 }
 
+// recordLossWindow is how long after a push service's 2xx the worker may
+// still be writing its record to push_sends: the send log gathers answers
+// for a few milliseconds, may first finish writing earlier ones, then
+// inserts with push's query timeout (5 s), once more after a foreign key
+// conflict.
+const recordLossWindow = 15 * time.Second
+
+// recordLossCause names the first fault among duplicateCauses that began
+// between a message's acceptance (less attributionSlack) and
+// recordLossWindow after it, the one that can have lost its record; ""
+// when there was none.
+func (h *harness) recordLossCause(accepted time.Time) string {
+	h.faultLogMu.Lock()
+	defer h.faultLogMu.Unlock()
+	cause, at := "", time.Time{}
+	for _, f := range h.faultLog {
+		if slices.Contains(duplicateCauses, f.kind) && !f.at.Before(accepted.Add(-attributionSlack)) &&
+			!f.at.After(accepted.Add(recordLossWindow)) && (cause == "" || f.at.Before(at)) {
+			cause, at = f.kind, f.at
+		}
+	}
+	return cause
+}
+
 // takeoverFigures summarizes the kills: every job and sender claim a killed
 // worker held and how soon it was taken over, and for each webhook
 // subscription it was sending for whose receiver never fails (healthy-*:

@@ -3,6 +3,7 @@ package soak
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -690,17 +692,32 @@ func (s *subscription) judgeRow(d deliveryRow) (undelivered, afterRevoke bool) {
 	}
 }
 
-// registration is the final state of one device's push registration: its
-// push.deliver jobs, the events of its spaces, and the messages the push
+// registration is the final state of one device's push registration: the
+// push.deliver jobs that carry a message to it, the final answers recorded
+// for it in push_sends, the events of its spaces, and the messages the push
 // service decrypted for it.
 type registration struct {
 	d          *device
-	jobs       map[int64][]string // the states of its jobs, by seq
-	events     []int64            // the seqs of its spaces' events, in order
-	revoked    bool               // its principal's right was revoked
-	revokedSeq int64              // the head read after the revocation
+	jobs       map[int64][]pushJob // the jobs with a message to it, by seq
+	sends      map[int64]int16     // the recorded final answers, by seq
+	events     []int64             // the seqs of its spaces' events, in order
+	revoked    bool                // its principal's right was revoked
+	revokedSeq int64               // the head read after the revocation
 	msgs       []pushMessage
+	// recordLoss names the fault that explains a message that arrived
+	// without a record (accepted at the given time), or "" if none does.
+	recordLoss func(accepted time.Time) string
 }
+
+// pushJob is one push.deliver job as the checks see it.
+type pushJob struct {
+	id    int64
+	state string
+}
+
+// done reports whether the job ended: completed, or cancelled because none
+// of its messages could be sent.
+func (j pushJob) done() bool { return j.state == "completed" || j.state == "cancelled" }
 
 // upTo is the last seq the registration must have a job for: after a
 // revocation, its last job for an event before it.
@@ -717,12 +734,14 @@ func (g *registration) upTo() int64 {
 	return upTo
 }
 
-// jobCounts counts the registration's jobs, those beyond one per seq, and
-// the seqs with a job for an event committed after the revocation.
+// jobCounts counts the jobs with a message to the registration, those
+// beyond one per seq (another job, or the same job naming the device twice
+// for the event), and the seqs with a job for an event committed after the
+// revocation.
 func (g *registration) jobCounts() (total, dups, afterRevoke int) {
-	for seq, states := range g.jobs {
-		total += len(states)
-		dups += len(states) - 1
+	for seq, js := range g.jobs {
+		total += len(js)
+		dups += len(js) - 1
 		if g.revoked && seq > g.revokedSeq {
 			afterRevoke++
 		}
@@ -730,10 +749,11 @@ func (g *registration) jobCounts() (total, dups, afterRevoke int) {
 	return total, dups, afterRevoke
 }
 
-// verifyPush checks each registration: its push.deliver jobs per seq
-// against the events of its spaces (its row of the jobs table), then the
-// messages the push service decrypted against the jobs; and what the push
-// service itself saw.
+// verifyPush checks each registration: the push.deliver jobs with a
+// message to it, per seq, against the events of its spaces (its row of the
+// jobs table), then its messages (the jobs' states, the answers recorded in
+// push_sends and what the push service decrypted) against each other; and
+// what the push service itself saw.
 func (h *harness) verifyPush(ctx context.Context, spaceSeqs map[string][]int64) (*consumerFindings, error) {
 	regs, err := h.registrations(ctx, spaceSeqs)
 	if err != nil {
@@ -751,7 +771,8 @@ func (h *harness) verifyPush(ctx context.Context, spaceSeqs map[string][]int64) 
 		f.missing += missing
 	}
 	f.deliveries.add(h.checkPushService())
-	f.deliveries.table("PUSH DELIVERIES", "device\tprincipal\tspaces\tcompleted\tcancelled\tother\tmessages\tdistinct seqs\tnot-arrived\tnot-done\tafter-revoke\twithout-job", delRows)
+	f.deliveries.table("PUSH DELIVERIES (per message: one event to one device; a job's state is that of the job carrying it)",
+		"device\tprincipal\tspaces\tcompleted\tcancelled\tother\trecorded 2xx\tmessages\tdistinct seqs\tnot-arrived\tnot-done\tafter-revoke\twithout-job\tunrecorded", delRows)
 	return f, nil
 }
 
@@ -761,13 +782,17 @@ func (h *harness) registrations(ctx context.Context, spaceSeqs map[string][]int6
 	if err != nil {
 		return nil, err
 	}
+	sends, err := h.pushSends(ctx)
+	if err != nil {
+		return nil, err
+	}
 	h.procMu.Lock()
 	revoked, revokedSeq := h.pushRevoked, h.pushRevokedSeq
 	h.procMu.Unlock()
 	regs := make([]*registration, 0, len(h.devices))
 	for _, d := range h.devices {
-		g := &registration{d: d, jobs: jobs[d.regID], revoked: d.principal == "pu-revoked" && revoked,
-			revokedSeq: revokedSeq, msgs: h.pr.messages(d.name)}
+		g := &registration{d: d, jobs: jobs[d.regID], sends: sends[d.regID], revoked: d.principal == "pu-revoked" && revoked,
+			revokedSeq: revokedSeq, msgs: h.pr.messages(d.name), recordLoss: h.recordLossCause}
 		for _, s := range d.spaces {
 			g.events = append(g.events, spaceSeqs[s]...)
 		}
@@ -777,31 +802,67 @@ func (h *harness) registrations(ctx context.Context, spaceSeqs map[string][]int6
 	return regs, nil
 }
 
-// pushJobs reads the state of every push.deliver job, by registration and
-// seq.
-func (h *harness) pushJobs(ctx context.Context) (map[uuid.UUID]map[int64][]string, error) {
-	rows, err := h.pool.Query(ctx, `
-SELECT (args->>'registration_id')::uuid, (args->>'seq')::bigint, state FROM river_job WHERE kind = 'push.deliver'`)
+// pushJobs reads every push.deliver job and lists it under each of its
+// messages, by registration and seq: a batch job once per event and device
+// it names, a job of one device (made before batching) once.
+func (h *harness) pushJobs(ctx context.Context) (map[uuid.UUID]map[int64][]pushJob, error) {
+	rows, err := h.pool.Query(ctx, `SELECT id, state, args FROM river_job WHERE kind = 'push.deliver'`)
 	if err != nil {
 		return nil, err
 	}
-	jobs := map[uuid.UUID]map[int64][]string{}
-	var id uuid.UUID
-	var seq int64
-	var st string
-	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &st}, func() error {
-		if jobs[id] == nil {
-			jobs[id] = map[int64][]string{}
+	jobs := map[uuid.UUID]map[int64][]pushJob{}
+	add := func(reg uuid.UUID, seq int64, j pushJob) {
+		if jobs[reg] == nil {
+			jobs[reg] = map[int64][]pushJob{}
 		}
-		jobs[id][seq] = append(jobs[id][seq], st)
+		jobs[reg][seq] = append(jobs[reg][seq], j)
+	}
+	var j pushJob
+	var raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&j.id, &j.state, &raw}, func() error {
+		var args push.DeliverArgs
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return fmt.Errorf("push.deliver job %d: %w", j.id, err)
+		}
+		if len(args.Events) == 0 {
+			add(args.RegistrationID, args.Seq, j)
+			return nil
+		}
+		for _, ev := range args.Events {
+			for _, d := range ev.Devices {
+				add(d.RegistrationID, ev.Seq, j)
+			}
+		}
 		return nil
 	})
 	return jobs, err
 }
 
-// checkJobs checks the registration's jobs against its events and returns
-// its row of the jobs table: one job for every event up to upTo, none for
-// another seq, and none for an event committed after the revocation.
+// pushSends reads the final answers recorded in push_sends, by
+// registration and seq.
+func (h *harness) pushSends(ctx context.Context) (map[uuid.UUID]map[int64]int16, error) {
+	rows, err := h.pool.Query(ctx, `SELECT registration_id, event_seq, status FROM push_sends`)
+	if err != nil {
+		return nil, err
+	}
+	sends := map[uuid.UUID]map[int64]int16{}
+	var reg uuid.UUID
+	var seq int64
+	var status int16
+	_, err = pgx.ForEachRow(rows, []any{&reg, &seq, &status}, func() error {
+		if sends[reg] == nil {
+			sends[reg] = map[int64]int16{}
+		}
+		sends[reg][seq] = status
+		return nil
+	})
+	return sends, err
+}
+
+// checkJobs checks the jobs with a message to the registration against its
+// events and returns its row of the jobs table: exactly one job for every
+// event up to upTo, none for another seq, and none for an event committed
+// after the revocation.
 func (g *registration) checkJobs() ([]string, *report) {
 	isEvent := map[int64]bool{}
 	for _, e := range g.events {
@@ -830,7 +891,7 @@ func (g *registration) checkJobs() ([]string, *report) {
 		f.fail("push %s: %d events without a push.deliver job", name, missing)
 	}
 	if dups > 0 {
-		f.fail("push %s: %d duplicate push.deliver jobs for one (registration, seq)", name, dups)
+		f.fail("push %s: %d duplicate messages in push.deliver jobs for one (registration, seq)", name, dups)
 	}
 	if extra > 0 {
 		f.fail("push %s: %d jobs for events it should not get", name, extra)
@@ -841,74 +902,130 @@ func (g *registration) checkJobs() ([]string, *report) {
 	return []string{"push", name, itoa(expected), itoa(total), itoa(dups), itoa(missing), itoa(extra)}, f
 }
 
-// checkMessages checks the messages the push service decrypted for the
-// registration against its jobs and returns its row of the deliveries
-// table, and how many messages should have arrived and did not: every
-// completed job's message arrived, every job completed (or was cancelled
-// after the revocation), no message is of an event committed after the
-// revocation, and none is without a job.
-func (g *registration) checkMessages() ([]string, *report, int) {
-	arrived := map[int64]int{}
-	msgAfterRevoke := 0
-	for _, m := range g.msgs {
-		arrived[m.seq]++
-		if g.revoked && m.seq > g.revokedSeq {
-			msgAfterRevoke++
-		}
-	}
-	states, notArrived, notDone := g.judgeJobs(arrived)
-	orphan := 0
-	for seq := range arrived {
-		if g.jobs[seq] == nil {
-			orphan++
-		}
-	}
-	f := &report{}
-	name := g.d.name
-	if notArrived > 0 {
-		f.fail("push %s: %d completed jobs whose message never arrived", name, notArrived)
-	}
-	if notDone > 0 {
-		f.fail("push %s: %d jobs not completed", name, notDone)
-	}
-	if msgAfterRevoke > 0 {
-		f.fail("push %s: %d messages for events committed after the right was revoked", name, msgAfterRevoke)
-	}
-	if orphan > 0 {
-		f.fail("push %s: %d messages without a job", name, orphan)
-	}
-	total, _, afterRevoke := g.jobCounts()
-	row := []string{name, g.d.principal, strings.Join(g.d.spaces, ","), itoa(states["completed"]),
-		itoa(states["cancelled"]), itoa(total - states["completed"] - states["cancelled"]),
-		itoa(len(g.msgs)), itoa(len(arrived)), itoa(notArrived), itoa(notDone), itoa(msgAfterRevoke + afterRevoke), itoa(orphan)}
-	return row, f, g.missingMessages(arrived, notArrived)
+// messageCounts are what checkMessages found for one registration, per
+// message unless said otherwise.
+type messageCounts struct {
+	states     map[string]int // the states of the jobs carrying its messages
+	recorded   int            // with a 2xx in push_sends
+	notArrived int            // recorded as sent, or ended unsent, and never arrived
+	refused    int            // a final refusal recorded: the soak's push service never refuses
+	notDone    int            // carried by a job that did not end
+	unrecorded int            // arrived with no 2xx recorded, and no fault explains it
+	lostRecord int            // arrived with no 2xx recorded, a fault explains it
+	afterRev   int            // arrived, of an event committed after the revocation
+	orphan     int            // arrived or recorded seqs without a job
 }
 
-// judgeJobs counts the registration's jobs by state, the completed ones
-// whose message never arrived, and those not completed (a job cancelled
-// after the revocation is done).
-func (g *registration) judgeJobs(arrived map[int64]int) (states map[string]int, notArrived, notDone int) {
-	states = map[string]int{}
-	for seq, sts := range g.jobs {
-		for _, st := range sts {
-			states[st]++
-			switch {
-			case st == "completed":
-				if arrived[seq] == 0 {
-					notArrived++
-				}
-			case st == "cancelled" && g.revoked:
-			default:
-				notDone++
+// checkMessages checks the registration's messages and returns its row of
+// the deliveries table and how many messages should have arrived and did
+// not. A message is judged by its job's state and its record in push_sends,
+// which the worker writes right after each 2xx: a recorded 2xx arrived; a
+// message whose job ended without a record was denied, which only the
+// revoked principal's may be; every job ended; nothing arrived for an event
+// committed after the revocation or without a job; and every arrival has
+// its record, except where a fault between the 2xx and the record explains
+// its loss (the one window in which the worker may send a message twice,
+// ADR 0031). Duplicate arrivals are the arrivals check's.
+func (g *registration) checkMessages() ([]string, *report, int) {
+	arrived := map[int64]int{}
+	firstAt := map[int64]time.Time{}
+	var c messageCounts
+	c.states = map[string]int{}
+	for _, m := range g.msgs {
+		if arrived[m.seq] == 0 {
+			firstAt[m.seq] = m.at
+		}
+		arrived[m.seq]++
+		if g.revoked && m.seq > g.revokedSeq {
+			c.afterRev++
+		}
+	}
+	for seq, js := range g.jobs {
+		done := true
+		for _, j := range js {
+			c.states[j.state]++
+			done = done && j.done()
+		}
+		status, rec := g.sends[seq]
+		switch {
+		case !done:
+			c.notDone++
+		case rec && status/100 == 2:
+			c.recorded++
+			if arrived[seq] == 0 {
+				c.notArrived++
+			}
+		case rec:
+			c.refused++
+		case arrived[seq] == 0 && !g.revoked:
+			c.notArrived++
+		}
+	}
+	for seq, n := range arrived {
+		if g.jobs[seq] == nil {
+			c.orphan++
+		}
+		if status, rec := g.sends[seq]; n > 0 && (!rec || status/100 != 2) {
+			if cause := g.recordLoss(firstAt[seq]); cause != "" {
+				c.lostRecord++
+			} else {
+				c.unrecorded++
 			}
 		}
 	}
-	return states, notArrived, notDone
+	for seq := range g.sends {
+		if g.jobs[seq] == nil && arrived[seq] == 0 {
+			c.orphan++
+		}
+	}
+	return g.messagesRow(&c), g.messagesReport(&c), g.missingMessages(arrived, c.notArrived)
+}
+
+// messagesRow is the registration's row of the deliveries table.
+func (g *registration) messagesRow(c *messageCounts) []string {
+	total, _, afterRevoke := g.jobCounts()
+	distinct := map[int64]bool{}
+	for _, m := range g.msgs {
+		distinct[m.seq] = true
+	}
+	unrecorded := itoa(c.unrecorded)
+	if c.lostRecord > 0 {
+		unrecorded = fmt.Sprintf("%d (+%d after a fault)", c.unrecorded, c.lostRecord)
+	}
+	return []string{g.d.name, g.d.principal, strings.Join(g.d.spaces, ","), itoa(c.states["completed"]),
+		itoa(c.states["cancelled"]), itoa(total - c.states["completed"] - c.states["cancelled"]), itoa(c.recorded),
+		itoa(len(g.msgs)), itoa(len(distinct)), itoa(c.notArrived + c.refused), itoa(c.notDone), itoa(c.afterRev + afterRevoke),
+		itoa(c.orphan), unrecorded}
+}
+
+// messagesReport turns the registration's counts into violations.
+func (g *registration) messagesReport(c *messageCounts) *report {
+	f := &report{}
+	name := g.d.name
+	if c.notArrived > 0 {
+		f.fail("push %s: %d messages recorded as sent, or whose job ended without sending them, never arrived", name, c.notArrived)
+	}
+	if c.refused > 0 {
+		f.fail("push %s: %d messages with a final refusal recorded", name, c.refused)
+	}
+	if c.notDone > 0 {
+		f.fail("push %s: %d messages whose job did not end", name, c.notDone)
+	}
+	if c.afterRev > 0 {
+		f.fail("push %s: %d messages for events committed after the right was revoked", name, c.afterRev)
+	}
+	if c.orphan > 0 {
+		f.fail("push %s: %d messages without a job", name, c.orphan)
+	}
+	if c.unrecorded > 0 {
+		f.fail("push %s: %d messages arrived without a 2xx recorded in push_sends, and no fault came between", name, c.unrecorded)
+	}
+	return f
 }
 
 // missingMessages counts the messages that should have arrived and did
-// not: after a revocation, those of completed jobs; otherwise one for every
-// event up to upTo.
+// not: after a revocation, those recorded as sent (notArrived: the others
+// may have been denied); otherwise one for every event up to upTo.
 func (g *registration) missingMessages(arrived map[int64]int, notArrived int) int {
 	if g.revoked {
 		return notArrived
