@@ -22,9 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bothy/bothy/services/server/internal/accesslog"
+	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -39,6 +42,8 @@ type Server struct {
 	logger   *slog.Logger
 	modules  []module.Factory
 	registry *prometheus.Registry
+	// tracer, if set, replaces the tracing the environment configures.
+	tracer trace.TracerProvider
 
 	// Addr is the HTTP listener's address once Run has started it.
 	addrCh chan net.Addr
@@ -62,6 +67,11 @@ func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
 
 // Registry is the server's metrics registry.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// TraceWith makes the server trace with tp (tests and benchmarks, with an
+// in-memory exporter) instead of the tracing the OTEL_* environment
+// configures (telemetry.NewTracing). Call it before Run.
+func (s *Server) TraceWith(tp trace.TracerProvider) { s.tracer = tp }
 
 // RiverConfig is the River configuration every client of this process uses:
 // the same short FetchCooldown everywhere, because an inserting client paces
@@ -87,6 +97,17 @@ func (s *Server) Run(ctx context.Context) (err error) {
 			err = nil
 		}
 	}()
+	tracing, err := s.startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			s.logger.WarnContext(sctx, "tracing: the last spans were not exported", slog.Any("error", err))
+		}
+	}()
 	pool, err := s.openDatabase(ctx)
 	if err != nil {
 		return err
@@ -94,7 +115,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer pool.Close()
 	s.registerMetrics(pool)
 
-	r := &run{s: s, pool: pool, events: postgres.NewEventLog(pool, nil)}
+	r := &run{s: s, pool: pool, tracing: tracing,
+		events: postgres.NewEventLog(pool, &postgres.EventLogConfig{Tracer: tracing.Provider()})}
 	defer r.events.Close()
 	if err := r.buildModules(); err != nil {
 		return err
@@ -123,6 +145,7 @@ func (s *Server) api() bool    { return s.cfg.Server.Role == "api" || s.cfg.Serv
 type run struct {
 	s         *Server
 	pool      *pgxpool.Pool
+	tracing   *telemetry.Tracing
 	events    *postgres.EventLog
 	mods      []module.Module
 	consumers []sync.Consumer
@@ -167,6 +190,7 @@ func (r *run) holdLiveness(ctx context.Context) error {
 func (r *run) newRiver() error {
 	cfg := r.s.cfg
 	rcfg := RiverConfig(cfg, r.s.logger)
+	rcfg.Middleware = r.tracing.RiverMiddleware()
 	if r.s.worker() {
 		rcfg.ID = r.alive.ID()
 		workers := river.NewWorkers()
@@ -217,10 +241,11 @@ func (r *run) mux() *http.ServeMux {
 	return mux
 }
 
-// handler is the HTTP server's handler: the mux behind the access log.
+// handler is the HTTP server's handler: the mux behind the access log,
+// behind tracing (off unless configured).
 func (r *run) handler() http.Handler {
-	return accesslog.Handler(r.mux(), &accesslog.Config{Logger: r.s.logger,
-		Quiet: []string{"GET /metrics", "GET /healthz", "GET /readyz"}})
+	return r.tracing.HTTPHandler(accesslog.Handler(r.mux(), &accesslog.Config{Logger: r.s.logger,
+		Quiet: []string{"GET /metrics", "GET /healthz", "GET /readyz"}}))
 }
 
 // serve runs the HTTP server, the modules' runners and, in the worker role,
@@ -268,7 +293,8 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 // is stopped (in-flight jobs given server.shutdown_timeout) when gctx ends.
 func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	cfg, logger := r.s.cfg, r.s.logger
-	rounds := postgres.NewRoundRunner(r.pool, r.events, r.river, &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger})
+	rounds := postgres.NewRoundRunner(r.pool, r.events, r.river, &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger,
+		Tracer: r.tracing.Provider()})
 	w, err := sync.NewWorker(rounds, r.consumers, &sync.WorkerConfig{
 		PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: logger, Metrics: sync.NewMetrics(r.s.registry),
 	})
@@ -305,4 +331,22 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 		return nil
 	})
 	return nil
+}
+
+// startTracing returns the tracing TraceWith set, or the one the OTEL_*
+// environment configures: off unless it names a collector.
+func (s *Server) startTracing(ctx context.Context) (*telemetry.Tracing, error) {
+	if s.tracer != nil {
+		return telemetry.NewTracingWith(s.tracer), nil
+	}
+	t, err := telemetry.NewTracing(ctx, &telemetry.TracingConfig{Logger: s.logger, Attributes: []attribute.KeyValue{
+		attribute.String("service.version", buildinfo.Read().Version), attribute.String("bothy.role", s.cfg.Server.Role),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if t.Enabled() {
+		s.logger.InfoContext(ctx, "tracing on: spans are exported over OTLP/HTTP (OTEL_* environment)")
+	}
+	return t, nil
 }

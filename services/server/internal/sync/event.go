@@ -27,6 +27,11 @@ type Event struct {
 	Actor       string
 	OccurredAt  time.Time
 	Data        json.RawMessage
+	// TraceParent is the W3C trace context (version 00) of the producer's
+	// span that committed the event, "" if it was not traced. It travels
+	// with the event to its jobs and webhook deliveries; it is not part of
+	// the Envelope.
+	TraceParent string
 	// Duplicate is set by Producer.Write on an event whose ID was in the
 	// log already, or earlier in the same call: it was not appended again,
 	// and the other fields are those of the logged event.

@@ -7,6 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // RoundConfig configures a RoundRunner.
@@ -16,6 +22,9 @@ type RoundConfig struct {
 	BatchSize int
 	// Logger is told about lost ranges that no handler took. Default: slog.Default().
 	Logger *slog.Logger
+	// Tracer makes a span of every round that reads events, linked to the
+	// spans that committed them. Default: a no-op provider (no tracing).
+	Tracer trace.TracerProvider
 }
 
 // RoundRunner runs single rounds. It is safe for concurrent use; what keeps
@@ -26,6 +35,7 @@ type RoundRunner struct {
 	events  EventSource
 	jobs    JobSink
 	cfg     RoundConfig
+	tracer  trace.Tracer
 }
 
 // NewRoundRunner wires a round from its ports.
@@ -38,7 +48,11 @@ func NewRoundRunner(db TxBeginner, cursors CursorStore, events EventSource, jobs
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &RoundRunner{db: db, cursors: cursors, events: events, jobs: jobs, cfg: c}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider()
+	}
+	return &RoundRunner{db: db, cursors: cursors, events: events, jobs: jobs, cfg: c,
+		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync")}
 }
 
 // RoundResult says what a round did.
@@ -61,12 +75,18 @@ type RoundResult struct {
 // advance the cursor and commit. Any error, a panic in the consumer, a
 // cancelled context or a lost connection rolls everything back: no job
 // exists without its cursor move and no cursor moves without its jobs.
+//
+// A round that reads events is traced (RoundConfig.Tracer): its span links
+// to the spans that committed them, and each job whose Args name its event
+// (EventArgs) carries that event's trace context in its metadata.
 func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err error) {
 	name := c.Name()
+	start := time.Now()
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("round %q: begin: %w", name, err)
 	}
+	var span trace.Span // once events were read
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("round %q: %w: %v\n%s", name, ErrRoundPanicked, p, debug.Stack())
@@ -74,6 +94,9 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 		if err != nil {
 			// The rollback must reach the server even when ctx is what failed.
 			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		if span != nil {
+			endSpan(span, &res, err)
 		}
 	}()
 
@@ -117,9 +140,13 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 	}
 
 	if len(events) > 0 {
+		ctx, span = r.startSpan(ctx, name, start, events)
 		jobs, err := c.Handle(ctx, tx, events)
 		if err != nil {
 			return res, fmt.Errorf("round %q: handle %d events: %w", name, len(events), err)
+		}
+		if err := carryTraceParents(jobs, events); err != nil {
+			return res, fmt.Errorf("round %q: trace context of jobs: %w", name, err)
 		}
 		if len(jobs) > 0 {
 			if res.Jobs, err = r.jobs.InsertJobs(ctx, tx, jobs); err != nil {
@@ -138,4 +165,40 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 		return res, fmt.Errorf("round %q: commit: %w", name, err)
 	}
 	return res, nil
+}
+
+// maxRoundLinks bounds the links of a round's span: one per distinct
+// producer span, and a batch may hold a thousand events.
+const maxRoundLinks = 128
+
+// startSpan starts the span of a round that read events, back-dated to the
+// round's start (idle rounds, which read nothing, make no span), linked to
+// the spans that committed the events: a round serves many producers, so
+// it is a trace of its own rather than a child of one of them.
+func (r *RoundRunner) startSpan(ctx context.Context, consumer string, start time.Time, events []Event) (context.Context, trace.Span) {
+	var links []trace.Link
+	seen := map[string]bool{}
+	for i := range events {
+		tp := events[i].TraceParent
+		if tp == "" || seen[tp] || len(links) == maxRoundLinks {
+			continue
+		}
+		seen[tp] = true
+		if sc, ok := ParseTraceParent(tp); ok {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.Int64("bothy.event.seq", events[i].Seq)}})
+		}
+	}
+	return r.tracer.Start(ctx, "bothy.round", trace.WithNewRoot(), trace.WithTimestamp(start), trace.WithLinks(links...),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("bothy.consumer", consumer), attribute.Int("bothy.round.events", len(events)),
+			attribute.Int64("bothy.round.first_seq", events[0].Seq), attribute.Int64("bothy.round.last_seq", events[len(events)-1].Seq)))
+}
+
+func endSpan(span trace.Span, res *RoundResult, err error) {
+	span.SetAttributes(attribute.Int("bothy.round.jobs", res.Jobs))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "round rolled back")
+	}
+	span.End()
 }

@@ -86,8 +86,8 @@ func NewRiverMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *RiverMe
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"queue", "kind"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "bothy_river_job_wait_seconds",
-			Help: "Time from a River job's scheduled_at (its insert, its retry's or snooze's time) to a worker fetching it (attempted_at), by queue and kind.",
+			Name:    "bothy_river_job_wait_seconds",
+			Help:    "Time from a River job's scheduled_at (its insert, its retry's or snooze's time) to a worker fetching it (attempted_at), by queue and kind.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
 		}, []string{"queue", "kind"}),
 	}

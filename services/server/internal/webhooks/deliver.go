@@ -190,6 +190,10 @@ type claim struct {
 	// claimJob is the job that holds the delivery's own claim (unordered
 	// policy); nil when the claim is the subscription's (ordered ones).
 	claimJob *int64
+
+	// traceParent is the event's trace context (sync.Event.TraceParent),
+	// which the attempt's span and the traceparent header continue.
+	traceParent string
 }
 
 // result kinds of one send.
@@ -608,7 +612,7 @@ func (t *stepTx) claim(ctx context.Context, s *subRow, h *head, ev *sync.Event) 
 	}
 	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
 		previousSecret: s.prevSecret, headers: headers, body: body,
-		pol: s.pol, sched: t.d.schedule(&s.pol), probe: s.status != StatusActive}}, nil
+		pol: s.pol, sched: t.d.schedule(&s.pol), probe: s.status != StatusActive, traceParent: ev.TraceParent}}, nil
 }
 
 // hold keeps the job the subscription's sender until until and snoozes it
@@ -843,11 +847,14 @@ func jitter(w, retryAfter, limit time.Duration) time.Duration {
 // pool.
 func (d *Deliverer) send(ctx context.Context, c *claim) *outcome {
 	o := &outcome{claim: c}
+	ctx, span := startAttempt(ctx, c)
+	defer endAttempt(span, o)
 	req, err := newRequest(ctx, c, time.Now())
 	if err != nil {
 		o.kind, o.err = resultRetry, err.Error()
 		return o
 	}
+	traceRequest(ctx, req)
 	start := time.Now()
 	resp, err := d.client.Do(req)
 	if err != nil {

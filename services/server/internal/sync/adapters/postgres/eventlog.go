@@ -13,6 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
@@ -44,12 +48,16 @@ type EventLogConfig struct {
 	Notify NotifyMode
 	// Now is the clock for defaults of NewEvent. Default time.Now.
 	Now func() time.Time
+	// Tracer makes the span of every Write, whose trace context is stored
+	// with the events it appends. Default: a no-op provider (no tracing).
+	Tracer trace.TracerProvider
 }
 
 // EventLog is the producer side and the reader side of event_log.
 type EventLog struct {
 	pool     *pgxpool.Pool
 	cfg      EventLogConfig
+	tracer   trace.Tracer
 	notifier *notifier
 	// variant holds the alternatives benchmarks compare with; the zero
 	// value is the production path.
@@ -82,7 +90,11 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool)}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider()
+	}
+	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool),
+		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
 }
 
 // Close waits for a notification in flight.
@@ -93,8 +105,8 @@ WITH c AS (
     UPDATE event_seq SET last_seq = last_seq + $1 WHERE id
     RETURNING last_seq, clock_timestamp() AS ts
 )
-INSERT INTO event_log (seq, committed_at, id, space, type, actor, occurred_at, data)
-SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred_at, e.data
+INSERT INTO event_log (seq, committed_at, id, space, type, actor, occurred_at, data, traceparent)
+SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, $8::text
 FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
     WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
 RETURNING seq, committed_at`
@@ -164,7 +176,13 @@ SELECT array_agg(n) FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS t(a
 // durable: whatever shows them outside the database makes the WAL durable
 // first (see Durable). If the server crashes in between, the lost commits
 // are the newest ones, in seq order, so the log stays gapless.
-func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, error) {
+//
+// Write is traced (EventLogConfig.Tracer): its span, a child of the
+// caller's, covers fn and the commit, and its trace context is stored with
+// the appended events (Event.TraceParent), in the same INSERT.
+func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Event, err error) {
+	ctx, span := l.tracer.Start(ctx, "bothy.event_log.write", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() { endWriteSpan(span, out, err) }()
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("append: acquire: %w", err)
@@ -203,7 +221,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]sync.Event, len(news))
+	out = make([]sync.Event, len(news))
 	if len(p.fresh) == 0 {
 		// Every event is in the log already: no counter, and a commit that
 		// is synchronous like any other. What the answer shows (the logged
@@ -236,7 +254,12 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
 	appended := make([]sync.Event, 0, n)
-	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas).Query(func(rows pgx.Rows) error {
+	traceParent := sync.FormatTraceParent(span.SpanContext())
+	var storedTraceParent *string // NULL when not traced
+	if traceParent != "" {
+		storedTraceParent = &traceParent
+	}
+	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas, storedTraceParent).Query(func(rows pgx.Rows) error {
 		j := 0
 		for rows.Next() {
 			var seq int64
@@ -246,7 +269,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) ([]sync.Event, 
 			}
 			e := news[p.fresh[j]]
 			appended = append(appended, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
-				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data})
+				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data, TraceParent: traceParent})
 			j++
 		}
 		return rows.Err()
@@ -462,6 +485,24 @@ func Durable(ctx context.Context, db *pgxpool.Pool) error {
 	return nil
 }
 
+// endWriteSpan ends a Write's span with what it appended.
+func endWriteSpan(span trace.Span, out []sync.Event, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "append failed")
+	} else if span.IsRecording() && len(out) > 0 {
+		dup := 0
+		for i := range out {
+			if out[i].Duplicate {
+				dup++
+			}
+		}
+		span.SetAttributes(attribute.Int("bothy.events", len(out)), attribute.Int("bothy.events.duplicate", dup),
+			attribute.Int64("bothy.event.first_seq", out[0].Seq), attribute.Int64("bothy.event.last_seq", out[len(out)-1].Seq))
+	}
+	span.End()
+}
+
 func mapAppendErr(err error) error {
 	var pgErr interface{ SQLState() string }
 	if errors.As(err, &pgErr) && pgErr.SQLState() == "23514" {
@@ -471,7 +512,7 @@ func mapAppendErr(err error) error {
 }
 
 const eventsAfterSQL = `
-SELECT seq, committed_at, id, space, type, actor, occurred_at, data
+SELECT seq, committed_at, id, space, type, actor, occurred_at, data, coalesce(traceparent, '')
 FROM event_log WHERE seq > $1 ORDER BY seq LIMIT $2`
 
 // EventsAfter implements sync.EventSource.
@@ -485,7 +526,7 @@ func (l *EventLog) EventsAfter(ctx context.Context, tx pgx.Tx, p *sync.EventsAft
 
 func scanEvent(row pgx.CollectableRow) (sync.Event, error) {
 	var e sync.Event
-	err := row.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data)
+	err := row.Scan(&e.Seq, &e.CommittedAt, &e.ID, &e.Space, &e.Type, &e.Actor, &e.OccurredAt, &e.Data, &e.TraceParent)
 	return e, err
 }
 

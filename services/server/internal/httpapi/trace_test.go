@@ -1,0 +1,184 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// flakyReceiver answers its first request 500 and the others 204, and
+// keeps the traceparent header of each.
+type flakyReceiver struct {
+	srv          *httptest.Server
+	mu           gosync.Mutex
+	traceparents []string
+}
+
+func newFlakyReceiver(t *testing.T) *flakyReceiver {
+	t.Helper()
+	rv := &flakyReceiver{}
+	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rv.mu.Lock()
+		defer rv.mu.Unlock()
+		rv.traceparents = append(rv.traceparents, r.Header.Get("traceparent"))
+		if len(rv.traceparents) == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rv.srv.Close)
+	return rv
+}
+
+func (rv *flakyReceiver) got() []string {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return append([]string(nil), rv.traceparents...)
+}
+
+// startTraced runs the real server (role all) on db, tracing into exp.
+func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter) string {
+	t.Helper()
+	cfg, err := config.Load("", nil, map[string]string{
+		"database.url": db.URL, "server.role": "all", "server.listen_addr": "127.0.0.1:0",
+		"webhooks.allow_private_targets": "true", "consumer.poll_interval": "100ms",
+		"river.fetch_cooldown": "20ms", "river.fetch_poll_interval": "100ms", "server.shutdown_timeout": "5s",
+	})
+	require.NoError(t, err)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.WithoutCancel(context.Background()))) })
+	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
+	srv.TraceWith(tp)
+	return runServer(t, srv) // registered after tp's cleanup, so it stops first
+}
+
+// spansNamed returns the spans of exp called name, in the order they ended.
+func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// TestTrace_OneEventFromRequestToDelivery follows one event through the
+// server with tracing on, from a client that sends a traceparent: the API
+// request's span continues the client's trace; the event log's write is its
+// child; the webhooks round that reads the event is a trace of its own
+// linked to the write; the delivery job runs in the producer's trace as a
+// child of the write, once per attempt; and each attempt (the first answered
+// 500, the retry 204) is a child of its job run. The receiver gets a
+// traceparent of the producer's trace whose parent is the attempt's span.
+func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	exp := tracetest.NewInMemoryExporter()
+	base := startTraced(t, db, exp)
+	b := &testBundle{db: db, base: base}
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	rv := newFlakyReceiver(t)
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(
+		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	client := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0b, 0x07, 0x41, 0x17}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
+	req, err := http.NewRequest("POST", base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+owner)
+	req.Header.Set("X-Request-Id", "trace-test-0001")
+	req.Header.Set("traceparent", sync.FormatTraceParent(client))
+	r = send(t, req)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	// A job run's span ends after its attempt's: wait for both runs too.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(spansNamed(exp, "bothy.webhook.attempt")) < 2 || len(rv.got()) < 2 || len(spansNamed(exp, "river.work/webhook_out.deliver")) < 2 {
+		require.True(t, time.Now().Before(deadline), "attempts: %d spans, %d requests", len(spansNamed(exp, "bothy.webhook.attempt")), len(rv.got()))
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+
+	// request -> write
+	https := spansNamed(exp, "POST /v1/spaces/{space}/events")
+	require.Len(t, https, 1)
+	httpSpan := https[0]
+	require.Equal(t, client.TraceID(), httpSpan.SpanContext.TraceID(), "the request continues the client's trace")
+	require.Equal(t, client.SpanID(), httpSpan.Parent.SpanID())
+	require.Equal(t, `["trace-test-0001"]`, attr(httpSpan, "http.request.header.x-request-id"))
+	require.Equal(t, "owner", attr(httpSpan, "user.id"))
+	writes := spansNamed(exp, "bothy.event_log.write")
+	require.Len(t, writes, 1)
+	write := writes[0]
+	require.Equal(t, httpSpan.SpanContext.SpanID(), write.Parent.SpanID(), "the write is the request's child")
+	require.Equal(t, client.TraceID(), write.SpanContext.TraceID())
+
+	// round (linked)
+	var linked bool
+	for _, rs := range spansNamed(exp, "bothy.round") {
+		for _, l := range rs.Links {
+			if l.SpanContext.TraceID() == write.SpanContext.TraceID() && l.SpanContext.SpanID() == write.SpanContext.SpanID() {
+				linked = linked || attr(rs, "bothy.consumer") == "webhooks"
+				require.NotEqual(t, client.TraceID(), rs.SpanContext.TraceID(), "a round is a trace of its own")
+			}
+		}
+	}
+	require.True(t, linked, "the webhooks round links to the write")
+
+	// job runs -> attempts
+	runs := map[trace.SpanID]tracetest.SpanStub{}
+	for _, w := range spansNamed(exp, "river.work/webhook_out.deliver") {
+		if w.SpanContext.TraceID() == client.TraceID() {
+			require.Equal(t, write.SpanContext.SpanID(), w.Parent.SpanID(), "a job run is the write's child")
+			runs[w.SpanContext.SpanID()] = w
+		}
+	}
+	require.GreaterOrEqual(t, len(runs), 2, "the first run and the retry's")
+	attempts := spansNamed(exp, "bothy.webhook.attempt")
+	require.Len(t, attempts, 2)
+	got := rv.got()
+	for i, a := range attempts {
+		require.Equal(t, client.TraceID(), a.SpanContext.TraceID())
+		_, ok := runs[a.Parent.SpanID()]
+		require.True(t, ok, "attempt %d is the child of a job run", i)
+		sc, ok := sync.ParseTraceParent(got[i])
+		require.True(t, ok, "receiver got traceparent %q", got[i])
+		require.Equal(t, client.TraceID(), sc.TraceID(), "the receiver's traceparent belongs to the producer's trace")
+		require.Equal(t, a.SpanContext.SpanID(), sc.SpanID(), "and names the attempt as its parent")
+	}
+	require.Equal(t, "500", attr(attempts[0], "http.response.status_code"))
+	require.Equal(t, "retry", attr(attempts[0], "bothy.webhook.result"))
+	require.Equal(t, "204", attr(attempts[1], "http.response.status_code"))
+	require.Equal(t, "delivered", attr(attempts[1], "bothy.webhook.result"))
+}

@@ -1,0 +1,65 @@
+package webhooks
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// EventSeq implements sync.EventArgs: a delivery job carries the trace
+// context of the lowest event its round added, so its runs join that
+// event's trace.
+func (a DeliverArgs) EventSeq() int64 { return a.Seq }
+
+var _ sync.EventArgs = DeliverArgs{}
+
+// startAttempt starts the span of one delivery attempt in the trace of the
+// event it sends (the producer's, stored with the event): as a child of the
+// job's span when the job runs in that trace, else as a child of the
+// producer's span with a link to the job's, since one job sends the events
+// of many producers. It traces with the provider of the job's span, so it
+// records exactly when River's work is traced; with tracing off it still
+// carries the event's trace context to the receiver.
+func startAttempt(ctx context.Context, c *claim) (context.Context, trace.Span) {
+	job := trace.SpanFromContext(ctx)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("bothy.webhook.subscription_id", c.subID.String()),
+		attribute.Int64("bothy.event.seq", c.seq),
+		attribute.String("bothy.event.id", c.eventID.String()),
+		attribute.String("http.request.method", http.MethodPost),
+	)}
+	if sc, ok := sync.ParseTraceParent(c.traceParent); ok && sc.TraceID() != job.SpanContext().TraceID() {
+		if job.SpanContext().IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: job.SpanContext()}))
+		}
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	return job.TracerProvider().Tracer("github.com/bothy/bothy/services/server/internal/webhooks").
+		Start(ctx, "bothy.webhook.attempt", opts...)
+}
+
+// traceRequest sets the W3C traceparent of ctx's span (the attempt's) on
+// the request, over any custom header of that name: the receiver's spans
+// join the event's trace.
+func traceRequest(ctx context.Context, req *http.Request) {
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+}
+
+// endAttempt ends an attempt's span with its outcome. The URL is not
+// recorded: URLs carry credentials.
+func endAttempt(span trace.Span, o *outcome) {
+	if o.statusCode != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", o.statusCode))
+	}
+	span.SetAttributes(attribute.String("bothy.webhook.result", resultName(o.kind)))
+	if o.kind != resultDelivered {
+		span.SetStatus(codes.Error, o.err)
+	}
+	span.End()
+}
