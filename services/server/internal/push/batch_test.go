@@ -67,6 +67,47 @@ func TestConsumer_Batches(t *testing.T) {
 		require.Len(t, all, 5)
 	})
 
+	t.Run("ARoundsEventsShareAJobPerPushService", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		other := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: b.vapid.Public})
+		t.Cleanup(other.Close)
+		b.member(t, "alice", "s1", authz.RightWrite)
+		for _, p := range []string{"bob", "carol", "dave"} {
+			b.member(t, p, "s1", authz.RightRead)
+		}
+		bob, _ := b.device(t, "bob", "bob-phone")
+		carol, _ := b.device(t, "carol", "carol-phone")
+		d, endpoint, err := other.AddDevice("dave-phone")
+		require.NoError(t, err)
+		var s push.Subscription
+		s.Endpoint, s.Keys.P256dh, s.Keys.Auth = endpoint, d.P256dh(), d.Auth()
+		dave, err := b.registry.Register(context.Background(), b.db.Pool, &push.RegisterParams{Principal: "dave", Subscription: s})
+		require.NoError(t, err)
+
+		e1, e2 := b.write(t, "s1", "alice"), b.write(t, "s1", "alice")
+		require.Equal(t, 2, b.round(t).Jobs, "one job per push service for the whole round")
+		var msgs [][]jobMessage
+		for _, j := range b.jobs(t) {
+			msgs = append(msgs, j.messages())
+		}
+		first, second := []jobMessage{
+			{Seq: e1.Seq, RegistrationID: bob.ID, Principal: "bob"}, {Seq: e1.Seq, RegistrationID: carol.ID, Principal: "carol"},
+			{Seq: e2.Seq, RegistrationID: bob.ID, Principal: "bob"}, {Seq: e2.Seq, RegistrationID: carol.ID, Principal: "carol"},
+		}, []jobMessage{
+			{Seq: e1.Seq, RegistrationID: dave.ID, Principal: "dave"}, {Seq: e2.Seq, RegistrationID: dave.ID, Principal: "dave"},
+		}
+		if bob.ID.String() > carol.ID.String() {
+			first[0], first[1], first[2], first[3] = first[1], first[0], first[3], first[2]
+		}
+		require.ElementsMatch(t, [][]jobMessage{first, second}, msgs)
+
+		b.start(t)
+		b.waitJobs(t, 2, "completed")
+		require.Len(t, b.rcv.Messages(), 4)
+		require.Len(t, other.Messages(), 2)
+	})
+
 	t.Run("DevicesOfAnotherPushServiceGetTheirOwnJob", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
@@ -198,6 +239,7 @@ func TestDeliver_RunAgainAfterABatchSendsNothing(t *testing.T) {
 		require.Equal(t, 1, b.rcv.Requests(d))
 	}
 
+	b.waitRecorded(t, 3)
 	b.runAgain(t, jobs[0].ID)
 	eventually(t, 10*time.Second, func() bool {
 		j := b.jobs(t)

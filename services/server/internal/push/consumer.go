@@ -24,15 +24,15 @@ const ConsumerName = "push"
 // webhooks' so a slow webhook target never delays a notification.
 const Queue = "push"
 
-// DeliverArgs is one push.deliver job: messages about one or more events
-// to a batch of devices that share a push service. It carries everything
+// DeliverArgs is one push.deliver job: messages about the events of one
+// round to a batch of devices that share a push service. It carries everything
 // the messages need, so delivery never reads the events again (an event may
 // have left the log by retention when a retry runs).
 //
 // Jobs made before batching carry one device in RegistrationID and
 // Principal and the event in the fields beside them; Work still runs them.
 type DeliverArgs struct {
-	// Events are the events of the batch, each with its devices.
+	// Events are the round's events for the batch, each with its devices.
 	Events []BatchEvent `json:"events,omitempty"`
 
 	// RegistrationID, Principal, Space, Seq, EventID, Type and CommittedAt
@@ -170,8 +170,10 @@ type ConsumerConfig struct {
 // Consumer is the sync.Consumer named "push": for each event, the devices
 // of every principal who may read the event's space, has not muted it, and
 // is not the event's actor receive a message. A round makes one
-// push.deliver job per event, push service origin and batch of up to
-// BatchSize devices.
+// push.deliver job per push service origin and batch of up to BatchSize
+// devices, which carries the round's events for those devices: a job per
+// event would cost River's job lifecycle per event where rounds are many
+// and small, and a round gets larger when the consumer falls behind.
 type Consumer struct {
 	cfg ConsumerConfig
 }
@@ -226,19 +228,15 @@ func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) (
 		return nil, fmt.Errorf("push receivers: %w", err)
 	}
 	defer rows.Close()
-	var (
-		jobs    []sync.Job
-		cur     *DeliverArgs // the job being filled
-		curOrd  int64
-		curOrig *string
-		n       int // devices in cur
-	)
-	flush := func() {
-		if cur != nil {
-			jobs = append(jobs, sync.Job{Args: *cur})
-			cur, n = nil, 0
-		}
+	// One job per push service and batch: a job carries the round's events,
+	// each with its devices at that push service, up to BatchSize devices.
+	type batch struct {
+		args    DeliverArgs
+		lastOrd int64
+		n       int
 	}
+	var batches []*batch
+	open := map[string]*batch{} // the batch being filled, by origin
 	for rows.Next() {
 		var ord int64
 		var origin *string
@@ -246,26 +244,31 @@ func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) (
 		if err := rows.Scan(&ord, &origin, &d.RegistrationID, &d.Principal); err != nil {
 			return nil, fmt.Errorf("push receivers: %w", err)
 		}
-		if cur == nil || ord != curOrd || !equalPtr(origin, curOrig) || n == c.cfg.BatchSize {
-			flush()
-			e := &events[ord-1]
-			cur = &DeliverArgs{Events: []BatchEvent{{Space: e.Space, Seq: e.Seq, EventID: e.ID, Type: e.Type, CommittedAt: e.CommittedAt}}}
-			curOrd, curOrig = ord, origin
+		key := ""
+		if origin != nil {
+			key = *origin
 		}
-		be := &cur.Events[len(cur.Events)-1]
+		b := open[key]
+		if b == nil || b.n == c.cfg.BatchSize {
+			b = &batch{}
+			open[key] = b
+			batches = append(batches, b)
+		}
+		if len(b.args.Events) == 0 || b.lastOrd != ord {
+			e := &events[ord-1]
+			b.args.Events = append(b.args.Events, BatchEvent{Space: e.Space, Seq: e.Seq, EventID: e.ID, Type: e.Type, CommittedAt: e.CommittedAt})
+			b.lastOrd = ord
+		}
+		be := &b.args.Events[len(b.args.Events)-1]
 		be.Devices = append(be.Devices, d)
-		n++
+		b.n++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("push receivers: %w", err)
 	}
-	flush()
-	return jobs, nil
-}
-
-func equalPtr(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
+	jobs := make([]sync.Job, len(batches))
+	for i, b := range batches {
+		jobs[i] = sync.Job{Args: b.args}
 	}
-	return *a == *b
+	return jobs, nil
 }

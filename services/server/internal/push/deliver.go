@@ -101,15 +101,15 @@ func (c *DeliverConfig) validate() error {
 // trip, sends with at most OriginConcurrency requests in flight per push
 // service origin, and holds no transaction while it talks to push services.
 //
-// Every message's final answer is recorded in push_sends right after it
-// arrives: a 2xx, or a refusal no retry can change. A job that runs again
-// (a retry for the batch's messages that got 429, 5xx or no answer, or a
-// rerun because its completion was lost or its process died) sends only
-// the messages without a record
+// Every message's final answer is recorded in push_sends within
+// milliseconds of its arrival (see sendLog): a 2xx, or a refusal no retry
+// can change. A job that runs again (a retry for the batch's messages that
+// got 429, 5xx or no answer, or a rerun because its completion was lost or
+// its process died) sends only the messages without a record
 // (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
-// TestDeliver_RunAgainAfterASendSendsNothing). Only a process that dies,
-// or loses the database, between a 2xx and its record (milliseconds)
-// leaves no record; the job then sends that message again. The second copy
+// TestDeliver_RunAgainAfterABatchSendsNothing). Only a process that dies,
+// or loses the database, between a 2xx and its record leaves no record;
+// the job then sends that message again. The second copy
 // carries the same Topic header (derived from the event ID), so a push
 // service that still holds the first one undelivered replaces it (RFC 8030
 // section 5.4), and the same payload; clients deduplicate by its event_id.
@@ -355,19 +355,26 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		}
 	}
 
+	// The job's answers reach push_sends through the send log. A job that
+	// will run again waits for them, so its retry finds them; one that
+	// completes does not: nothing runs it again unless its completion is
+	// lost, and then the records have had the same time to be written.
+	var recorded gosync.WaitGroup
 	if len(toSend) > 0 {
-		w.sendAll(ctx, msgs, targets, toSend, out)
+		w.sendAll(ctx, msgs, targets, toSend, out, &recorded)
 	}
-	return w.finish(ctx, job, msgs, targets, out)
+	err = w.finish(ctx, job, msgs, targets, out)
+	if err != nil {
+		recorded.Wait()
+	}
+	return err
 }
 
 // sendAll sends the messages toSend, at most OriginConcurrency at a time
-// per origin over the whole worker, records each final answer as it
-// arrives and fills out. Messages it could not start before ctx ended are
-// left for a retry.
-func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome) {
-	var recorded gosync.WaitGroup // this job's answers in the send log
-	defer recorded.Wait()
+// per origin over the whole worker, hands each final answer to the send
+// log as it arrives (recorded counts them until written) and fills out.
+// Messages it could not start before ctx ended are left for a retry.
+func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome, recorded *gosync.WaitGroup) {
 	// A request is started only if it can end before the job does: one
 	// cut off in flight may have been delivered without an answer, and
 	// its retry would send it twice.
@@ -391,7 +398,7 @@ func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []t
 		go func() {
 			defer wg.Done()
 			defer slot.release()
-			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], &recorded)
+			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], recorded)
 		}()
 	}
 	wg.Wait()
@@ -654,8 +661,8 @@ const recordLinger = 5 * time.Millisecond
 // job's context ends right after the answers, since the sends happened. A
 // failed insert is logged and counted: the jobs still go on, and only a run
 // of one of them again would send those messages a second time. Its writer
-// goroutine runs while answers wait and ends when none do; a job waits for
-// its own answers to be written before it returns.
+// goroutine runs while answers wait and ends when none do. A job that will
+// be retried waits for its own answers to be written (see Work).
 type sendLog struct {
 	w       *DeliverWorker
 	mu      gosync.Mutex
@@ -886,6 +893,9 @@ type originSlot struct {
 // acquire waits for a free slot of origin (limit slots in all), or until
 // ctx ends. wait, if set, is called when the slot is not free at once.
 func (s *originSlots) acquire(ctx context.Context, origin string, limit int, wait func()) (*originSlot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	o := s.m[origin]
 	if o == nil {
