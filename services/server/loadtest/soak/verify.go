@@ -608,7 +608,8 @@ func (s *subscription) expectedRows(events []int64, has map[int64]bool, head int
 // came in seq order and signed, and none after the owner's right was
 // revoked.
 func (s *subscription) checkArrivals() ([]string, *report, int) {
-	outOfOrder, afterRevoke, got2xx := s.scanArrivals()
+	sc := s.scanArrivals()
+	outOfOrder, afterRevoke, got2xx := sc.outOfOrder, sc.afterRevoke, sc.got2xx
 	counts := map[string]int{}
 	neverReceived, undelivered := 0, 0
 	for _, d := range s.rows {
@@ -621,6 +622,9 @@ func (s *subscription) checkArrivals() ([]string, *report, int) {
 			undelivered++
 		}
 		if late {
+			if afterRevoke == 0 && sc.firstAfterRevoke == "" {
+				sc.firstAfterRevoke = fmt.Sprintf("row of seq %d delivered, revoked at head %d", d.seq, s.revokedSeq)
+			}
 			afterRevoke++
 		}
 	}
@@ -633,10 +637,10 @@ func (s *subscription) checkArrivals() ([]string, *report, int) {
 		f.fail("webhooks %s: %d deliveries marked delivered that the receiver never accepted", name, neverReceived)
 	}
 	if outOfOrder > 0 {
-		f.fail("webhooks %s: %d requests arrived out of seq order", name, outOfOrder)
+		f.fail("webhooks %s: %d requests arrived out of seq order (first: %s)", name, outOfOrder, sc.firstOutOfOrder)
 	}
 	if afterRevoke > 0 {
-		f.fail("webhooks %s: %d deliveries after the owner's right was revoked", name, afterRevoke)
+		f.fail("webhooks %s: %d deliveries after the owner's right was revoked (first: %s)", name, afterRevoke, sc.firstAfterRevoke)
 	}
 	if s.badSig > 0 {
 		f.fail("webhooks %s: %d requests with a bad signature", name, s.badSig)
@@ -647,26 +651,45 @@ func (s *subscription) checkArrivals() ([]string, *report, int) {
 	return row, f, undelivered + neverReceived
 }
 
+// arrivalScan is what scanArrivals found in a subscription's requests.
+type arrivalScan struct {
+	outOfOrder, afterRevoke int
+	got2xx                  map[int64]bool // the seqs accepted with a 2xx
+	// firstOutOfOrder and firstAfterRevoke describe the first request of
+	// each kind, so that a failed run says which rule it broke.
+	firstOutOfOrder, firstAfterRevoke string
+}
+
 // scanArrivals counts the requests that came after one of a higher seq and
 // those that came after the owner's right was revoked (for a later event,
 // or started later than a sender's timeout after the revocation), and lists
 // the seqs accepted with a 2xx.
-func (s *subscription) scanArrivals() (outOfOrder, afterRevoke int, got2xx map[int64]bool) {
-	got2xx = map[int64]bool{}
+func (s *subscription) scanArrivals() arrivalScan {
+	sc := arrivalScan{got2xx: map[int64]bool{}}
 	var maxSeq int64
+	var maxAt time.Time
 	for _, a := range s.arrivals {
 		if a.seq < maxSeq {
-			outOfOrder++
+			if sc.outOfOrder == 0 {
+				sc.firstOutOfOrder = fmt.Sprintf("seq %d (answered %d) %.2fs after seq %d", a.seq, a.status, a.at.Sub(maxAt).Seconds(), maxSeq)
+			}
+			sc.outOfOrder++
 		}
-		maxSeq = max(maxSeq, a.seq)
+		if a.seq > maxSeq {
+			maxSeq, maxAt = a.seq, a.at
+		}
 		if a.status >= 200 && a.status < 300 {
-			got2xx[a.seq] = true
+			sc.got2xx[a.seq] = true
 		}
 		if s.revoked && (a.seq > s.revokedSeq || a.at.After(s.revokedAt.Add(whTimeout+2*time.Second))) {
-			afterRevoke++
+			if sc.afterRevoke == 0 {
+				sc.firstAfterRevoke = fmt.Sprintf("seq %d (answered %d) %.2fs after the revocation at head %d", a.seq, a.status,
+					a.at.Sub(s.revokedAt).Seconds(), s.revokedSeq)
+			}
+			sc.afterRevoke++
 		}
 	}
-	return outOfOrder, afterRevoke, got2xx
+	return sc
 }
 
 // judgeRow says whether a delivery row should have been delivered and was
