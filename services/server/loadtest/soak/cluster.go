@@ -90,6 +90,9 @@ func (h *harness) pgCrashPlanned() (bool, string) {
 	return true, ""
 }
 
+// freeze is a time the workers were stopped.
+type freeze struct{ from, to time.Time }
+
 // crashPG returns the fault that crashes the private cluster and starts it
 // again: pg_ctl -m immediate stop, so no checkpoint is written and WAL not
 // yet written out is lost, as in a crash of the server, and the start
@@ -107,6 +110,7 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 			kind, frozen = faultPGCrashQuiet, h.liveWorkers()
 		}
 		h.recordFault(kind)
+		frozeAt := time.Now()
 		for _, p := range frozen {
 			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
 		}
@@ -119,6 +123,11 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 					_ = p.cmd.Process.Signal(syscall.SIGCONT)
 				}
 				h.quiet.Store(false)
+				if len(frozen) > 0 {
+					h.faultLogMu.Lock()
+					h.freezes = append(h.freezes, freeze{from: frozeAt, to: time.Now()})
+					h.faultLogMu.Unlock()
+				}
 			}
 		}
 		defer thaw()

@@ -217,10 +217,13 @@ type harness struct {
 
 	// faultLog is every process or database fault with its moment, to
 	// attribute duplicate arrivals; takeovers what each SIGKILL left and
-	// when others took it over. measures waits for the takeover watchers.
+	// when others took it over; freezes when the workers were stopped
+	// (SIGSTOP) before a crash, which stretches a sender's time by as
+	// much. measures waits for the takeover watchers.
 	faultLogMu gosync.Mutex
 	faultLog   []faultEvent
 	takeovers  []takeover
+	freezes    []freeze
 	measures   gosync.WaitGroup
 }
 

@@ -428,8 +428,12 @@ type subscription struct {
 	revoked    bool    // its owner's right was revoked
 	revokedAt  time.Time
 	revokedSeq int64 // the head read after the revocation
-	arrivals   []arrival
-	badSig     int
+	// lateAfter is when a request started later than a sender's timeout
+	// after the revocation would arrive: the timeout and a margin, plus
+	// the time the workers were frozen meanwhile.
+	lateAfter time.Time
+	arrivals  []arrival
+	badSig    int
 }
 
 func (s *subscription) active() bool { return s.status == webhooks.StatusActive }
@@ -481,10 +485,37 @@ func (h *harness) subscriptions(ctx context.Context) ([]*subscription, error) {
 		s.resumes = slices.Clone(t.resumes)
 		s.revoked, s.revokedAt, s.revokedSeq = t.revoked, t.revokedAt, t.revokedSeq
 		t.mu.Unlock()
+		s.lateAfter = h.lateAfter(s.revokedAt)
 		s.arrivals, s.badSig = t.snapshot()
 		subs = append(subs, s)
 	}
 	return subs, nil
+}
+
+// lateAfter is when a request started later than a sender's timeout after
+// a revocation at revokedAt would arrive: a sender that checked the right
+// just before the revocation sends within its timeout (whTimeout, and a
+// margin), unless it was frozen meanwhile: every freeze that began before
+// that moment moves it by how long it lasted after the revocation.
+func (h *harness) lateAfter(revokedAt time.Time) time.Time {
+	h.faultLogMu.Lock()
+	freezes := slices.Clone(h.freezes)
+	h.faultLogMu.Unlock()
+	slices.SortFunc(freezes, func(a, b freeze) int { return a.from.Compare(b.from) })
+	late := revokedAt.Add(whTimeout + 2*time.Second)
+	for _, f := range freezes {
+		if f.to.After(revokedAt) && !f.from.After(late) {
+			late = late.Add(f.to.Sub(later(f.from, revokedAt)))
+		}
+	}
+	return late
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // subscriptionStatus reads every subscription's status.
@@ -681,10 +712,10 @@ func (s *subscription) scanArrivals() arrivalScan {
 		if a.status >= 200 && a.status < 300 {
 			sc.got2xx[a.seq] = true
 		}
-		if s.revoked && (a.seq > s.revokedSeq || a.at.After(s.revokedAt.Add(whTimeout+2*time.Second))) {
+		if s.revoked && (a.seq > s.revokedSeq || a.at.After(s.lateAfter)) {
 			if sc.afterRevoke == 0 {
-				sc.firstAfterRevoke = fmt.Sprintf("seq %d (answered %d) %.2fs after the revocation at head %d", a.seq, a.status,
-					a.at.Sub(s.revokedAt).Seconds(), s.revokedSeq)
+				sc.firstAfterRevoke = fmt.Sprintf("seq %d (answered %d) %.2fs after the revocation at head %d, late after %.2fs", a.seq, a.status,
+					a.at.Sub(s.revokedAt).Seconds(), s.revokedSeq, s.lateAfter.Sub(s.revokedAt).Seconds())
 			}
 			sc.afterRevoke++
 		}
