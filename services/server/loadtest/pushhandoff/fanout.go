@@ -166,9 +166,12 @@ const unfinishedJobsSQL = `
 SELECT count(*) FROM river_job
 WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled') AND queue = 'push'`
 
-// lastJobSQL is the newest job's id: the jobs made in between are the
-// difference of two readings.
-const lastJobSQL = `SELECT coalesce(max(id), 0) FROM river_job`
+// lastJobSQL is the newest job's id; pushJobsSinceSQL counts the push
+// jobs made after one, through the primary key.
+const (
+	lastJobSQL       = `SELECT coalesce(max(id), 0) FROM river_job`
+	pushJobsSinceSQL = `SELECT count(*) FROM river_job WHERE id > $1 AND queue = 'push'`
+)
 
 // fanoutOne writes one event, waits for all its messages and for the push
 // queue to drain, and measures the CPU spent meanwhile.
@@ -237,11 +240,11 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 			}
 		}
 	}
-	jobs1, err := h.queryInt(ctx, lastJobSQL)
+	jobs, err := h.queryInt(ctx, pushJobsSinceSQL, jobs0)
 	if err != nil {
 		return ev, err
 	}
-	ev.jobs = int(jobs1 - jobs0)
+	ev.jobs = int(jobs)
 
 	h.mu.Lock()
 	commit := h.commits[id]
@@ -259,11 +262,11 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 	return ev, nil
 }
 
-func (h *harness) queryInt(ctx context.Context, sql string) (int64, error) {
+func (h *harness) queryInt(ctx context.Context, sql string, args ...any) (int64, error) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var n int64
-	err := h.pool.QueryRow(qctx, sql).Scan(&n)
+	err := h.pool.QueryRow(qctx, sql, args...).Scan(&n)
 	return n, err
 }
 
