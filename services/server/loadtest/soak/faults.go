@@ -8,6 +8,8 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -440,6 +442,7 @@ SELECT (SELECT last_seq FROM event_seq),
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			h.logf("drain gave up after %s", h.opts.drainTimeout)
+			h.logStuck(ctx)
 			return false, time.Since(t0)
 		}
 		h.ensureWorkers(ctx)
@@ -448,4 +451,67 @@ SELECT (SELECT last_seq FROM event_seq),
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// logStuck logs what a drain that gave up was waiting for: each unfinished
+// delivery job (state, attempts, when it runs next, its last error) and
+// each active subscription with pending deliveries (its status, sender
+// claim and lowest pending delivery).
+func (h *harness) logStuck(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rows, err := h.pool.Query(ctx, `
+SELECT id, kind, state, attempt, max_attempts, scheduled_at - now(), coalesce(args->>'subscription_id', ''),
+       coalesce(errors[array_upper(errors, 1)]->>'error', '')
+FROM river_job WHERE kind IN ('push.deliver', 'webhook_out.deliver') AND state NOT IN ('completed', 'cancelled', 'discarded')
+ORDER BY id LIMIT 20`)
+	if err != nil {
+		h.logf("stuck jobs: %v", err)
+		return
+	}
+	var id int64
+	var kind, state, sub, lastErr string
+	var attempt, maxAttempts int
+	var in time.Duration
+	_, err = pgx.ForEachRow(rows, []any{&id, &kind, &state, &attempt, &maxAttempts, &in, &sub, &lastErr}, func() error {
+		h.logf("stuck job %d %s %s: attempt %d of %d, scheduled in %s, subscription %s, last error %q",
+			id, kind, state, attempt, maxAttempts, in.Round(time.Millisecond), h.targetName(sub), lastErr)
+		return nil
+	})
+	if err != nil {
+		h.logf("stuck jobs: %v", err)
+	}
+	rows, err = h.pool.Query(ctx, `
+SELECT s.id::text, s.status, coalesce(s.pump_job_id, 0), coalesce(s.pump_until - now(), '0'), coalesce(s.pump_owner, ''),
+       min(d.event_seq), count(*), coalesce(min(d.next_attempt_at) - now(), '0'), max(d.attempts)
+FROM webhook_subscriptions s JOIN webhook_deliveries d ON d.subscription_id = s.id AND d.status = 'pending'
+WHERE s.status = 'active' GROUP BY s.id`)
+	if err != nil {
+		h.logf("stuck subscriptions: %v", err)
+		return
+	}
+	var status, owner string
+	var pumpJob, head, pending int64
+	var until, next time.Duration
+	var attempts int
+	_, err = pgx.ForEachRow(rows, []any{&sub, &status, &pumpJob, &until, &owner, &head, &pending, &next, &attempts}, func() error {
+		h.logf("stuck subscription %s (%s): %d pending from seq %d, next attempt in %s, most attempts %d; sender job %d of %q until %s from now",
+			h.targetName(sub), status, pending, head, next.Round(time.Millisecond), attempts, pumpJob, owner, until.Round(time.Millisecond))
+		return nil
+	})
+	if err != nil {
+		h.logf("stuck subscriptions: %v", err)
+	}
+}
+
+// targetName names a subscription by its target, or by its id.
+func (h *harness) targetName(id string) string {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	for _, t := range h.targets {
+		if t.id.String() == id {
+			return t.name
+		}
+	}
+	return id
 }
