@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +17,11 @@ import (
 
 // maxEventsPerRequest bounds one append.
 const maxEventsPerRequest = 100
+
+// reservedTypePrefix begins the types of the events bothy appends itself
+// (webhooks.OperationalPrefix and any later ones); clients may not append
+// them.
+const reservedTypePrefix = "bothy."
 
 type appendEventsRequest struct {
 	Events []newEventJSON `json:"events"`
@@ -81,6 +87,10 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 		}
 		if err := ne.Normalize(now); err != nil {
 			return eventError(i, err)
+		}
+		if strings.HasPrefix(ne.Type, reservedTypePrefix) {
+			return errorf(http.StatusUnprocessableEntity, kindInvalid, "events[%d].type: %q: types beginning %s are the server's own "+
+				"(operational events such as bothy.webhook.disabled), so receivers can trust them", i, ne.Type, reservedTypePrefix)
 		}
 		news[i] = ne
 	}

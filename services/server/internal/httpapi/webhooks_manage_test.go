@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -249,4 +250,50 @@ func TestAPI_WebhookTest(t *testing.T) {
 		b.do(t, "POST", "/v1/webhooks/0199c0de-0000-7000-8000-000000000000/test", owner, "").problem(t, http.StatusNotFound)
 		require.Len(t, rv.requests(), n, "no request was sent for them")
 	})
+}
+
+// TestAPI_OperationalEvents runs the server as "bothy server" builds it: a
+// receiver answers 410, its subscription is disabled, and another
+// subscription on the space receives bothy.webhook.disabled about it,
+// appended to the log through the webhooks module's notice worker.
+// Clients cannot append such events themselves.
+func TestAPI_OperationalEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	gone := newHeaderReceiver(t)
+	gone.set(func(rv *headerReceiver) { rv.status = http.StatusGone })
+	watcher := newHeaderReceiver(t)
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, gone.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	goneID := r.json(t)["id"].(string)
+	r = b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["bothy.webhook.*"]}`, watcher.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	watcher.set(func(rv *headerReceiver) { rv.secret = r.json(t)["secret"].(string) })
+
+	require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
+	got := watcher.waitFor(t, 1)[0]
+	require.NoError(t, got.verified)
+	var env struct {
+		Type  string `json:"type"`
+		Space string `json:"space"`
+		Actor string `json:"actor"`
+		Data  struct {
+			SubscriptionID string `json:"subscription_id"`
+			Cause          string `json:"cause"`
+			Seq            int64  `json:"seq"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(got.body, &env))
+	require.Equal(t, "bothy.webhook.disabled", env.Type)
+	require.Equal(t, "s1", env.Space)
+	require.Equal(t, "bothy", env.Actor)
+	require.Equal(t, goneID, env.Data.SubscriptionID)
+	require.Equal(t, "gone", env.Data.Cause)
+	require.Equal(t, "disabled", b.do(t, "GET", "/v1/webhooks/"+goneID, owner, "").json(t)["status"])
+
+	d := b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"bothy.webhook.disabled","data":{"subscription_id":"`+goneID+`"}}]}`).
+		problem(t, http.StatusUnprocessableEntity)
+	require.Contains(t, d, "events[0].type")
+	require.Contains(t, d, "bothy.")
 }

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -53,14 +54,17 @@ cand AS (
 // statement (matchSQL). The unique key (subscription_id, event_seq) makes a
 // replayed batch insert nothing. In the same snapshot it marks every
 // disabled subscription not yet marked with the batch's lowest seq ($5):
-// the events its backlog starts with (migration 0054). It returns, per
-// subscription, the lowest new seq.
+// the events its backlog starts with (migration 0054). An operational event
+// ($6, with the subscription it is about in $7) is not delivered to the
+// subscription it is about. It returns, per subscription, the lowest new
+// seq.
 const handleSQL = `
 WITH ` + matchSQL + `, ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
     SELECT s.id, hit.seq, hit.id
     FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
     WHERE (s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq -- probing: its backlog keeps growing
+      AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
 ), mark AS (
@@ -72,7 +76,8 @@ SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER B
 // Handle implements sync.Consumer.
 func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
 	seqs, ids, spaces, patterns := matchArgs(events)
-	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns, events[0].Seq)
+	opIDs, about := aboutSubscriptions(events)
+	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns, events[0].Seq, opIDs, about)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
@@ -81,6 +86,22 @@ func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]
 		err := row.Scan(&a.SubscriptionID, &a.Seq)
 		return sync.Job{Args: a}, err
 	})
+}
+
+// aboutSubscriptions returns the operational events among events and the
+// subscription each is about.
+func aboutSubscriptions(events []sync.Event) (ids, about []uuid.UUID) {
+	ids, about = []uuid.UUID{}, []uuid.UUID{}
+	for i := range events {
+		if !isOperational(events[i].Type) {
+			continue
+		}
+		var d NoticeData
+		if json.Unmarshal(events[i].Data, &d) == nil && d.SubscriptionID != uuid.Nil {
+			ids, about = append(ids, events[i].ID), append(about, d.SubscriptionID)
+		}
+	}
+	return ids, about
 }
 
 // matchArgs returns matchSQL's arguments for events: one row per event and
@@ -122,13 +143,27 @@ func candidates(typ string) []string {
 // missed one, and is disabled with cause gap.
 func (*Consumer) HandleLost(ctx context.Context, tx pgx.Tx, consumer string, lost sync.SeqRange) error {
 	detail := fmt.Sprintf("events %s were removed by retention before the webhooks consumer read them", lost)
-	_, err := tx.Exec(ctx, `
+	rows, err := tx.Query(ctx, `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = 'gap', disabled_detail = $2, disabled_at = now(), updated_at = now(),
     pump_job_id = NULL, pump_until = NULL
-WHERE (status = 'active' OR probing) AND resume_after_seq < $1`, lost.To, detail)
+WHERE (status = 'active' OR probing) AND resume_after_seq < $1
+RETURNING id, space`, lost.To, detail)
 	if err != nil {
 		return fmt.Errorf("webhooks: disable subscriptions after lost %s: %w", lost, err)
 	}
-	return nil
+	// Each disabled subscription's space learns of it (bothy.webhook.gap),
+	// through notice jobs that commit with the round.
+	notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NoticeArgs, error) {
+		var id uuid.UUID
+		var space string
+		if err := row.Scan(&id, &space); err != nil {
+			return NoticeArgs{}, err
+		}
+		return newNotice(TypeGap, space, id, CauseGap, detail, lost.From)
+	})
+	if err != nil {
+		return fmt.Errorf("webhooks: disable subscriptions after lost %s: %w", lost, err)
+	}
+	return insertNotices(ctx, tx, notices)
 }

@@ -181,6 +181,9 @@ type claim struct {
 	// headers are the subscription's custom headers.
 	headers map[string]string
 	body    []byte
+	// operational: the event is an operational event (bothy.webhook.*),
+	// whose attempts do not move the subscription's failing state.
+	operational bool
 
 	// pol and sched are the subscription's policy and retry schedule.
 	pol   Policy
@@ -568,8 +571,12 @@ func (t *stepTx) judge(ctx context.Context, s *subRow, h *head) (*sync.Event, ve
 		if _, err := t.tx.Exec(ctx, deadSQL, t.subID, h.seq, detail); err != nil {
 			return nil, 0, fmt.Errorf("deliver %s: gap at %d: %w", t.subID, h.seq, err)
 		}
-		if _, err := t.tx.Exec(ctx, disableSQL, t.subID, CauseGap, detail); err != nil {
+		ct, err := t.tx.Exec(ctx, disableSQL, t.subID, CauseGap, detail)
+		if err != nil {
 			return nil, 0, fmt.Errorf("deliver %s: disable for gap: %w", t.subID, err)
+		}
+		if err := noteChange(ctx, t.tx, ct, TypeGap, t.subID, CauseGap, detail, h.seq); err != nil {
+			return nil, 0, err
 		}
 		t.results = append(t.results, "gap")
 		t.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
@@ -610,7 +617,7 @@ func (t *stepTx) claim(ctx context.Context, s *subRow, h *head, ev *sync.Event) 
 			return next{}, fmt.Errorf("deliver %s: throttle: %w", t.subID, err)
 		}
 	}
-	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
+	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, operational: isOperational(ev.Type), url: s.url, secret: s.secret,
 		previousSecret: s.prevSecret, headers: headers, body: body,
 		pol: s.pol, sched: t.d.schedule(&s.pol), probe: s.status != StatusActive, traceParent: ev.TraceParent}}, nil
 }
@@ -700,6 +707,9 @@ func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome) (string, 
 		if _, err := tx.Exec(ctx, deliveredSQL, c.subID, c.seq, code, o.duration.Seconds(), o.excerpt); err != nil {
 			return "", nil, fmt.Errorf("deliver %s: mark %d delivered: %w", c.subID, c.seq, err)
 		}
+		if err := noteDelivered(ctx, tx, c.subID, []*outcome{o}); err != nil {
+			return "", nil, err
+		}
 		if c.probe {
 			if _, err := tx.Exec(ctx, probeRecoveredSQL, c.subID); err != nil {
 				return "", nil, fmt.Errorf("deliver %s: recover: %w", c.subID, err)
@@ -720,7 +730,11 @@ func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome) (string, 
 		if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
 			return "", nil, err
 		}
-		if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseGone, msg); err != nil {
+		ct, err := tx.Exec(ctx, disableSQL, c.subID, CauseGone, msg)
+		if err != nil {
+			return "", nil, err
+		}
+		if err := noteChange(ctx, tx, ct, TypeDisabled, c.subID, CauseGone, msg, c.seq); err != nil {
 			return "", nil, err
 		}
 		return "gone", nil, nil
@@ -742,6 +756,11 @@ func (d *Deliverer) recordFailure(ctx context.Context, tx pgx.Tx, o *outcome) (s
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("deliver %s: mark %d for retry: %w", c.subID, c.seq, err)
+	}
+	if !c.probe { // a probe's subscription is disabled, and was failing already
+		if err := noteFailed(ctx, tx, c, o.err); err != nil {
+			return "", nil, err
+		}
 	}
 	var wait time.Duration
 	switch {
@@ -788,8 +807,12 @@ func (d *Deliverer) budgetSpent(ctx context.Context, tx pgx.Tx, o *outcome, atte
 	}
 	if c.pol.AutoRecover {
 		wait := probeWait(c.sched, 0, o.retryAfter)
-		if _, err := tx.Exec(ctx, probeSQL, c.subID, msg+"; probing with this delivery (auto_recover)"); err != nil {
+		ct, err := tx.Exec(ctx, probeSQL, c.subID, msg+"; probing with this delivery (auto_recover)")
+		if err != nil {
 			return "", nil, fmt.Errorf("deliver %s: disable and probe: %w", c.subID, err)
+		}
+		if err := noteChange(ctx, tx, ct, TypeDisabled, c.subID, CauseFailing, msg, c.seq); err != nil {
+			return "", nil, err
 		}
 		if _, err := tx.Exec(ctx, nextAttemptSQL, c.subID, c.seq, now.Add(wait)); err != nil {
 			return "", nil, fmt.Errorf("deliver %s: schedule probe %d: %w", c.subID, c.seq, err)
@@ -800,7 +823,11 @@ func (d *Deliverer) budgetSpent(ctx context.Context, tx pgx.Tx, o *outcome, atte
 	if _, err := tx.Exec(ctx, deadSQL, c.subID, c.seq, msg); err != nil {
 		return "", nil, err
 	}
-	if _, err := tx.Exec(ctx, disableSQL, c.subID, CauseFailing, msg); err != nil {
+	ct, err := tx.Exec(ctx, disableSQL, c.subID, CauseFailing, msg)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := noteChange(ctx, tx, ct, TypeDisabled, c.subID, CauseFailing, msg, c.seq); err != nil {
 		return "", nil, err
 	}
 	log.WarnContext(ctx, "webhook subscription disabled: failing")

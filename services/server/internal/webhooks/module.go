@@ -24,11 +24,13 @@ type ModuleConfig struct {
 }
 
 // Module plugs outgoing webhooks into the server: the webhooks consumer in
-// the worker role, the webhook_out.deliver worker on queue "webhooks", and
-// the hourly pruning of finished delivery records.
+// the worker role, the webhook_out.deliver worker on queue "webhooks", the
+// webhook_out.notice worker that appends operational events to the log,
+// and the hourly pruning of finished delivery records.
 type Module struct {
 	consumer  *Consumer
 	deliverer *Deliverer
+	notices   *NoticeWorker
 	pruner    *pruneWorker
 }
 
@@ -43,7 +45,8 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		return &Module{consumer: NewConsumer(), deliverer: del, pruner: &pruneWorker{db: d.Pool, keep: cfg.KeepFinished}}, nil
+		return &Module{consumer: NewConsumer(), deliverer: del, notices: NewNoticeWorker(d.Events),
+			pruner: &pruneWorker{db: d.Pool, keep: cfg.KeepFinished}}, nil
 	}
 }
 
@@ -53,6 +56,7 @@ func (m *Module) Consumers() []sync.Consumer { return []sync.Consumer{m.consumer
 // RegisterWorkers implements module.Module.
 func (m *Module) RegisterWorkers(w *river.Workers) []string {
 	river.AddWorker(w, m.deliverer)
+	river.AddWorker(w, m.notices)
 	river.AddWorker(w, m.pruner)
 	return []string{Queue}
 }

@@ -216,7 +216,7 @@ func (t *stepTx) claimDelivery(ctx context.Context, s *subRow, h *head, ev *sync
 		return next{}, fmt.Errorf("deliver %s: claim %d: %w", t.subID, h.seq, err)
 	}
 	job := t.me.jobID
-	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, url: s.url, secret: s.secret,
+	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, operational: isOperational(ev.Type), url: s.url, secret: s.secret,
 		previousSecret: s.prevSecret, headers: headers, body: body, pol: s.pol, sched: t.d.schedule(&s.pol), claimJob: &job}}, nil
 }
 

@@ -1,0 +1,10 @@
+package webhooks
+
+import "github.com/riverqueue/river"
+
+// SetNoticeAfterAppend makes w run f after each successful append, as if
+// the job failed (or its process died) between the append and its
+// completion.
+func SetNoticeAfterAppend(w *NoticeWorker, f func(job *river.Job[NoticeArgs]) error) {
+	w.afterAppend = f
+}
