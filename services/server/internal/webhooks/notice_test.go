@@ -103,7 +103,8 @@ func (b *bundle) noticeJobs(t testing.TB) []*rivertype.JobRow {
 	return res.Jobs
 }
 
-// settle runs rounds until everything the log holds is delivered or dead,
+// settle runs rounds until everything the log holds for subscriptions that
+// send is delivered or dead,
 // every notice job has completed and a round finds nothing new, and
 // returns the operational events then in the log. It fails if that does
 // not happen within d.
@@ -114,7 +115,8 @@ func (b *bundle) settle(t testing.TB, d time.Duration) []sync.Event {
 	eventually(t, d, func() bool {
 		res := b.round(t)
 		var pending int
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&pending))
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+			WHERE d.status = 'pending' AND (s.status = 'active' OR s.probing)`).Scan(&pending))
 		done := res.Events == 0 && pending == 0
 		for _, j := range b.noticeJobs(t) {
 			done = done && j.State == rivertype.JobStateCompleted
@@ -297,4 +299,81 @@ func TestNotice_GapFromTheRound(t *testing.T) {
 	require.Contains(t, d.Detail, "removed by retention")
 	require.Equal(t, []int64{bySub[s1.ID].Seq}, seqsOf(rv.requests()), "the subscription created after the gap gets the notice about s1")
 	require.Equal(t, webhooks.StatusActive, b.sub(t, later.ID).Status)
+}
+
+// TestNotice_GapAtTheHead: retention removed the event of a subscription's
+// pending head; the sender disables it with cause gap and, in the same
+// transaction, inserts bothy.webhook.gap.
+func TestNotice_GapAtTheHead(t *testing.T) {
+	t.Parallel()
+	b := setupNotices(t, nil)
+	ctx := context.Background()
+	rv := newReceiver(t, nil)
+	watcher := newReceiver(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*"}})
+	b.subscribe(t, &webhooks.CreateParams{URL: watcher.url(), EventTypes: []string{"bothy.webhook.*"}})
+	evs := b.emit(t, "s1", 2)
+	b.round(t)
+	_, err := b.db.Pool.Exec(ctx, `DELETE FROM event_log WHERE seq = $1`, evs[0].Seq)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE event_log_retention SET low_seq = $1`, evs[1].Seq)
+	require.NoError(t, err)
+	b.start(t)
+	ops := b.settle(t, 20*time.Second)
+
+	require.Len(t, ops, 1, "%v", ops)
+	require.Equal(t, webhooks.TypeGap, ops[0].Type)
+	d := noticeData(t, ops[0].Data)
+	require.Equal(t, s.ID, d.SubscriptionID)
+	require.Equal(t, webhooks.CauseGap, d.Cause)
+	require.Equal(t, evs[0].Seq, d.Seq)
+	require.Equal(t, []int64{ops[0].Seq}, seqsOf(watcher.requests()))
+	require.Zero(t, rv.count())
+}
+
+// TestNotice_AutoRecoverProbes: with auto_recover a spent budget disables
+// the subscription (bothy.webhook.disabled, cause failing) and probes it;
+// the probe that is answered makes it active again
+// (bothy.webhook.recovered). Probes that fail change nothing more.
+func TestNotice_AutoRecoverProbes(t *testing.T) {
+	t.Parallel()
+	b := setupNotices(t, nil)
+	var mu gosync.Mutex
+	healthy := false
+	rv := newReceiver(t, func(request, int) (int, map[string]string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if healthy {
+			return http.StatusOK, nil
+		}
+		return http.StatusServiceUnavailable, nil
+	})
+	watcher := newReceiver(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*"},
+		Policy: quickSchedule(&webhooks.PolicyParams{AutoRecover: new(true)}, time.Second)})
+	b.subscribe(t, &webhooks.CreateParams{URL: watcher.url(), EventTypes: []string{"bothy.webhook.*"}})
+	b.emit(t, "s1", 1)
+	b.start(t)
+	b.round(t)
+	eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "disabled as failing and probing")
+	probes := rv.count()
+	eventually(t, 20*time.Second, func() bool { return rv.count() > probes+1 }, "probed twice more")
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	eventually(t, 30*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusActive }, "active again")
+	ops := b.settle(t, 20*time.Second)
+
+	types := map[string]int{}
+	for _, e := range ops {
+		require.Equal(t, s.ID, noticeData(t, e.Data).SubscriptionID)
+		types[e.Type]++
+	}
+	require.Equal(t, map[string]int{webhooks.TypeFailing: 1, webhooks.TypeDisabled: 1, webhooks.TypeRecovered: 1}, types)
+	for _, e := range ops {
+		if e.Type == webhooks.TypeDisabled {
+			require.Equal(t, webhooks.CauseFailing, noticeData(t, e.Data).Cause)
+		}
+	}
+	require.Len(t, watcher.requests(), 3)
 }
