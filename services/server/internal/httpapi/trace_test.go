@@ -86,7 +86,7 @@ func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanSt
 func attr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
