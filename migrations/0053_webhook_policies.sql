@@ -21,10 +21,14 @@
 -- throttle_next_at is when the subscription's next request may start; it is written with the sender's claim in
 -- the same statement on the subscription row (fillfactor 50), and no index covers it.
 --
+-- keeper_wake_at: when the job that comes back for an unordered subscription's retries wakes. That job snoozes
+-- without holding the pump claim, so the jobs of new deliveries send them at once; a pump that ends with retries
+-- not yet due snoozes too only if no keeper wakes before them.
+--
 -- webhook_deliveries.claim_job_id, claim_owner, claim_until: the one sender of a delivery of an unordered
 -- subscription, claimed like the subscription's pump claim (migration 0051) but per delivery, and cleared when
--- its outcome is recorded. The partial index holds only claimed pending rows, so counting a subscription's
--- sends in flight reads at most max_in_flight entries. webhook_deliveries_due orders pending deliveries by when
+-- its outcome is recorded. The partial index holds only claimed pending rows (a subscription's sends in flight
+-- and queued), which an ordered sender checks before it sends after a change of policy. webhook_deliveries_due orders pending deliveries by when
 -- they are due (a retry's next attempt, otherwise creation), so an unordered sender finds the next due one
 -- without walking the deliveries that wait for a retry. Columns are nullable without defaults and the checks
 -- hold for every existing row, so nothing is rewritten.
@@ -38,6 +42,7 @@ ALTER TABLE webhook_subscriptions
     ADD COLUMN retry_max_ms bigint CHECK (retry_max_ms > 0),
     ADD COLUMN retry_budget_ms bigint CHECK (retry_budget_ms > 0),
     ADD COLUMN throttle_next_at timestamptz,
+    ADD COLUMN keeper_wake_at timestamptz,
     ADD CONSTRAINT webhook_subscriptions_in_flight_unordered CHECK ((policy = 'unordered') = (max_in_flight IS NOT NULL)),
     ADD CONSTRAINT webhook_subscriptions_probing_failing CHECK (NOT probing OR (status = 'disabled' AND disabled_cause = 'failing'));
 

@@ -231,12 +231,22 @@ type next struct {
 	// stop: claim no more (unordered); the subscription is disabled,
 	// deleted or no longer unordered.
 	stop bool
+	// sends are the claims of an unordered step; more: it made progress
+	// without a send (refusals), so claim again at once.
+	sends []*claim
+	more  bool
+	// maxInFlight is the unordered subscription's, for the pump's
+	// senders.
+	maxInFlight int
 }
 
 // Work implements river.Worker.
 func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	start := time.Now()
 	me := sender{jobID: job.ID, owner: liveness.OwnerOf(job.AttemptedBy)}
+	if busy, err := d.busyElsewhere(ctx, me, job.Args.SubscriptionID); err != nil || busy {
+		return err
+	}
 	var prev *outcome
 	for {
 		n, err := d.step(ctx, me, job.Args.SubscriptionID, prev, time.Since(start) < d.cfg.Slice)
@@ -286,6 +296,9 @@ type subRow struct {
 	// claimsLive: a delivery has a live claim of its own, an unordered
 	// send from before the policy changed.
 	claimsLive bool
+	// keeperWake is when the job that comes back for an unordered
+	// subscription's retries wakes (keeper_wake_at).
+	keeperWake *time.Time
 }
 
 // throttleWait is how long the next request must wait for the throttle.
@@ -340,7 +353,8 @@ SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN c
             ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
        END,
        now(), pump_until, ` + policyColumns + `, probing, throttle_next_at,
-       EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.claim_until > now())
+       EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.claim_until > now()),
+       keeper_wake_at
 FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
 
 // throttleSQL moves the throttle's next slot.
@@ -385,6 +399,9 @@ type stepTx struct {
 	me      sender
 	subID   uuid.UUID
 	results []string
+	// decisions caches authz decisions by space and event type: one
+	// transaction sees one snapshot of rights.
+	decisions map[[2]string]authz.Decision
 }
 
 // step runs one short transaction: record prev's outcome, then decide what
@@ -479,7 +496,7 @@ func (t *stepTx) lockAndRecord(ctx context.Context, prev *outcome) (*subRow, *ti
 	ps := scanPolicy(&s.pol)
 	err := t.tx.QueryRow(ctx, lockSubSQL, t.subID, t.me.jobID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(append(append(
 		[]any{&s.owner, &s.space, &s.url, &s.secret, &s.prevSecret, &s.tokenID, &s.status, &s.pumpJobID, &s.pumpLive, &s.now, &s.pumpUntil},
-		ps.dest()...), &s.probing, &s.throttleNext, &s.claimsLive)...)
+		ps.dest()...), &s.probing, &s.throttleNext, &s.claimsLive, &s.keeperWake)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
@@ -566,40 +583,55 @@ func (t *stepTx) judge(ctx context.Context, s *subRow, h *head) (*sync.Event, ve
 	if err != nil {
 		return nil, 0, fmt.Errorf("deliver %s: read event %d: %w", t.subID, h.seq, err)
 	}
+	v, err := t.judgeEvent(ctx, s, h, ev)
+	return ev, v, err
+}
+
+// judgeEvent is judge with the head's event read (nil: retention removed
+// it).
+func (t *stepTx) judgeEvent(ctx context.Context, s *subRow, h *head, ev *sync.Event) (verdict, error) {
 	if ev == nil {
 		detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", h.seq)
 		if _, err := t.tx.Exec(ctx, deadSQL, t.subID, h.seq, detail); err != nil {
-			return nil, 0, fmt.Errorf("deliver %s: gap at %d: %w", t.subID, h.seq, err)
+			return 0, fmt.Errorf("deliver %s: gap at %d: %w", t.subID, h.seq, err)
 		}
 		ct, err := t.tx.Exec(ctx, disableSQL, t.subID, CauseGap, detail)
 		if err != nil {
-			return nil, 0, fmt.Errorf("deliver %s: disable for gap: %w", t.subID, err)
+			return 0, fmt.Errorf("deliver %s: disable for gap: %w", t.subID, err)
 		}
 		if err := noteChange(ctx, t.tx, ct, TypeGap, t.subID, CauseGap, detail, h.seq); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		t.results = append(t.results, "gap")
 		t.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
 			slog.String("subscription", t.subID.String()), slog.Int64("seq", h.seq))
-		return nil, verdictGap, nil
+		return verdictGap, nil
 	}
-	dec, err := authz.Allowed(ctx, t.tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
-		Token: s.tokenID, Space: ev.Space, EventType: ev.Type})
-	if err != nil {
-		return nil, 0, fmt.Errorf("deliver %s: authz: %w", t.subID, err)
+	key := [2]string{ev.Space, ev.Type}
+	dec, ok := t.decisions[key]
+	if !ok {
+		var err error
+		if dec, err = authz.Allowed(ctx, t.tx, &authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner,
+			Token: s.tokenID, Space: ev.Space, EventType: ev.Type}); err != nil {
+			return 0, fmt.Errorf("deliver %s: authz: %w", t.subID, err)
+		}
+		if t.decisions == nil {
+			t.decisions = map[[2]string]authz.Decision{}
+		}
+		t.decisions[key] = dec
 	}
 	if !dec.Allowed {
 		msg := "not allowed: " + dec.Reason
 		if _, err := t.tx.Exec(ctx, attemptSQL, t.subID, h.seq, nil, 0.0, msg, ""); err != nil {
-			return nil, 0, fmt.Errorf("deliver %s: record refusal of %d: %w", t.subID, h.seq, err)
+			return 0, fmt.Errorf("deliver %s: record refusal of %d: %w", t.subID, h.seq, err)
 		}
 		if _, err := t.tx.Exec(ctx, deadSQL, t.subID, h.seq, msg); err != nil {
-			return nil, 0, fmt.Errorf("deliver %s: refuse %d: %w", t.subID, h.seq, err)
+			return 0, fmt.Errorf("deliver %s: refuse %d: %w", t.subID, h.seq, err)
 		}
 		t.results = append(t.results, "dead")
-		return nil, verdictRefused, nil
+		return verdictRefused, nil
 	}
-	return ev, verdictSend, nil
+	return verdictSend, nil
 }
 
 // claim makes the job the sender of the head and returns the send.
@@ -658,19 +690,40 @@ func resultName(k resultKind) string {
 	return "retry"
 }
 
-// deliveredSQL records a 2xx once: the attempt, the delivery (and its own
-// claim) finished, and the subscription's highest delivered seq.
+// deliveredSQL records 2xx answers of subscription $1 once: their attempts,
+// their deliveries (and own claims) finished, and the highest delivered
+// seq.
 const deliveredSQL = `
-WITH a AS (
+WITH o AS (
+    SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[]) AS o(seq, code, secs, excerpt)
+), a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, response_excerpt)
-    VALUES ($1, $2, $3, $4, NULLIF($5, ''))
+    SELECT $1, seq, code, secs, NULLIF(excerpt, '') FROM o
 ), d AS (
-    UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL, next_attempt_at = NULL,
-        claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
-    WHERE subscription_id = $1 AND event_seq = $2 AND status = 'pending' RETURNING event_seq
+    UPDATE webhook_deliveries w SET status = 'delivered', attempts = attempts + 1, finished_at = now(), last_error = NULL,
+        next_attempt_at = NULL, claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+    FROM o WHERE w.subscription_id = $1 AND w.event_seq = o.seq AND w.status = 'pending'
+    RETURNING w.event_seq
 )
-UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, $2)
+UPDATE webhook_subscriptions SET last_delivered_seq = greatest(last_delivered_seq, (SELECT max(event_seq) FROM d))
 WHERE id = $1 AND EXISTS (SELECT 1 FROM d)`
+
+// recordDelivered records 2xx answers of one subscription in one
+// statement.
+func recordDelivered(ctx context.Context, tx pgx.Tx, subID uuid.UUID, outs []*outcome) error {
+	if len(outs) == 0 {
+		return nil
+	}
+	seqs, codes := make([]int64, len(outs)), make([]int32, len(outs))
+	secs, excerpts := make([]float64, len(outs)), make([]string, len(outs))
+	for i, o := range outs {
+		seqs[i], codes[i], secs[i], excerpts[i] = o.claim.seq, int32(o.statusCode), o.duration.Seconds(), o.excerpt
+	}
+	if _, err := tx.Exec(ctx, deliveredSQL, subID, seqs, codes, secs, excerpts); err != nil {
+		return fmt.Errorf("deliver %s: mark %v delivered: %w", subID, seqs, err)
+	}
+	return noteDelivered(ctx, tx, subID, outs)
+}
 
 // failedSQL counts a failed attempt and ends the delivery's own claim. With
 // $4 set (unordered) it changes nothing unless the claim is still that
@@ -704,10 +757,7 @@ func (d *Deliverer) record(ctx context.Context, tx pgx.Tx, o *outcome) (string, 
 		code = &o.statusCode
 	}
 	if o.kind == resultDelivered {
-		if _, err := tx.Exec(ctx, deliveredSQL, c.subID, c.seq, code, o.duration.Seconds(), o.excerpt); err != nil {
-			return "", nil, fmt.Errorf("deliver %s: mark %d delivered: %w", c.subID, c.seq, err)
-		}
-		if err := noteDelivered(ctx, tx, c.subID, []*outcome{o}); err != nil {
+		if err := recordDelivered(ctx, tx, c.subID, []*outcome{o}); err != nil {
 			return "", nil, err
 		}
 		if c.probe {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	gosync "sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,25 +17,30 @@ import (
 )
 
 // The unordered policy sends up to max_in_flight deliveries of a
-// subscription at once, from any number of jobs and processes. Its unit of
-// exclusion is the delivery, not the subscription: a sender claims one
-// delivery (claim_job_id, claim_owner, claim_until, like the subscription's
-// pump claim) in a short transaction that holds the subscription's row
-// lock, so claims of one subscription are counted and taken one after the
-// other and max_in_flight holds over every job
-// (TestUnordered_RespectsMaxInFlight). A claim is live until claim_until
-// unless its process's liveness lock is free; a dead process's deliveries
-// are taken over at once. Each outcome is recorded once: a 2xx only moves a
-// pending delivery, and a failure only ends its claim if that is still the
-// recording job's (TestUnordered_CompetingJobsSendEachDeliveryOnce). A
-// delivery is sent twice only when its sender dies (or its process is
+// subscription at once. One job at a time is the subscription's pump, as
+// for the ordered policies (pump_job_id, pump_until, pump_owner, taken over
+// when the pump's process is gone); other jobs of the subscription end at
+// once. The pump runs max_in_flight sender goroutines, which alone bounds
+// the requests in flight (TestUnordered_RespectsMaxInFlight), and feeds
+// them from a queue it keeps claimed ahead of them (prefetch), so a
+// sender that gets its answer starts the next request at once, whatever
+// the database's latency. Each transaction of the pump records the
+// outcomes that have arrived and claims due deliveries for the room in its
+// queue; no transaction is open during a request.
+//
+// Each delivery also has a claim of its own (claim_job_id, claim_owner,
+// claim_until), live until claim_until unless its process's liveness lock
+// is free, so a delivery has one sender at a time even when a pump takes
+// over from one that still runs, and each outcome is recorded once: a 2xx
+// only moves a pending delivery, and a failure only ends its claim if that
+// is still the recording job's (TestUnordered_CompetingJobsSendEachDeliveryOnce).
+// A delivery is sent twice only when its sender dies (or its process is
 // judged dead) between the receiver's 2xx and the record.
 //
-// The subscription's pump claim names its keeper: the job that comes back
-// for retries that are not due yet. A job that ends while others still send
-// leaves the decision to them; the last one becomes the keeper and snoozes
-// until the earliest delivery is due, unless a keeper already comes back by
-// then.
+// A failed delivery is retried on its own schedule; the pump that ends
+// with retries not yet due becomes the subscription's keeper
+// (keeper_wake_at) and snoozes without holding the pump claim, so new
+// deliveries are sent at once by the jobs the rounds add.
 
 // claimableSQL is true for a pending delivery that nobody sends now: it
 // has no claim, the claim expired, or the claim's process has ended its
@@ -43,19 +49,37 @@ var claimableSQL = `CASE WHEN claim_until IS NULL OR claim_until <= now() THEN t
      WHEN claim_owner IS NULL OR claim_owner = $2 THEN false
      ELSE ` + liveness.GoneSQL("claim_owner", "$3") + ` END`
 
-// liveClaimsSQL counts the subscription's live delivery claims, all and
-// those of jobs other than $4.
-var liveClaimsSQL = `
-SELECT count(*), count(*) FILTER (WHERE claim_job_id <> $4) FROM webhook_deliveries
-WHERE subscription_id = $1 AND status = 'pending' AND claim_until > now() AND NOT (` + claimableSQL + `)`
+// busySQL says, without locking anything, whether the subscription is an
+// active unordered one whose pump is another live job ($4 is this one).
+var busySQL = `
+SELECT coalesce(policy = 'unordered' AND status = 'active' AND pump_until > now() AND pump_job_id <> $4
+       AND (pump_owner IS NULL OR pump_owner = $2 OR NOT ` + liveness.GoneSQL("pump_owner", "$3") + `), false)
+FROM webhook_subscriptions WHERE id = $1`
 
-// dueSQL finds the next due delivery nobody sends, oldest due first (a
+// dueSQL finds the next $4 due deliveries nobody sends, oldest due first (a
 // retry by its next attempt, a new one by its creation), through
-// webhook_deliveries_due, and locks it.
+// webhook_deliveries_due, and locks them.
 var dueSQL = `
 SELECT event_seq, event_id, next_attempt_at FROM webhook_deliveries
 WHERE subscription_id = $1 AND status = 'pending' AND coalesce(next_attempt_at, created_at) <= now() AND ` + claimableSQL + `
-ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT 1 FOR UPDATE`
+ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $4 FOR UPDATE`
+
+// dueNowSQL says whether an active unordered subscription has a delivery
+// due now that nobody sends.
+var dueNowSQL = `
+SELECT EXISTS (
+    SELECT 1 FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
+    WHERE d.subscription_id = $1 AND s.status = 'active' AND s.policy = 'unordered' AND d.status = 'pending'
+      AND coalesce(d.next_attempt_at, d.created_at) <= now() AND ` + claimableSQL + `)`
+
+// prefetch is how many rounds of max_in_flight requests the pump keeps
+// claimed, counting those in flight and those whose outcome is not yet
+// recorded: enough that a transaction slowed by a busy database does not
+// leave the senders idle.
+const prefetch = 3
+
+// maxClaimsPerStep bounds the deliveries one transaction claims.
+const maxClaimsPerStep = 64
 
 // nextDueSQL is when the keeper must come back: the earliest due time of a
 // delivery nobody sends, or the end of a live claim whose sender might not
@@ -67,66 +91,111 @@ SELECT least(
      ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT 1),
     (SELECT min(claim_until) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending' AND claim_until > now()))`
 
-// claimDeliverySQL makes $3 (of process $4) the sender of one delivery
-// until $5, starts the budget, moves the throttle ($6, if set) and returns
-// the custom headers.
+// claimDeliverySQL makes $3 (of process $4) the sender of deliveries $2
+// until $5, starts their budgets, moves the throttle ($6, if set) and
+// returns the custom headers.
 const claimDeliverySQL = `
 WITH c AS (
     UPDATE webhook_deliveries SET claim_job_id = $3, claim_owner = NULLIF($4::text, ''), claim_until = $5,
         first_attempt_at = coalesce(first_attempt_at, now())
-    WHERE subscription_id = $1 AND event_seq = $2
+    WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[])
 ), th AS (
     UPDATE webhook_subscriptions SET throttle_next_at = $6 WHERE id = $1 AND $6::timestamptz IS NOT NULL
 )
 SELECT headers FROM webhook_subscriptions WHERE id = $1`
 
-// workUnordered runs the senders of an unordered subscription in this job:
-// it claims due deliveries while a slot is free and its slice lasts, sends
-// each in its own goroutine and records each outcome in its own
-// transaction, waits for all of them, and then decides whether the job
-// comes back (keepUnordered).
+// releaseClaimsSQL gives back claims of job $3 that were never sent.
+const releaseClaimsSQL = `
+UPDATE webhook_deliveries SET claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND claim_job_id = $3`
+
+// keeperSQL sets when the subscription's keeper wakes.
+const keeperSQL = `UPDATE webhook_subscriptions SET keeper_wake_at = $2 WHERE id = $1`
+
+// pumpStep is what one transaction of the pump hands over and may take.
+type pumpStep struct {
+	// finished are the sends whose outcome arrived; unsent are the seqs of
+	// claims taken back from the queue without a request.
+	finished []*outcome
+	unsent   []int64
+	// held is how many claims stay unrecorded after this step; senders is
+	// how many sender goroutines run (0 before the first step).
+	held, senders int
+	claiming      bool
+}
+
+// workUnordered runs the job as the pump of an unordered subscription
+// while its slice lasts, then waits for its sends, records them and
+// decides whether it comes back (keepUnordered).
 func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUID, start time.Time) error {
-	done := make(chan error, MaxMaxInFlight)
-	inFlight, stopped := 0, false
-	var firstErr error
+	queue := make(chan *claim, prefetch*MaxMaxInFlight+maxClaimsPerStep)
+	done := make(chan *outcome, cap(queue))
+	var wg gosync.WaitGroup
+	defer wg.Wait()
+	defer close(queue)
+	p := pumpStep{}
+	outstanding, stopped := 0, false // outstanding: claimed and not yet recorded
 	for {
-		var n next
-		if !stopped && firstErr == nil && time.Since(start) < d.cfg.Slice {
-			var err error
-			n, err = d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.claimUnordered(ctx) })
-			if err != nil {
-				firstErr = err
-			}
-		} else {
-			stopped = true
+		p.claiming = !stopped && time.Since(start) < d.cfg.Slice
+		if !p.claiming && !stopped {
+			// The slice is over: give back what no sender has taken, so
+			// the next pump starts after the requests in flight only.
+			stopped, p.unsent = true, takeBack(queue)
 		}
-		stopped = stopped || n.stop
-		if n.send != nil {
-			inFlight++
-			go func(c *claim) { done <- d.sendAndRecord(ctx, me, c) }(n.send)
+		p.held = outstanding - len(p.finished) - len(p.unsent)
+		n, err := d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.unorderedStep(ctx, &p) })
+		if err != nil {
+			takeBack(queue) // not sent; the claims run out and the outcomes in flight are lost
+			return err
+		}
+		outstanding = p.held + len(n.sends)
+		p.finished, p.unsent = nil, nil
+		if p.senders == 0 && n.maxInFlight > 0 {
+			p.senders = n.maxInFlight
+			for range p.senders {
+				wg.Go(func() {
+					for c := range queue {
+						done <- d.send(ctx, c)
+					}
+				})
+			}
+		}
+		for _, c := range n.sends {
+			queue <- c
+		}
+		if n.stop && !stopped {
+			stopped = true
+			p.unsent = takeBack(queue)
 			continue
 		}
-		if inFlight == 0 {
-			if !stopped && firstErr == nil && n.pause > 0 && d.pauseWithin(ctx, start, n.pause) {
+		if n.more {
+			continue
+		}
+		if outstanding == 0 {
+			if !stopped && n.pause > 0 && d.pauseWithin(ctx, start, n.pause) {
 				continue
 			}
 			break
 		}
-		// Wait for a send of this job to end (a free slot, perhaps a due
-		// retry) or for the throttle.
+		// Wait for a send to end (or for the throttle), then take every
+		// other outcome that is ready into the same step.
 		var throttle <-chan time.Time
 		if n.pause > 0 {
 			throttle = time.After(n.pause)
 		}
 		select {
-		case err := <-done:
-			inFlight--
-			firstErr = errors.Join(firstErr, err)
+		case o := <-done:
+			p.finished = append(p.finished, o)
 		case <-throttle:
 		}
-	}
-	if firstErr != nil {
-		return firstErr
+		for ready := true; ready; {
+			select {
+			case o := <-done:
+				p.finished = append(p.finished, o)
+			default:
+				ready = false
+			}
+		}
 	}
 	n, err := d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.keepUnordered(ctx) })
 	if err != nil {
@@ -135,131 +204,304 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 	if n.snooze != nil {
 		return river.JobSnooze(*n.snooze)
 	}
+	// The pump claim is released: a job a round added meanwhile may have
+	// ended seeing this pump still live, so look once more.
+	if due, err := d.dueNow(ctx, me, subID); err != nil || due {
+		zero := time.Duration(0)
+		return cmpErr(err, river.JobSnooze(zero))
+	}
 	return nil
 }
 
-// sendAndRecord makes one attempt of a claimed delivery and records its
-// outcome in a transaction of its own. The record runs even when the job is
-// being cancelled, so the claim ends with the attempt.
-func (d *Deliverer) sendAndRecord(ctx context.Context, me sender, c *claim) error {
-	o := d.send(ctx, c)
-	rctx := context.WithoutCancel(ctx)
-	_, err := d.inTx(rctx, me, c.subID, func(t *stepTx) (next, error) {
-		r, _, err := d.record(rctx, t.tx, o)
-		if err == nil {
-			t.results = append(t.results, r)
-		}
-		return next{}, err
-	})
-	return err
-}
-
-// liveClaims counts the subscription's live delivery claims: all, and
-// those of other jobs.
-func (t *stepTx) liveClaims(ctx context.Context) (all, others int, err error) {
-	err = t.tx.QueryRow(ctx, liveClaimsSQL, t.subID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds(), t.me.jobID).Scan(&all, &others)
-	if err != nil {
-		return 0, 0, fmt.Errorf("deliver %s: count claims: %w", t.subID, err)
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
 	}
-	return all, others, nil
+	return b
 }
 
-// claimUnordered claims the next due delivery if the subscription has a
-// free slot and its throttle allows a request now. It returns stop when the
-// subscription is no longer an active unordered one, a pause for the
-// throttle, or nothing when every slot is taken or nothing is due.
-func (t *stepTx) claimUnordered(ctx context.Context) (next, error) {
+// takeBack empties the queue of claims no sender has taken and returns
+// their seqs.
+func takeBack(queue chan *claim) []int64 {
+	var seqs []int64
+	for {
+		select {
+		case c := <-queue:
+			seqs = append(seqs, c.seq)
+		default:
+			return seqs
+		}
+	}
+}
+
+// busyElsewhere says whether another live job is the pump of the
+// unordered subscription. The rounds add a job for every batch of a busy
+// subscription; such a job ends at once, without queueing for the
+// subscription's row lock behind the pump: the pump looks for due
+// deliveries after every outcome, and once more after it released its
+// claim.
+func (d *Deliverer) busyElsewhere(ctx context.Context, me sender, subID uuid.UUID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	var busy bool
+	err := d.pool.QueryRow(ctx, busySQL, subID, me.owner, d.cfg.LivenessSettle.Milliseconds(), me.jobID).Scan(&busy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("deliver %s: busy: %w", subID, err)
+	}
+	return busy, nil
+}
+
+// dueNow says whether an active unordered subscription has a delivery due
+// now that nobody sends.
+func (d *Deliverer) dueNow(ctx context.Context, me sender, subID uuid.UUID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	var due bool
+	err := d.pool.QueryRow(ctx, dueNowSQL, subID, me.owner, d.cfg.LivenessSettle.Milliseconds()).Scan(&due)
+	if err != nil {
+		return false, fmt.Errorf("deliver %s: due now: %w", subID, err)
+	}
+	return due, nil
+}
+
+// recordAll records outcomes of the subscription's sends: every 2xx in one
+// statement, the rest one by one. It says whether one may have disabled
+// the subscription.
+func (t *stepTx) recordAll(ctx context.Context, outcomes []*outcome) (changed bool, err error) {
+	var delivered []*outcome
+	for _, o := range outcomes {
+		if o.kind == resultDelivered {
+			delivered = append(delivered, o)
+			continue
+		}
+		r, _, err := t.d.record(ctx, t.tx, o)
+		if err != nil {
+			return false, err
+		}
+		t.results = append(t.results, r)
+		changed = changed || r == "gone"
+	}
+	if err := recordDelivered(ctx, t.tx, t.subID, delivered); err != nil {
+		return false, err
+	}
+	for range delivered {
+		t.results = append(t.results, "delivered")
+	}
+	return changed, nil
+}
+
+// unorderedStep is one transaction of the pump: it records the outcomes
+// that arrived and gives back claims taken back unsent; it stops unless the
+// subscription is an active unordered one whose pump is this job or none;
+// it renews the pump claim and, if claiming, claims due deliveries for the
+// room in the queue (max_in_flight ahead of the senders; one at a time
+// under a throttle, which spaces them). It returns a pause for the
+// throttle, and more when it may claim again at once.
+func (t *stepTx) unorderedStep(ctx context.Context, p *pumpStep) (next, error) {
 	s, _, err := t.lockAndRecord(ctx, nil)
-	if err != nil || s == nil || s.status != StatusActive || s.pol.Name != PolicyUnordered {
+	if err != nil || s == nil { // deleted: its deliveries went with it
 		return next{stop: true}, err
 	}
-	all, _, err := t.liveClaims(ctx)
-	if err != nil || all >= s.pol.MaxInFlight {
+	changed, err := t.recordAll(ctx, p.finished)
+	if err != nil {
 		return next{}, err
 	}
-	if w := s.throttleWait(); w > 0 {
-		return next{pause: w}, nil
+	if len(p.unsent) > 0 {
+		if _, err := t.tx.Exec(ctx, releaseClaimsSQL, t.subID, p.unsent, t.me.jobID); err != nil {
+			return next{}, fmt.Errorf("deliver %s: release claims: %w", t.subID, err)
+		}
 	}
-	for range maxRefusalsPerStep {
-		var h head
-		err := t.tx.QueryRow(ctx, dueSQL, t.subID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(&h.seq, &h.eventID, &h.nextAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return next{}, nil
-		}
-		if err != nil {
-			return next{}, fmt.Errorf("deliver %s: find due delivery: %w", t.subID, err)
-		}
-		ev, v, err := t.judge(ctx, s, &h)
+	if changed || s.status != StatusActive || s.pol.Name != PolicyUnordered || (!s.mine && s.pumpJobID != nil && s.pumpLive) {
+		return next{stop: true}, nil
+	}
+	if _, err := t.hold(ctx, 0, s.now.Add(t.d.cfg.Timeout+leaseMargin)); err != nil {
+		return next{}, err
+	}
+	n := next{maxInFlight: s.pol.MaxInFlight}
+	slots := s.pol.MaxInFlight
+	if p.senders > 0 {
+		slots = p.senders
+	}
+	room := prefetch*slots - p.held
+	if !p.claiming || room <= 0 {
+		return n, nil
+	}
+	if w := s.throttleWait(); w > 0 {
+		n.pause = w
+		return n, nil
+	}
+	want := min(room, maxClaimsPerStep)
+	if s.pol.MaxRequestsPerSecond > 0 {
+		want = 1
+	}
+	due, evs, err := t.dueDeliveries(ctx, want)
+	if err != nil {
+		return next{}, err
+	}
+	var sendable []head
+	for i := range due {
+		v, err := t.judgeEvent(ctx, s, &due[i], evs[due[i].seq])
 		switch {
 		case err != nil:
 			return next{}, err
 		case v == verdictGap:
 			return next{stop: true}, nil
-		case v == verdictRefused:
-			continue
+		case v == verdictSend:
+			sendable = append(sendable, due[i])
 		}
-		return t.claimDelivery(ctx, s, &h, ev)
 	}
-	return next{}, nil
+	if n.sends, err = t.claimDeliveries(ctx, s, sendable, evs); err != nil {
+		return next{}, err
+	}
+	if r := s.pol.MaxRequestsPerSecond; r > 0 && len(n.sends) > 0 {
+		n.pause = time.Duration(float64(time.Second) / r) // the throttle's next slot
+	}
+	n.more = len(due) == want && room > want && s.pol.MaxRequestsPerSecond <= 0
+	return n, nil
 }
 
-// claimDelivery makes the job the sender of one delivery and returns the
-// send.
-func (t *stepTx) claimDelivery(ctx context.Context, s *subRow, h *head, ev *sync.Event) (next, error) {
-	body, err := json.Marshal(ev.Envelope())
+// dueDeliveries locks up to want due deliveries nobody sends and reads
+// their events.
+func (t *stepTx) dueDeliveries(ctx context.Context, want int) ([]head, map[int64]*sync.Event, error) {
+	rows, err := t.tx.Query(ctx, dueSQL, t.subID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds(), want)
 	if err != nil {
-		return next{}, fmt.Errorf("deliver %s: envelope %d: %w", t.subID, h.seq, err)
+		return nil, nil, fmt.Errorf("deliver %s: find due deliveries: %w", t.subID, err)
+	}
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (head, error) {
+		var h head
+		err := r.Scan(&h.seq, &h.eventID, &h.nextAt)
+		return h, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("deliver %s: find due deliveries: %w", t.subID, err)
+	}
+	evs, err := t.d.eventsAt(ctx, t.tx, due)
+	if err != nil {
+		return nil, nil, fmt.Errorf("deliver %s: read events: %w", t.subID, err)
+	}
+	return due, evs, nil
+}
+
+// eventsAt reads the events of deliveries hs through the port: one read of
+// their whole seq range when they are dense in it (a busy subscription's
+// backlog), else one read per delivery. A seq that retention removed has no
+// entry.
+func (d *Deliverer) eventsAt(ctx context.Context, tx pgx.Tx, hs []head) (map[int64]*sync.Event, error) {
+	out := make(map[int64]*sync.Event, len(hs))
+	if len(hs) == 0 {
+		return out, nil
+	}
+	lo, hi := hs[0].seq, hs[0].seq
+	for _, h := range hs {
+		lo, hi = min(lo, h.seq), max(hi, h.seq)
+	}
+	if span := hi - lo + 1; span <= int64(4*len(hs)) {
+		evs, err := d.events.EventsAfter(ctx, tx, &sync.EventsAfterParams{AfterSeq: lo - 1, Limit: int(span)})
+		if err != nil {
+			return nil, err
+		}
+		want := make(map[int64]bool, len(hs))
+		for _, h := range hs {
+			want[h.seq] = true
+		}
+		for i := range evs {
+			if want[evs[i].Seq] {
+				out[evs[i].Seq] = &evs[i]
+			}
+		}
+		return out, nil
+	}
+	for _, h := range hs {
+		ev, err := d.eventAt(ctx, tx, h.seq)
+		if err != nil {
+			return nil, err
+		}
+		if ev != nil {
+			out[h.seq] = ev
+		}
+	}
+	return out, nil
+}
+
+// claimDeliveries makes the job the sender of the deliveries hs (with
+// their events in evs) and returns the sends.
+func (t *stepTx) claimDeliveries(ctx context.Context, s *subRow, hs []head, evs map[int64]*sync.Event) ([]*claim, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	seqs := make([]int64, len(hs))
+	for i := range hs {
+		seqs[i] = hs[i].seq
 	}
 	var headers map[string]string
-	if err := t.tx.QueryRow(ctx, claimDeliverySQL, t.subID, h.seq, t.me.jobID, t.me.owner,
-		s.now.Add(t.d.cfg.Timeout+leaseMargin), s.throttleAfter()).Scan(&headers); err != nil {
-		return next{}, fmt.Errorf("deliver %s: claim %d: %w", t.subID, h.seq, err)
+	// A claim waits in the queue for at most prefetch-1 rounds of
+	// requests before its own.
+	until := s.now.Add(prefetch*t.d.cfg.Timeout + leaseMargin)
+	if err := t.tx.QueryRow(ctx, claimDeliverySQL, t.subID, seqs, t.me.jobID, t.me.owner, until, s.throttleAfter()).Scan(&headers); err != nil {
+		return nil, fmt.Errorf("deliver %s: claim %v: %w", t.subID, seqs, err)
 	}
-	job := t.me.jobID
-	return next{send: &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, operational: isOperational(ev.Type), url: s.url, secret: s.secret,
-		previousSecret: s.prevSecret, headers: headers, body: body, pol: s.pol, sched: t.d.schedule(&s.pol), claimJob: &job}}, nil
+	job, sched := t.me.jobID, t.d.schedule(&s.pol)
+	out := make([]*claim, 0, len(hs))
+	for _, h := range hs {
+		ev := evs[h.seq]
+		body, err := json.Marshal(ev.Envelope())
+		if err != nil {
+			return nil, fmt.Errorf("deliver %s: envelope %d: %w", t.subID, h.seq, err)
+		}
+		out = append(out, &claim{subID: t.subID, seq: h.seq, eventID: h.eventID, operational: isOperational(ev.Type),
+			url: s.url, secret: s.secret, previousSecret: s.prevSecret, headers: headers, body: body,
+			pol: s.pol, sched: sched, claimJob: &job, traceParent: ev.TraceParent})
+	}
+	return out, nil
 }
 
-// keepUnordered decides, once a job's sends have ended, whether it comes
-// back: not while other jobs still send (the last of them decides), nor
-// when nothing is pending; otherwise it becomes the keeper and snoozes
-// until the next delivery is due (or the throttle allows it), unless the
-// keeper of another job comes back by then. A subscription whose policy
-// changed is handed to the ordered sender at once.
+// keepUnordered decides, once the pump's sends are recorded, whether the
+// job comes back. It releases the pump claim. With deliveries due now (the
+// slice ended) it comes back at once; with only retries not yet due it
+// becomes the keeper and snoozes until the first is due (or the throttle
+// allows it), unless a keeper already wakes by then. A subscription whose
+// policy changed is handed to the ordered sender at once.
 func (t *stepTx) keepUnordered(ctx context.Context) (next, error) {
 	s, _, err := t.lockAndRecord(ctx, nil)
 	if err != nil || s == nil {
 		return next{}, err
 	}
+	if s.mine {
+		if err := t.release(ctx); err != nil {
+			return next{}, err
+		}
+	} else if s.pumpJobID != nil && s.pumpLive {
+		return next{}, nil // another job is the pump; it decides when it ends
+	}
+	zero := time.Duration(0)
 	if s.pol.Name != PolicyUnordered {
-		zero := time.Duration(0)
 		return next{snooze: &zero}, nil
 	}
 	if s.status != StatusActive {
-		if s.mine {
-			return next{}, t.release(ctx)
-		}
 		return next{}, nil
-	}
-	if _, others, err := t.liveClaims(ctx); err != nil || others > 0 {
-		return next{}, err
 	}
 	var wake *time.Time
 	if err := t.tx.QueryRow(ctx, nextDueSQL, t.subID, t.me.owner, t.d.cfg.LivenessSettle.Milliseconds()).Scan(&wake); err != nil {
 		return next{}, fmt.Errorf("deliver %s: next due: %w", t.subID, err)
 	}
 	if wake == nil {
-		if s.mine {
-			return next{}, t.release(ctx)
-		}
 		return next{}, nil
 	}
 	at := later(*wake, s.now.Add(s.throttleWait()))
-	lease := t.d.cfg.Timeout + leaseMargin
-	if !s.mine && s.pumpLive && s.pumpUntil != nil && !s.pumpUntil.Add(-lease).After(at) {
+	if !at.After(s.now) {
+		return next{snooze: &zero}, nil
+	}
+	if s.keeperWake != nil && s.keeperWake.After(s.now) && !s.keeperWake.After(at) {
 		return next{}, nil // the keeper comes back in time
 	}
-	return t.hold(ctx, at.Sub(s.now), at.Add(lease))
+	if _, err := t.tx.Exec(ctx, keeperSQL, t.subID, at); err != nil {
+		return next{}, fmt.Errorf("deliver %s: keeper: %w", t.subID, err)
+	}
+	wait := at.Sub(s.now)
+	return next{snooze: &wait}, nil
 }
 
 func later(a, b time.Time) time.Time {
