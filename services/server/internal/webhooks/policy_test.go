@@ -449,3 +449,42 @@ func TestPolicy_Validation(t *testing.T) {
 		require.Equal(t, webhooks.Policy{Name: webhooks.PolicyOrdered}, got.Policy, "zero values return to the defaults")
 	})
 }
+
+func TestUnordered_FailuresDoNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, slowDefaults())
+	var bad int64
+	rv := newReceiver(t, func(r request, _ int) (int, map[string]string) {
+		if r.Seq == bad {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
+		Policy: quickSchedule(&webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, time.Second)})
+	evs := b.emit(t, "s1", 20)
+	bad = evs[0].Seq
+	b.start(t)
+	b.round(t)
+
+	eventually(t, 20*time.Second, func() bool {
+		return b.deliveryStatus(t, s.ID, bad) == webhooks.DeliveryDead
+	}, "the failing delivery is dead after its own budget")
+	for _, e := range evs[1:] {
+		require.Equal(t, webhooks.DeliveryDelivered, b.deliveryStatus(t, s.ID, e.Seq), "seq %d", e.Seq)
+	}
+	got := b.sub(t, s.ID)
+	require.Equal(t, webhooks.StatusActive, got.Status, "unordered never disables as failing")
+	require.Equal(t, evs[19].Seq, got.LastDeliveredSeq)
+	var badAttempts, lastBad, lastOther int
+	for i, r := range rv.requests() {
+		if r.Seq == bad {
+			badAttempts, lastBad = badAttempts+1, i
+		} else {
+			lastOther = i
+		}
+	}
+	require.GreaterOrEqual(t, badAttempts, 3, "retried on its own schedule")
+	require.Less(t, lastOther, lastBad, "the others were all sent while it was still being retried")
+	b.waitCounter(t, "dead", 1)
+}

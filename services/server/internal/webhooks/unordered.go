@@ -134,14 +134,13 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 	defer wg.Wait()
 	defer close(queue)
 	p := pumpStep{}
-	outstanding, stopped := 0, false // outstanding: claimed and not yet recorded
+	outstanding := 0 // claimed and not yet recorded
+	stopped, halted := false, false
 	for {
+		// Once the slice is over the queue is sent, at full concurrency,
+		// and nothing more is claimed.
 		p.claiming = !stopped && time.Since(start) < d.cfg.Slice
-		if !p.claiming && !stopped {
-			// The slice is over: give back what no sender has taken, so
-			// the next pump starts after the requests in flight only.
-			stopped, p.unsent = true, takeBack(queue)
-		}
+		stopped = stopped || !p.claiming
 		p.held = outstanding - len(p.finished) - len(p.unsent)
 		n, err := d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.unorderedStep(ctx, &p) })
 		if err != nil {
@@ -163,8 +162,10 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 		for _, c := range n.sends {
 			queue <- c
 		}
-		if n.stop && !stopped {
-			stopped = true
+		if n.stop && !halted {
+			// Disabled, deleted, no longer unordered, or another pump:
+			// what no sender has taken is given back unsent.
+			halted, stopped = true, true
 			p.unsent = takeBack(queue)
 			continue
 		}
@@ -177,25 +178,7 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 			}
 			break
 		}
-		// Wait for a send to end (or for the throttle), then take every
-		// other outcome that is ready into the same step.
-		var throttle <-chan time.Time
-		if n.pause > 0 {
-			throttle = time.After(n.pause)
-		}
-		select {
-		case o := <-done:
-			p.finished = append(p.finished, o)
-		case <-throttle:
-		}
-		for ready := true; ready; {
-			select {
-			case o := <-done:
-				p.finished = append(p.finished, o)
-			default:
-				ready = false
-			}
-		}
+		p.finished = collect(done, n.pause)
 	}
 	n, err := d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.keepUnordered(ctx) })
 	if err != nil {
@@ -211,6 +194,30 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 		return cmpErr(err, river.JobSnooze(zero))
 	}
 	return nil
+}
+
+// collect waits for a send to end (or for the throttle's pause, if any)
+// and returns that outcome with every other one that is ready, for one
+// step to record.
+func collect(done <-chan *outcome, pause time.Duration) []*outcome {
+	var throttle <-chan time.Time
+	if pause > 0 {
+		throttle = time.After(pause)
+	}
+	var out []*outcome
+	select {
+	case o := <-done:
+		out = append(out, o)
+	case <-throttle:
+	}
+	for {
+		select {
+		case o := <-done:
+			out = append(out, o)
+		default:
+			return out
+		}
+	}
 }
 
 func cmpErr(a, b error) error {
