@@ -38,7 +38,11 @@ func TestDelete_RemovesItAndItsRecords(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 3)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return failing.count() >= 2 && ok.count() == 3 }, "attempts on both")
+	// The receiver counts a request before its sender records it: wait for
+	// the records of all three, so the snapshot below is final.
+	eventually(t, 10*time.Second, func() bool {
+		return failing.count() >= 2 && ok.count() == 3 && b.recordsOf(t, kept.ID)[2] == 3
+	}, "attempts on both")
 	before := b.recordsOf(t, gone.ID)
 	require.Equal(t, 1, before[0])
 	require.Equal(t, 3, before[1])
