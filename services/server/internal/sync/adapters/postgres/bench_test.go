@@ -60,8 +60,12 @@ func runConcurrent(b *testing.B, c int, fn func(ctx context.Context, i int) erro
 // BenchmarkAppend compares a producer transaction (one domain row plus one
 // event) through the gapless counter with a baseline that inserts the same
 // event row into a table keyed by a bigserial (fast, but neither gapless nor
-// commit-ordered). Variants run alternately within one benchmark run
-// (-count=N repeats the whole set), as the machine is noisy.
+// commit-ordered). Variants follow each other within one benchmark run, as
+// the machine is noisy; -count=N repeats each variant N times in a row, so to
+// alternate them N times, run the test binary N times (ADR 0063, Measured).
+// counter-traced is the production path with tracing on: a span per Write,
+// batched and exported over OTLP/HTTP to a local receiver that discards
+// them, and its trace context stored with the event.
 //
 //	go test ./services/server/internal/sync/adapters/postgres -run '^$' -bench BenchmarkAppend -count 3 -benchtime 3s
 func BenchmarkAppend(b *testing.B) {
@@ -92,6 +96,7 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	logs := map[string]*postgres.EventLog{
 		"counter":                       postgres.NewEventLog(pool, nil),
+		"counter-traced":                postgres.NewEventLog(pool, &postgres.EventLogConfig{Tracer: tracedProvider(b, newOTLPSink(b))}),
 		"counter-advisory":              postgres.NewEventLogVariant(pool, nil, true, false, false),
 		"counter-notify-intx":           postgres.NewEventLogVariant(pool, nil, false, false, true),
 		"counter-flush-inlock":          postgres.NewEventLogVariant(pool, nil, false, true, false),
@@ -116,7 +121,7 @@ func BenchmarkAppend(b *testing.B) {
 				})
 			})
 		})
-		for _, name := range []string{"counter", "counter-flush-inlock", "counter-advisory", "counter-flush-inlock-advisory", "counter-notify-intx"} {
+		for _, name := range []string{"counter", "counter-traced", "counter-flush-inlock", "counter-advisory", "counter-flush-inlock-advisory", "counter-notify-intx"} {
 			l := logs[name]
 			b.Run(fmt.Sprintf("producers=%d/%s", c, name), func(b *testing.B) {
 				runConcurrent(b, c, func(ctx context.Context, i int) error {

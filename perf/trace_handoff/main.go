@@ -1,0 +1,26 @@
+// Command trace_handoff measures what tracing costs the hand-off: commit ->
+// webhook request and commit -> decrypted push message, p50/p95/p99, with
+// tracing off and on in alternating slices. See package tracehandoff.
+//
+//	go run ./perf/trace_handoff [--rate 200/s] [--slice 10s] [--slices 6] [--spaces 10] [--producers 16]
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/bothy/bothy/services/server/loadtest/tracehandoff"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := tracehandoff.Run(ctx, os.Args[1:], os.Stdout, os.Environ())
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trace_handoff:", err)
+		os.Exit(1)
+	}
+}
