@@ -62,13 +62,15 @@ func (plainArgs) Kind() string { return "test.plain" }
 func TestCarryTraceParents_SetsTheEventsTraceContextOnItsJobs(t *testing.T) {
 	t.Parallel()
 	const tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const tp2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	events := []Event{{Seq: 3, TraceParent: tp1}, {Seq: 4}, {Seq: 7, TraceParent: tp1}}
 	jobs := []Job{
 		{Args: seqArgs{Seq: 3}},
 		{Args: seqArgs{Seq: 4}}, // event not traced
 		{Args: seqArgs{Seq: 5}}, // not in the batch
 		{Args: plainArgs{}},     // names no event
-		{Args: seqArgs{Seq: 7}, Opts: &river.InsertOpts{Queue: "q", Metadata: []byte(`{"a":1}`)}}, // keeps what it had
+		{Args: seqArgs{Seq: 7}, Opts: &river.InsertOpts{Queue: "q", Metadata: []byte(`{"a":1}`)}},           // keeps what it had
+		{Args: seqArgs{Seq: 3}, Opts: &river.InsertOpts{Metadata: []byte(`{"traceparent":"` + tp2 + `"}`)}}, // its own context wins
 	}
 	require.NoError(t, carryTraceParents(jobs, events))
 	require.JSONEq(t, `{"traceparent":"`+tp1+`"}`, string(jobs[0].Opts.Metadata))
@@ -79,4 +81,5 @@ func TestCarryTraceParents_SetsTheEventsTraceContextOnItsJobs(t *testing.T) {
 	var meta map[string]any
 	require.NoError(t, json.Unmarshal(jobs[4].Opts.Metadata, &meta))
 	require.Equal(t, map[string]any{"a": 1.0, "traceparent": tp1}, meta)
+	require.JSONEq(t, `{"traceparent":"`+tp2+`"}`, string(jobs[5].Opts.Metadata))
 }
