@@ -74,6 +74,11 @@ type logEvent struct {
 	seq   int64
 	id    uuid.UUID
 	space string
+	// about is the subscription an operational event (one bothy appended
+	// itself, its type begins with webhooks.OperationalPrefix) is about;
+	// uuid.Nil for the producers' events.
+	about       uuid.UUID
+	operational bool
 }
 
 // verify reads the final state and checks it: the event log against what
@@ -91,7 +96,7 @@ func (h *harness) verify(ctx context.Context, drained bool, drainTook time.Durat
 	r.add(h.verifyEvents(head, events))
 
 	spaceSeqs := seqsBySpace(events)
-	wh, err := h.verifyWebhooks(ctx, head, spaceSeqs)
+	wh, err := h.verifyWebhooks(ctx, head, spaceSeqs, seqsAbout(events))
 	if err != nil {
 		return nil, err
 	}
@@ -122,14 +127,17 @@ func (h *harness) readEventLog(ctx context.Context) (int64, []logEvent, error) {
 	if err := h.pool.QueryRow(ctx, `SELECT last_seq FROM event_seq`).Scan(&head); err != nil {
 		return 0, nil, err
 	}
-	rows, err := h.pool.Query(ctx, `SELECT seq, id, space FROM event_log ORDER BY seq`)
+	rows, err := h.pool.Query(ctx, `
+SELECT seq, id, space, starts_with(type, $1),
+       coalesce(CASE WHEN starts_with(type, $1) THEN (data->>'subscription_id')::uuid END, $2)
+FROM event_log ORDER BY seq`, webhooks.OperationalPrefix, uuid.Nil)
 	if err != nil {
 		return 0, nil, err
 	}
 	var events []logEvent
 	for rows.Next() {
 		var e logEvent
-		if err := rows.Scan(&e.seq, &e.id, &e.space); err != nil {
+		if err := rows.Scan(&e.seq, &e.id, &e.space, &e.operational, &e.about); err != nil {
 			return 0, nil, err
 		}
 		events = append(events, e)
@@ -150,6 +158,32 @@ func seqsBySpace(events []logEvent) map[string][]int64 {
 	return spaceSeqs
 }
 
+// seqsAbout lists the seqs of the operational events about each
+// subscription: a subscription is not sent those about itself.
+func seqsAbout(events []logEvent) map[uuid.UUID]map[int64]bool {
+	about := map[uuid.UUID]map[int64]bool{}
+	for _, e := range events {
+		if e.operational {
+			if about[e.about] == nil {
+				about[e.about] = map[int64]bool{}
+			}
+			about[e.about][e.seq] = true
+		}
+	}
+	return about
+}
+
+// targetIDs returns the ids of the soak's webhook subscriptions.
+func (h *harness) targetIDs() map[uuid.UUID]bool {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	ids := map[uuid.UUID]bool{}
+	for _, t := range h.targets {
+		ids[t.id] = true
+	}
+	return ids
+}
+
 // eventCounts is how the log compares with what the producers were told.
 type eventCounts struct {
 	absent     int // acknowledged, not in the log at all
@@ -166,13 +200,21 @@ func (h *harness) verifyEvents(head int64, events []logEvent) *report {
 	f := &report{}
 	inLog := map[uuid.UUID]bool{}
 	idAt := map[int64]uuid.UUID{}
-	gaps := 0
+	gaps, operational, strayOps := 0, 0, 0
+	known := h.targetIDs()
 	for i, e := range events {
 		if e.seq != int64(i+1) {
 			gaps++
 		}
-		inLog[e.id] = true
 		idAt[e.seq] = e.id
+		if e.operational {
+			operational++
+			if !known[e.about] {
+				strayOps++
+			}
+			continue
+		}
+		inLog[e.id] = true
 	}
 	if gaps > 0 || int64(len(events)) != head {
 		f.fail("event log is not gapless 1..%d: %d rows, %d out of place", head, len(events), gaps)
@@ -188,6 +230,7 @@ func (h *harness) verifyEvents(head int64, events []logEvent) *report {
 		{"rolled back on purpose: txs before append / at commit", fmt.Sprintf("%d / %d", h.rbBefore, h.rbAtCommit)},
 		{"rolled-back events found in the log", itoa(c.rbFound)},
 		{"log events no producer wrote", itoa(c.phantom)},
+		{"operational events bothy appended / of them about no soak subscription", fmt.Sprintf("%d / %d", operational, strayOps)},
 	})
 	if n := c.absent + c.replaced; n > 0 {
 		where := "after recovery"
@@ -202,6 +245,9 @@ func (h *harness) verifyEvents(head int64, events []logEvent) *report {
 	}
 	if c.phantom > 0 {
 		f.fail("%d events in the log were never written", c.phantom)
+	}
+	if strayOps > 0 {
+		f.fail("%d operational events about no subscription of the soak", strayOps)
 	}
 	return f
 }
@@ -441,7 +487,7 @@ func (s *subscription) active() bool { return s.status == webhooks.StatusActive 
 // verifyWebhooks checks each subscription: its delivery rows against the
 // events of its active intervals (its row of the jobs table), then the
 // requests at its receiver against the rows and the revocation.
-func (h *harness) verifyWebhooks(ctx context.Context, head int64, spaceSeqs map[string][]int64) (*consumerFindings, error) {
+func (h *harness) verifyWebhooks(ctx context.Context, head int64, spaceSeqs map[string][]int64, about map[uuid.UUID]map[int64]bool) (*consumerFindings, error) {
 	subs, err := h.subscriptions(ctx)
 	if err != nil {
 		return nil, err
@@ -449,7 +495,9 @@ func (h *harness) verifyWebhooks(ctx context.Context, head int64, spaceSeqs map[
 	f := &consumerFindings{deliveries: &report{}}
 	var delRows [][]string
 	for _, s := range subs {
-		row, found := s.checkRows(spaceSeqs[s.t.space], head)
+		own := about[s.t.id]
+		events := slices.DeleteFunc(slices.Clone(spaceSeqs[s.t.space]), func(seq int64) bool { return own[seq] })
+		row, found := s.checkRows(events, head)
 		f.jobRows = append(f.jobRows, row)
 		f.deliveries.add(found)
 		row, found, missing := s.checkArrivals()
