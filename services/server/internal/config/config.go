@@ -101,7 +101,8 @@ type Push struct {
 
 // Perf holds the performance budgets load tests check.
 type Perf struct {
-	PushHandoffP95 time.Duration
+	PushHandoffP95    time.Duration
+	WebhookHandoffP95 time.Duration
 }
 
 // Log configures logging.

@@ -171,6 +171,11 @@ var Keys = []Key{
 	{Name: "perf.push_handoff_p95", Default: "25ms", Range: "1ms..1m",
 		Doc: "Budget for the p95 from producer commit to decrypted push message (perf/push_handoff).",
 		set: func(c *Config, v string) error { return dur(&c.Perf.PushHandoffP95, v, time.Millisecond, time.Minute) }},
+	{Name: "perf.webhook_handoff_p95", Default: "25ms", Range: "1ms..1m",
+		Doc: "Budget for the p95 from producer commit to a webhook request received with a verified signature (perf/webhook_handoff).",
+		set: func(c *Config, v string) error {
+			return dur(&c.Perf.WebhookHandoffP95, v, time.Millisecond, time.Minute)
+		}},
 
 	{Name: "log.level", Default: "info", Range: "debug, info, warn or error",
 		Doc: "Lowest level logged.",
