@@ -1,0 +1,190 @@
+package consolebrowser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// EnvScreenshotDir names the variable that keeps screenshots in a fixed
+// place; unset, they go to the test's artifact directory.
+const EnvScreenshotDir = "BOTHY_SCREENSHOT_DIR"
+
+// stepTimeout bounds every browser step, so a page that never shows what a
+// test waits for fails that test instead of hanging the package.
+const stepTimeout = 30 * time.Second
+
+// Browser is one headless Chromium with a single tab, owned by one test.
+//
+// It answers every JavaScript dialog itself (accepting confirm, dismissing
+// alert) and records it, so a page cannot block the test with a dialog and
+// a test can check that no script of a page's data ever ran.
+type Browser struct {
+	t     testing.TB
+	ctx   context.Context
+	dir   string
+	shots int // screenshots taken, for their file names
+
+	mu      gosync.Mutex
+	dialogs []Dialog
+}
+
+// Dialog is a JavaScript dialog a page opened.
+type Dialog struct {
+	Type    string // alert, confirm, prompt or beforeunload
+	Message string
+}
+
+// New starts Chromium for t and closes it when t ends. Without a chromium
+// binary it fails t in CI and skips it elsewhere.
+func New(t testing.TB) *Browser {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to start its sandbox as root
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+
+	b := &Browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	// The first step starts the browser; it must not run under a timeout,
+	// which would close the browser with it.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", path, err)
+	}
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return // the tab is gone
+			}
+			b.mu.Lock()
+			b.dialogs = append(b.dialogs, Dialog{Type: string(ev.Type), Message: ev.Message})
+			b.mu.Unlock()
+			accept := ev.Type == page.DialogTypeConfirm
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
+		}
+	}()
+	return b
+}
+
+// chromiumPath finds Debian's chromium binary.
+func chromiumPath(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("chromium")
+	if err == nil {
+		return p
+	}
+	msg := "chromium not found in PATH: apt-get install -y --no-install-recommends chromium"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func screenshotDir(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(EnvScreenshotDir)
+	if base == "" {
+		if at, ok := t.(interface{ ArtifactDir() string }); ok {
+			return at.ArtifactDir()
+		}
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, safeName(t.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("screenshot directory: %v", err)
+	}
+	return dir
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+func safeName(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
+
+// Do runs actions in order, each step bounded by stepTimeout, and fails the
+// test at the first error, with a screenshot of the page as it was.
+func (b *Browser) Do(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	for i, a := range actions {
+		ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+		err := chromedp.Do(ctx, a)
+		cancel()
+		if err != nil {
+			shot := b.Screenshot("failed")
+			b.t.Fatalf("browser step %d: %v (page: %s; screenshot %s)", i+1, err, b.Location(), shot)
+		}
+	}
+}
+
+// Run runs one action and returns its value; an error fails the test.
+func Run[T any](b *Browser, a chromedp.Action[T]) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		shot := b.Screenshot("failed")
+		b.t.Fatalf("browser: %v (page: %s; screenshot %s)", err, b.Location(), shot)
+	}
+	return v
+}
+
+// Location is the URL of the tab, or "" if it cannot be read.
+func (b *Browser) Location() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	u, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		return ""
+	}
+	return u
+}
+
+// Screenshot saves a full-page PNG of the tab as NN-name.png in the test's
+// screenshot directory, logs and returns its path; it returns "" (and only
+// logs) when the page cannot be captured.
+func (b *Browser) Screenshot(name string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is PNG
+	if err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return ""
+	}
+	b.shots++
+	path := filepath.Join(b.dir, fmt.Sprintf("%02d-%s.png", b.shots, safeName(name)))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return ""
+	}
+	b.t.Logf("screenshot: %s", path)
+	return path
+}
+
+// Dialogs returns the JavaScript dialogs opened so far.
+func (b *Browser) Dialogs() []Dialog {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Dialog(nil), b.dialogs...)
+}
+
+// Context is the tab's context, for chromedp calls a test makes itself.
+func (b *Browser) Context() context.Context { return b.ctx }
