@@ -1,0 +1,113 @@
+// Package harness holds what the load tests under services/server/loadtest
+// share: a migrated scratch database, the worker role run in process, an
+// open-loop producer schedule, quantiles and a latency histogram. Each load
+// test keeps its own flags, receivers and verdicts.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dburl"
+)
+
+// ScratchParams says how to open a scratch database.
+type ScratchParams struct {
+	// Tool names the load test in messages, e.g. "push_handoff".
+	Tool string
+	// ConfigFile and Environ are the caller's configuration (--config and
+	// the environment); its database.url names the server to use.
+	ConfigFile string
+	Environ    []string
+	// Keys are the load test's own configuration keys, set on top of the
+	// caller's; database.url is always the scratch database.
+	Keys map[string]string
+	// MaxConns bounds the pool the load test itself uses (producers,
+	// seeding, reading results).
+	MaxConns int
+	// Keep leaves the database in place at Close, for inspection.
+	Keep bool
+	// Logger receives the migration's and the worker's logs.
+	Logger *slog.Logger
+	// Stdout gets the line naming the scratch database.
+	Stdout io.Writer
+}
+
+// Scratch is a migrated database of its own on the caller's server, with
+// a pool on it.
+type Scratch struct {
+	URL  string
+	Pool *pgxpool.Pool
+	p    ScratchParams
+}
+
+// OpenScratch creates and migrates a scratch database (prefix bothy_perf)
+// and opens a pool on it. Close drops it, also when OpenScratch fails
+// after creating it.
+func OpenScratch(ctx context.Context, p *ScratchParams) (*Scratch, error) {
+	base, err := config.Load(p.ConfigFile, p.Environ, nil)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	s := &Scratch{p: *p}
+	if s.URL, err = dburl.NewURL(base.Database.URL, "bothy_perf"); err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	cfg, err := s.Config(nil)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(p.Stdout, "%s: scratch database %s\n", p.Tool, dburl.Name(s.URL))
+	if err := app.Migrate(ctx, cfg, p.Logger); err != nil {
+		s.Close(ctx)
+		return nil, fmt.Errorf("migrate scratch database: %w", err)
+	}
+	pc, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		s.Close(ctx)
+		return nil, err
+	}
+	pc.MaxConns = int32(max(p.MaxConns, 4))
+	if s.Pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		s.Close(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Config is the worker's configuration: the caller's, then the load
+// test's Keys, then extra, with database.url the scratch database.
+func (s *Scratch) Config(extra map[string]string) (*config.Config, error) {
+	flags := maps.Clone(s.p.Keys)
+	if flags == nil {
+		flags = map[string]string{}
+	}
+	maps.Copy(flags, extra)
+	flags["database.url"] = s.URL
+	cfg, err := config.Load(s.p.ConfigFile, s.p.Environ, flags)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Close closes the pool and drops the database unless Keep was set.
+func (s *Scratch) Close(ctx context.Context) {
+	if s.Pool != nil {
+		s.Pool.Close()
+	}
+	if s.p.Keep {
+		return
+	}
+	if err := dburl.Drop(context.WithoutCancel(ctx), s.URL); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: could not drop the scratch database: %v\n", s.p.Tool, err)
+	}
+}

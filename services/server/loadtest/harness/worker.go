@@ -1,0 +1,49 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/module"
+)
+
+// Worker is the worker role run in this process with the given modules:
+// the composition "bothy server --role=worker" runs, on one clock with the
+// producers and receivers.
+type Worker struct {
+	// Done receives what the server's Run returned, once.
+	Done <-chan error
+	stop func()
+}
+
+// StartWorker runs app.Server with cfg and modules until Stop, and waits
+// (at most 30 s) until it listens.
+func StartWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, modules ...module.Factory) (*Worker, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	srv := app.NewServer(cfg, logger, modules)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- srv.Run(sctx)
+		close(ran)
+	}()
+	w := &Worker{Done: ran, stop: func() {
+		cancel()
+		for range ran { // returns at once if Done was read already
+		}
+	}}
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := srv.Addr(actx)
+	acancel()
+	if err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("worker did not start: %w", err)
+	}
+	return w, nil
+}
+
+// Stop stops the worker and waits for it; it may be called more than once.
+func (w *Worker) Stop() { w.stop() }
