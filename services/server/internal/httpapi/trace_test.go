@@ -21,6 +21,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -57,13 +59,18 @@ func (rv *flakyReceiver) got() []string {
 }
 
 // startTraced runs the real server (role all) on db, tracing into exp.
-func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter) string {
+// extra are configuration keys and values.
+func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter, extra ...string) string {
 	t.Helper()
-	cfg, err := config.Load("", nil, map[string]string{
+	flags := map[string]string{
 		"database.url": db.URL, "server.role": "all", "server.listen_addr": "127.0.0.1:0",
 		"webhooks.allow_private_targets": "true", "consumer.poll_interval": "100ms",
 		"river.fetch_cooldown": "20ms", "river.fetch_poll_interval": "100ms", "server.shutdown_timeout": "5s",
-	})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		flags[extra[i]] = extra[i+1]
+	}
+	cfg, err := config.Load("", nil, flags)
 	require.NoError(t, err)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.WithoutCancel(context.Background()))) })
@@ -189,4 +196,89 @@ func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 	require.Equal(t, "retry", attr(attempts[0], "bothy.webhook.result"))
 	require.Equal(t, "204", attr(attempts[1], "http.response.status_code"))
 	require.Equal(t, "delivered", attr(attempts[1], "bothy.webhook.result"))
+}
+
+// TestTrace_OffStillForwardsTheProducersTraceparent runs the server with
+// tracing off (no OTEL_* environment): bothy records no spans, yet the
+// traceparent a producer sends is stored with its event and reaches the
+// webhook receiver, so a receiver that traces joins the producer's trace.
+func TestTrace_OffStillForwardsTheProducersTraceparent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	rv := newFlakyReceiver(t)
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(
+		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	client := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0f, 0xf0, 0x41, 0x17}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
+	req, err := http.NewRequest("POST", b.base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+owner)
+	req.Header.Set("traceparent", sync.FormatTraceParent(client))
+	r = send(t, req)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for len(rv.got()) < 2 { // the first answer is a 500: the retry too
+		require.True(t, time.Now().Before(deadline), "requests: %d", len(rv.got()))
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	for i, tp := range rv.got()[:2] {
+		sc, ok := sync.ParseTraceParent(tp)
+		require.True(t, ok, "request %d: traceparent %q", i, tp)
+		require.Equal(t, client.TraceID(), sc.TraceID(), "request %d belongs to the producer's trace", i)
+	}
+}
+
+// TestTrace_PushJobRunsInTheProducersTrace: with tracing on, the push
+// round's delivery job for one event runs in the producer's trace, as a
+// child of the event log's write, and its message reaches the device.
+func TestTrace_PushJobRunsInTheProducersTrace(t *testing.T) {
+	t.Parallel()
+	vapid, err := push.GenerateVAPIDKeys()
+	require.NoError(t, err)
+	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public})
+	t.Cleanup(rcv.Close)
+	db := dbtest.NewDB(t)
+	exp := tracetest.NewInMemoryExporter()
+	base := startTraced(t, db, exp, "push.vapid_public_key", vapid.Public, "push.vapid_private_key", vapid.Private,
+		"push.allow_private_targets", "true")
+	b := &testBundle{db: db, base: base}
+	alice := b.principal(t, "alice", authz.RightRead, "s1", allScopes...)
+	writer := b.principal(t, "writer", authz.RightWrite, "s1", allScopes...) // the actor is not notified
+	dev, endpoint, err := rcv.AddDevice("phone")
+	require.NoError(t, err)
+	r := b.do(t, "POST", "/v1/push/registrations", alice, fmt.Sprintf(
+		`{"subscription":{"endpoint":%q,"keys":{"p256dh":%q,"auth":%q}}}`, endpoint, dev.P256dh(), dev.Auth()))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	client := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0b, 0x07, 0x90, 0x54}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
+	req, err := http.NewRequest("POST", base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+writer)
+	req.Header.Set("traceparent", sync.FormatTraceParent(client))
+	r = send(t, req)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for len(rcv.Messages()) < 1 || len(spansNamed(exp, "river.work/push.deliver")) < 1 {
+		require.True(t, time.Now().Before(deadline), "messages: %d, runs: %d", len(rcv.Messages()), len(spansNamed(exp, "river.work/push.deliver")))
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	var write tracetest.SpanStub
+	for _, w := range spansNamed(exp, "bothy.event_log.write") {
+		if w.SpanContext.TraceID() == client.TraceID() {
+			write = w
+		}
+	}
+	require.True(t, write.SpanContext.IsValid(), "the request's write is in the client's trace")
+	runs := spansNamed(exp, "river.work/push.deliver")
+	require.Len(t, runs, 1)
+	require.Equal(t, client.TraceID(), runs[0].SpanContext.TraceID(), "the push job runs in the producer's trace")
+	require.Equal(t, write.SpanContext.SpanID(), runs[0].Parent.SpanID(), "as the write's child")
 }

@@ -155,10 +155,17 @@ var quietPaths = map[string]bool{"/metrics": true, "/healthz": true, "/readyz": 
 // /metrics, with otelhttp: a server span per request, the child of the
 // client's span when the request carries a W3C traceparent. The access log
 // (package accesslog) inside it names the span after the route pattern.
-// With tracing off it returns next as it is.
+// With tracing off it records nothing but still takes the client's W3C
+// traceparent into the request's context, so the events the request
+// appends carry it to their webhook receivers unchanged.
 func (t *Tracing) HTTPHandler(next http.Handler) http.Handler {
 	if !t.Enabled() {
-		return next
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("traceparent") != "" {
+				r = r.WithContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+			}
+			next.ServeHTTP(w, r)
+		})
 	}
 	return otelhttp.NewHandler(next, "bothy.http",
 		otelhttp.WithTracerProvider(t.provider),
