@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/console"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
@@ -9,13 +10,24 @@ import (
 )
 
 // Features are the modules every bothy server runs, configured from cfg:
-// outgoing webhooks, push and the HTTP API. A new feature is added here.
+// outgoing webhooks, push, the HTTP API and, if console.enabled, the web
+// console. A new feature is added here.
 func Features(cfg *config.Config) []module.Factory {
-	return []module.Factory{
+	fs := []module.Factory{
 		webhooks.NewModule(WebhooksConfig(cfg)),
 		push.NewModule(PushConfig(cfg)),
 		httpapi.NewModule(APIConfig(cfg)),
 	}
+	if cfg.Console.Enabled {
+		fs = append(fs, console.NewModule(ConsoleConfig(cfg)))
+	}
+	return fs
+}
+
+// ConsoleConfig maps console.* onto the web console.
+func ConsoleConfig(cfg *config.Config) *console.Config {
+	c := cfg.Console
+	return &console.Config{Key: []byte(c.Key), FrameAncestors: c.FrameAncestors, SessionTTL: c.SessionTTL}
 }
 
 // WebhooksConfig maps webhooks.* onto the webhooks module.

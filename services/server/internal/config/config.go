@@ -33,6 +33,7 @@ type Config struct {
 	Push     Push
 	Perf     Perf
 	Log      Log
+	Console  Console
 	values   map[string]string
 	sourceOf map[string]string
 }
@@ -97,6 +98,14 @@ type Push struct {
 	AllowPrivateTargets bool
 	BatchSize           int
 	OriginConcurrency   int
+}
+
+// Console configures the web console on the api role.
+type Console struct {
+	Enabled        bool
+	Key            string
+	FrameAncestors string
+	SessionTTL     time.Duration
 }
 
 // Perf holds the performance budgets load tests check.
@@ -203,6 +212,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("webhooks.retry_budget (%s) must be below sync.event_retention (%s): "+
 			"a failing receiver's deliveries must end dead or disabled while their events are still there",
 			c.Webhooks.RetryBudget, c.Sync.EventRetention)
+	}
+	if c.Console.Enabled && len(c.Console.Key) < 32 {
+		return fmt.Errorf("console.key must be set, at least 32 characters, while console.enabled is true: it signs portal links")
 	}
 	if c.River.FetchPollInterval < c.River.FetchCooldown {
 		return fmt.Errorf("river.fetch_poll_interval (%s) must be at least river.fetch_cooldown (%s), as River requires",

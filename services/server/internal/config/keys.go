@@ -177,6 +177,33 @@ var Keys = []Key{
 			return dur(&c.Perf.WebhookHandoffP95, v, time.Millisecond, time.Minute)
 		}},
 
+	{Name: "console.enabled", Default: "false", Range: "true or false",
+		Doc: "Serve the web console under /console/ on the api role (needs console.key).",
+		set: func(c *Config, v string) error { return boolean(&c.Console.Enabled, v) }},
+	{Name: "console.key", Default: "", Range: "empty or at least 32 characters", Secret: true,
+		Doc: "Signs the console's portal links (POST /v1/portal-links); changing it invalidates every link issued.",
+		set: func(c *Config, v string) error {
+			return str(&c.Console.Key, v, func(s string) error {
+				if s != "" && len(s) < 32 {
+					return fmt.Errorf("too short: %d characters, want at least 32", len(s))
+				}
+				return nil
+			})
+		}},
+	{Name: "console.frame_ancestors", Default: "'none'", Range: "a CSP source list, such as https://app.example.com",
+		Doc: "Who may frame portal pages (Content-Security-Policy frame-ancestors); other console pages are never framed.",
+		set: func(c *Config, v string) error {
+			return str(&c.Console.FrameAncestors, v, func(s string) error {
+				if s == "" || strings.ContainsAny(s, ";,\r\n") {
+					return fmt.Errorf("want a space-separated CSP source list without ; or ,")
+				}
+				return nil
+			})
+		}},
+	{Name: "console.session_ttl", Default: "12h", Range: "5m..720h",
+		Doc: "How long a console session lasts at most; it ends earlier with its token.",
+		set: func(c *Config, v string) error { return dur(&c.Console.SessionTTL, v, 5*time.Minute, 720*time.Hour) }},
+
 	{Name: "log.level", Default: "info", Range: "debug, info, warn or error",
 		Doc: "Lowest level logged.",
 		set: func(c *Config, v string) error { return oneOf(&c.Log.Level, v, "debug", "info", "warn", "error") }},

@@ -1,0 +1,50 @@
+package console_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+func TestConsole_SignIn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	rcv := newReceiver(t, http.StatusNoContent, "")
+	id := b.createSubscription(t, token, "acme", rcv.URL+"/hook")
+
+	t.Run("SetsAnHttpOnlyStrictCookie", func(t *testing.T) {
+		br := b.browser(t)
+		p := br.signIn(token)
+		ck := p.header.Get("Set-Cookie")
+		require.Contains(t, ck, "bothy_console=")
+		require.Contains(t, ck, "HttpOnly")
+		require.Contains(t, ck, "SameSite=Strict")
+		require.Contains(t, ck, "Path=/console/")
+		require.NotContains(t, ck, "Secure", "plain HTTP: a Secure cookie would not come back")
+	})
+	t.Run("ListsTheSubscriptions", func(t *testing.T) {
+		br := b.browser(t)
+		br.signIn(token)
+		p := br.get("/console/subscriptions")
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.Contains(t, p.body, `data-id="`+id+`"`)
+		require.Contains(t, p.body, rcv.URL+"/hook")
+	})
+	t.Run("RefusesABadToken", func(t *testing.T) {
+		br := b.browser(t)
+		p := br.post("/console/sign-in", map[string][]string{"token": {"bothy_nonsense"}})
+		require.Equal(t, http.StatusUnauthorized, p.status)
+		require.Contains(t, p.body, `id="sign-in-error"`)
+		require.Empty(t, p.header.Get("Set-Cookie"))
+	})
+	t.Run("SendsTheUnsignedToSignIn", func(t *testing.T) {
+		p := b.browser(t).get("/console/subscriptions")
+		require.Equal(t, http.StatusSeeOther, p.status)
+		require.True(t, strings.HasPrefix(p.header.Get("Location"), "/console/sign-in"))
+	})
+}

@@ -1,0 +1,88 @@
+// Package console is bothy's web console on the api role, under /console/:
+// server-rendered pages (html/template, no build chain) over the HTTP API.
+// It shows webhook subscriptions with status, policy, lag and last
+// delivery; a subscription's deliveries and attempts with status, latency
+// and the receiver's response excerpt; the actions the API offers, each
+// behind a confirmation page; a lag overview; and the signed-in
+// principal's push registrations and preferences.
+//
+// The console decides nothing about rights. Every page is rendered from
+// what the JSON API answers, served in process as the session's subject
+// (httpapi.WithSubject), and every action is a call of the API's own
+// endpoint the same way: a viewer sees and does exactly what the API lets
+// their token see and do. The one narrowing on top is the portal's: a
+// portal session shows only its principal's own subscriptions on its one
+// space, and its subject's scopes are cut down to webhooks:manage there.
+//
+// # Sessions
+//
+// POST /console/sign-in exchanges a bearer token for a session cookie
+// (bothy_console: HttpOnly, SameSite=Strict, Secure over TLS, Path
+// /console/). The cookie holds a random id; the console_sessions table
+// keeps its SHA-256, the token it rests on, the principal, the portal
+// space and a CSRF secret. Every request re-reads the token and the
+// principals: a revoked or expired token or a disabled principal ends the
+// session at once. Every form carries a CSRF token (field csrf); a POST
+// without the session's token, or from another origin, is refused with
+// 403 before anything is done. GET /console/portal?token=... exchanges a
+// portal link (package portallink; issued by POST /v1/portal-links) for a
+// portal session.
+//
+// Every answer has Content-Security-Policy "default-src 'self'; base-uri
+// 'none'; form-action 'self'; object-src 'none'; frame-ancestors 'none'"
+// (portal pages: frame-ancestors from console.frame_ancestors), so no
+// inline script or style runs; everything a receiver sent is rendered as
+// text by html/template. Times are <time datetime="RFC 3339"> with UTC
+// text; static/time.js (the only script) shows them in the viewer's
+// locale.
+//
+// # Configuration
+//
+// console.enabled=true mounts the console; console.key (at least 32
+// characters) is then required. console.frame_ancestors and
+// console.session_ttl are optional.
+//
+// # Stable hooks for browser tests
+//
+// Pages keep these ids and data-testid attributes:
+//
+//   - every page: header nav#nav with a#nav-subscriptions, a#nav-lag,
+//     a#nav-push (not in portal sessions); span#principal; in portal
+//     sessions span#portal-banner; otherwise form#sign-out-form with
+//     button#sign-out. Every time is time[data-testid=time][datetime].
+//     Empty lists show an element with data-testid=empty-state saying what
+//     to do.
+//   - sign-in (/console/sign-in): form#sign-in-form, input#token,
+//     button#sign-in-submit; p#sign-in-error after a refused token.
+//   - subscriptions (/console/subscriptions[?space=]):
+//     form#space-filter with input#space; table#subscriptions with rows
+//     tr[data-testid=subscription-row][data-id=ID] holding
+//     a[data-testid=subscription-link] and cells data-testid
+//     subscription-status, subscription-policy, subscription-lag,
+//     subscription-last-delivered; p#empty-subscriptions; a#next-page.
+//   - a subscription (/console/subscriptions/ID[?status=]):
+//     h1#subscription-url; dd#subscription-id, #subscription-space,
+//     #subscription-owner, #subscription-status, #subscription-policy,
+//     #subscription-lag, #subscription-last-delivered; ul#actions with
+//     a[data-testid=action-NAME] for NAME in enable or disable, test,
+//     rotate-secret, recover, delete; form#delivery-filter with
+//     select#status; table#deliveries with tr[data-testid=delivery-row]
+//     [data-seq=SEQ] (cell data-testid=delivery-status, link
+//     a[data-testid=action-resend]) each followed by its
+//     tr[data-testid=attempt-row] (cells attempt-status, attempt-latency,
+//     pre[data-testid=response-excerpt]); p#empty-deliveries; a#next-page.
+//   - confirmation (/console/subscriptions/ID/confirm/NAME[?seq=]):
+//     p#confirm-question, form#confirm-form (input#reason for disable,
+//     radio inputs name=from for enable), button#confirm-submit,
+//     a#confirm-cancel.
+//   - result of an action: p#result-message; code#new-secret after a
+//     rotation; dl#test-result (test-status, test-latency,
+//     pre[data-testid=response-excerpt]) after a test send; a#result-back.
+//   - lag (/console/lag): table#lag with tr[data-testid=lag-row] and cells
+//     lag-pending; p#empty-lag.
+//   - push (/console/push[?space=]): table#registrations with
+//     tr[data-testid=registration-row]; p#empty-registrations or
+//     p#push-problem; form#preference-form with input#pref-space;
+//     p#preference.
+//   - errors: h1#error-title, p#error-detail.
+package console

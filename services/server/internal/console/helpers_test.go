@@ -1,0 +1,238 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+)
+
+// consoleKey signs the portal links of the test servers.
+const consoleKey = "console-key-for-tests-0123456789abcdef"
+
+var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
+
+// testBundle is a running server (role api: no deliveries are made unless
+// a test starts a worker) on a scratch database.
+type testBundle struct {
+	db   *dbtest.DB
+	base string
+}
+
+// setup starts the real server with the console on a fresh database.
+func setup(t *testing.T, extra ...string) *testBundle {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	return &testBundle{db: db, base: startServer(t, db.URL, extra...)}
+}
+
+// startServer runs the server as "bothy server" builds it, console on,
+// until the test ends; extra are configuration keys and values.
+func startServer(t *testing.T, dbURL string, extra ...string) string {
+	t.Helper()
+	flags := map[string]string{
+		"database.url":                   dbURL,
+		"server.role":                    "all",
+		"server.listen_addr":             "127.0.0.1:0",
+		"webhooks.allow_private_targets": "true",
+		"consumer.poll_interval":         "100ms",
+		"river.fetch_cooldown":           "20ms",
+		"river.fetch_poll_interval":      "100ms",
+		"server.shutdown_timeout":        "5s",
+		"console.enabled":                "true",
+		"console.key":                    consoleKey,
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		flags[extra[i]] = extra[i+1]
+	}
+	cfg, err := config.Load("", nil, flags)
+	require.NoError(t, err)
+	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+	defer acancel()
+	addr, err := srv.Addr(actx)
+	require.NoError(t, err)
+	return "http://" + addr.String()
+}
+
+// principal creates a principal with right on space (none if right is
+// "") and returns a bearer token with scopes (every scope if none given).
+func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space string, scopes ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, id, authz.KindUser))
+	if right != "" {
+		require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
+	}
+	if scopes == nil {
+		scopes = allScopes
+	}
+	_, bearer, err := authz.CreateToken(ctx, b.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: scopes})
+	require.NoError(t, err)
+	return bearer
+}
+
+// api sends a JSON request to the HTTP API with token and decodes a 2xx
+// answer into out (if not nil); it returns the status.
+func (b *testBundle) api(t *testing.T, method, path, token string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, b.base+path, rd)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	if out != nil && res.StatusCode < 300 {
+		require.NoError(t, json.Unmarshal(raw, out), "%s %s: %s", method, path, raw)
+	}
+	return res.StatusCode
+}
+
+// createSubscription creates a subscription to target on space with token
+// and returns its id.
+func (b *testBundle) createSubscription(t *testing.T, token, space, target string) string {
+	t.Helper()
+	var sub struct {
+		ID string `json:"id"`
+	}
+	status := b.api(t, http.MethodPost, "/v1/webhooks", token, map[string]any{"space": space, "url": target}, &sub)
+	require.Equal(t, http.StatusCreated, status)
+	return sub.ID
+}
+
+// status reads a subscription's status through the API.
+func (b *testBundle) status(t *testing.T, token, id string) string {
+	t.Helper()
+	var sub struct {
+		Status string `json:"status"`
+	}
+	require.Equal(t, http.StatusOK, b.api(t, http.MethodGet, "/v1/webhooks/"+id, token, nil, &sub))
+	return sub.Status
+}
+
+// browser is a client with a cookie jar that does not follow redirects,
+// as a browser of the console.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (b *testBundle) browser(t *testing.T) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, base: b.base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+// page is an answer read whole.
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (br *browser) get(path string) *page {
+	br.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, br.base+path, nil)
+	require.NoError(br.t, err)
+	return br.do(req)
+}
+
+// post sends a form as a browser on the console's own page would (Origin
+// of the server).
+func (br *browser) post(path string, form url.Values) *page {
+	br.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, br.base+path, strings.NewReader(form.Encode()))
+	require.NoError(br.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", br.base)
+	return br.do(req)
+}
+
+func (br *browser) do(req *http.Request) *page {
+	br.t.Helper()
+	res, err := br.c.Do(req)
+	require.NoError(br.t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(br.t, err)
+	return &page{status: res.StatusCode, header: res.Header, body: string(raw)}
+}
+
+// signIn signs the browser in with token and checks it lands on the
+// subscriptions.
+func (br *browser) signIn(token string) *page {
+	br.t.Helper()
+	p := br.post("/console/sign-in", url.Values{"token": {token}})
+	require.Equal(br.t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(br.t, "/console/subscriptions", p.header.Get("Location"))
+	return p
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the CSRF token of a form on the page at path.
+func (br *browser) csrf(path string) string {
+	br.t.Helper()
+	p := br.get(path)
+	require.Equal(br.t, http.StatusOK, p.status, p.body)
+	m := csrfField.FindStringSubmatch(p.body)
+	require.NotNil(br.t, m, "no csrf field on %s", path)
+	return m[1]
+}
+
+// newReceiver is a webhook receiver that answers every request with
+// status and body.
+func newReceiver(t *testing.T, status int, body string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }

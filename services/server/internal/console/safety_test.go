@@ -1,0 +1,69 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+// TestConsole_CSRF: a form POST without the session's CSRF token, with a
+// wrong one or from another origin is refused and changes nothing.
+func TestConsole_CSRF(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	rcv := newReceiver(t, http.StatusNoContent, "")
+	id := b.createSubscription(t, token, "acme", rcv.URL)
+	br := b.browser(t)
+	br.signIn(token)
+	good := br.csrf("/console/subscriptions/" + id + "/confirm/disable")
+
+	for name, form := range map[string]url.Values{
+		"WithoutToken":   {"reason": {"x"}},
+		"WithWrongToken": {"reason": {"x"}, "csrf": {good[:len(good)-2] + "AA"}},
+	} {
+		p := br.post("/console/subscriptions/"+id+"/disable", form)
+		require.Equal(t, http.StatusForbidden, p.status, name)
+		require.Equal(t, "active", b.status(t, token, id), name)
+	}
+	t.Run("FromAnotherOrigin", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/console/subscriptions/"+id+"/disable",
+			stringsReader(url.Values{"csrf": {good}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "https://evil.example")
+		p := br.do(req)
+		require.Equal(t, http.StatusForbidden, p.status)
+		require.Equal(t, "active", b.status(t, token, id))
+	})
+	t.Run("WithTheTokenItActs", func(t *testing.T) {
+		p := br.post("/console/subscriptions/"+id+"/disable", url.Values{"csrf": {good}, "reason": {"maintenance"}})
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.Equal(t, "disabled", b.status(t, token, id))
+	})
+}
+
+// TestConsole_SecurityHeaders: every console answer forbids inline
+// script and framing (portal pages excepted, see the portal tests).
+func TestConsole_SecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	br := b.browser(t)
+	for _, path := range []string{"/console/sign-in", "/console/static/console.css", "/console/nothing-here"} {
+		p := br.get(path)
+		require.Equal(t, "default-src 'self'; base-uri 'none'; form-action 'self'; object-src 'none'; frame-ancestors 'none'",
+			p.header.Get("Content-Security-Policy"), path)
+		require.Equal(t, "no-store", p.header.Get("Cache-Control"), path)
+	}
+	br.signIn(token)
+	p := br.get("/console/subscriptions")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	require.NotContains(t, p.body, "<script>", "no inline script")
+	require.NotContains(t, p.body, "style=", "no inline style")
+}

@@ -1,0 +1,168 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+)
+
+// visible reports whether a portal session may see sub: the session's
+// principal's own subscription on the portal's space. Other sessions see
+// whatever the API answered.
+func (s *session) visible(sub *subscriptionView) bool {
+	return s.portalSpace == "" || (sub.Space == s.portalSpace && sub.Owner == s.subject.Principal)
+}
+
+type subscriptionsData struct {
+	Space         string
+	Subscriptions []subscriptionView
+	NextCursor    string
+}
+
+// listSubscriptions is one page of the subscriptions the API lists for
+// the session, on space if not "" (a portal session: its own space only).
+func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor string) (*subscriptionsPage, error) {
+	if s.portalSpace != "" {
+		space = s.portalSpace
+	}
+	q := url.Values{}
+	if space != "" {
+		q.Set("space", space)
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var pg subscriptionsPage
+	if err := c.call(r, s, http.MethodGet, "/v1/webhooks?"+q.Encode(), nil, &pg); err != nil {
+		return nil, err
+	}
+	kept := pg.Subscriptions[:0]
+	for i := range pg.Subscriptions {
+		if s.visible(&pg.Subscriptions[i]) {
+			kept = append(kept, pg.Subscriptions[i])
+		}
+	}
+	pg.Subscriptions = kept
+	return &pg, nil
+}
+
+func (c *Console) subscriptions(w http.ResponseWriter, r *http.Request, s *session) error {
+	q := r.URL.Query()
+	pg, err := c.listSubscriptions(r, s, q.Get("space"), q.Get("cursor"))
+	if err != nil {
+		return err
+	}
+	c.render(w, r, s, http.StatusOK, "subscriptions", &subscriptionsData{Space: q.Get("space"), Subscriptions: pg.Subscriptions,
+		NextCursor: pg.NextCursor})
+	return nil
+}
+
+// getSubscription reads the subscription of the path as the API answers
+// it to the session; one a portal session may not see is not found.
+func (c *Console) getSubscription(r *http.Request, s *session) (*subscriptionView, error) {
+	id := r.PathValue("id")
+	var sub subscriptionView
+	if err := c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(id), nil, &sub); err != nil {
+		return nil, err
+	}
+	if !s.visible(&sub) {
+		return nil, errorf(http.StatusNotFound, "no such webhook subscription")
+	}
+	return &sub, nil
+}
+
+type subscriptionData struct {
+	Sub        *subscriptionView
+	Status     string
+	Deliveries []deliveryView
+	NextCursor string
+}
+
+func (c *Console) subscription(w http.ResponseWriter, r *http.Request, s *session) error {
+	sub, err := c.getSubscription(r, s)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	status := r.URL.Query().Get("status")
+	if status != "" {
+		q.Set("status", status)
+	}
+	if cur := r.URL.Query().Get("cursor"); cur != "" {
+		q.Set("cursor", cur)
+	}
+	q.Set("limit", "20")
+	var pg deliveriesPage
+	if err := c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(sub.ID)+"/deliveries?"+q.Encode(), nil, &pg); err != nil {
+		return err
+	}
+	c.render(w, r, s, http.StatusOK, "subscription", &subscriptionData{Sub: sub, Status: status, Deliveries: pg.Deliveries,
+		NextCursor: pg.NextCursor})
+	return nil
+}
+
+type lagData struct {
+	Subscriptions []subscriptionView
+	// More is set when there were more subscriptions than one page.
+	More bool
+}
+
+// lag shows the subscriptions of the first page with deliveries still
+// pending, most pending first.
+func (c *Console) lag(w http.ResponseWriter, r *http.Request, s *session) error {
+	pg, err := c.listSubscriptions(r, s, "", "")
+	if err != nil {
+		return err
+	}
+	subs := pg.Subscriptions
+	sort.SliceStable(subs, func(i, j int) bool { return subs[i].Pending > subs[j].Pending })
+	c.render(w, r, s, http.StatusOK, "lag", &lagData{Subscriptions: subs, More: pg.NextCursor != ""})
+	return nil
+}
+
+type pushData struct {
+	Registrations []registrationView
+	NextCursor    string
+	Space         string
+	Preference    *preferenceView
+	// Problem is why the API refused the list, shown instead of it.
+	Problem string
+}
+
+func (c *Console) push(w http.ResponseWriter, r *http.Request, s *session) error {
+	if s.portalSpace != "" {
+		return errorf(http.StatusNotFound, "a portal session shows webhook subscriptions only")
+	}
+	d := &pushData{Space: r.URL.Query().Get("space")}
+	q := url.Values{}
+	if cur := r.URL.Query().Get("cursor"); cur != "" {
+		q.Set("cursor", cur)
+	}
+	var pg registrationsPage
+	err := c.call(r, s, http.MethodGet, "/v1/push/registrations?"+q.Encode(), nil, &pg)
+	if pe, ok := err.(*pageError); ok && pe.status == http.StatusForbidden {
+		d.Problem = pe.detail
+	} else if err != nil {
+		return err
+	}
+	d.Registrations, d.NextCursor = pg.Registrations, pg.NextCursor
+	if d.Space != "" {
+		var pref preferenceView
+		if err := c.call(r, s, http.MethodGet, "/v1/spaces/"+url.PathEscape(d.Space)+"/push-preference", nil, &pref); err != nil {
+			return err
+		}
+		d.Preference = &pref
+	}
+	c.render(w, r, s, http.StatusOK, "push", d)
+	return nil
+}
+
+// seqOf reads a delivery's seq from the form.
+func seqOf(r *http.Request) (int64, error) {
+	seq, err := strconv.ParseInt(r.PostFormValue("seq"), 10, 64)
+	if err != nil || seq < 1 {
+		return 0, errorf(http.StatusBadRequest, "seq: want a delivery's seq")
+	}
+	return seq, nil
+}

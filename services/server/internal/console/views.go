@@ -1,0 +1,81 @@
+package console
+
+import "time"
+
+// The API's JSON answers, as far as the console shows them.
+
+type subscriptionView struct {
+	ID               string            `json:"id"`
+	Owner            string            `json:"owner"`
+	Space            string            `json:"space"`
+	URL              string            `json:"url"`
+	EventTypes       []string          `json:"event_types"`
+	Status           string            `json:"status"`
+	DisabledCause    string            `json:"disabled_cause"`
+	DisabledDetail   string            `json:"disabled_detail"`
+	DisabledAt       *time.Time        `json:"disabled_at"`
+	LastDeliveredSeq int64             `json:"last_delivered_seq"`
+	Pending          int64             `json:"pending"`
+	CreatedAt        time.Time         `json:"created_at"`
+	Headers          map[string]string `json:"headers"`
+	Policy           string            `json:"policy"`
+	MaxInFlight      int               `json:"max_in_flight"`
+	AutoRecover      bool              `json:"auto_recover"`
+	Probing          bool              `json:"probing"`
+}
+
+type subscriptionsPage struct {
+	Subscriptions []subscriptionView `json:"subscriptions"`
+	NextCursor    string             `json:"next_cursor"`
+}
+
+type attemptView struct {
+	At              time.Time `json:"at"`
+	StatusCode      *int      `json:"status_code"`
+	DurationSeconds float64   `json:"duration_seconds"`
+	Error           string    `json:"error"`
+	ResponseExcerpt string    `json:"response_excerpt"`
+}
+
+type deliveryView struct {
+	Seq           int64         `json:"seq"`
+	EventID       string        `json:"event_id"`
+	Status        string        `json:"status"`
+	Attempts      int           `json:"attempts"`
+	CreatedAt     time.Time     `json:"created_at"`
+	FinishedAt    *time.Time    `json:"finished_at"`
+	NextAttemptAt *time.Time    `json:"next_attempt_at"`
+	LastError     string        `json:"last_error"`
+	AttemptList   []attemptView `json:"attempt_list"`
+}
+
+type deliveriesPage struct {
+	Deliveries []deliveryView `json:"deliveries"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+type testSendView struct {
+	StatusCode      *int    `json:"status_code"`
+	LatencySeconds  float64 `json:"latency_seconds"`
+	OK              bool    `json:"ok"`
+	Error           string  `json:"error"`
+	ResponseExcerpt string  `json:"response_excerpt"`
+}
+
+type registrationView struct {
+	ID        string    `json:"id"`
+	Endpoint  string    `json:"endpoint"`
+	UserAgent string    `json:"user_agent"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+type registrationsPage struct {
+	Registrations []registrationView `json:"registrations"`
+	NextCursor    string             `json:"next_cursor"`
+}
+
+type preferenceView struct {
+	Space  string `json:"space"`
+	Notify bool   `json:"notify"`
+}
