@@ -170,6 +170,25 @@ func (d *Deliverer) Timeout(*river.Job[DeliverArgs]) time.Duration {
 	return d.cfg.Slice + d.cfg.Timeout + leaseMargin
 }
 
+// shortRetries is how many failed runs of a delivery job come back within
+// seconds (NextRetry); later ones take River's default backoff.
+const shortRetries = 10
+
+// NextRetry implements river.Worker. A delivery job fails only on database
+// trouble (a receiver's failures are snoozes), and while it waits for its
+// retry the subscription's deliveries wait too. Its first shortRetries
+// retries come after 1 s, doubling up to 30 s, with up to 10% jitter, so
+// sending resumes within seconds of the database coming back rather than
+// after River's default of 16 s, then 81 s, then 256 s; later ones take
+// River's default, which spreads the 25 attempts over weeks.
+func (d *Deliverer) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	if job.Attempt < 1 || job.Attempt > shortRetries {
+		return time.Time{}
+	}
+	back := min(time.Second<<(job.Attempt-1), 30*time.Second)
+	return time.Now().Add(back + rand.N(back/10+1))
+}
+
 // claim is what a send needs, read in the claiming transaction.
 type claim struct {
 	subID          uuid.UUID

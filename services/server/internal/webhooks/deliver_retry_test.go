@@ -1,0 +1,67 @@
+package webhooks_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// unreadableLog is an event source whose reads fail, as they do while the
+// database is unavailable.
+type unreadableLog struct{ sync.EventSource }
+
+func (unreadableLog) EventsAfter(context.Context, pgx.Tx, *sync.EventsAfterParams) ([]sync.Event, error) {
+	return nil, errors.New("event log unreachable")
+}
+
+// TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble: a delivery job
+// that fails (here, reading its event fails) comes back within seconds,
+// also after its second and later failures, where River's default backoff
+// waits attempt⁴ seconds (16 s, 81 s, 256 s).
+func TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	rv := newReceiver(t, nil)
+	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.emit(t, "s1", 1)
+	require.Equal(t, 1, b.round(t).Jobs)
+
+	cfg := fastRetries()
+	del, err := webhooks.NewDeliverer(b.db.Pool, unreadableLog{postgres.NewEventLog(b.db.Pool, nil)}, nil, cfg)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, del)
+	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 2}},
+		Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.Stop(ctx)
+	})
+
+	var attempt int
+	var last, next time.Time
+	eventually(t, 30*time.Second, func() bool {
+		err := b.db.Pool.QueryRow(context.Background(), `
+SELECT attempt, attempted_at, scheduled_at FROM river_job WHERE kind = $1 AND state = 'retryable'`,
+			webhooks.KindDeliver).Scan(&attempt, &last, &next)
+		return err == nil && attempt >= 2
+	}, "the delivery job did not fail twice")
+	riverDefault := time.Duration(attempt*attempt*attempt*attempt) * time.Second
+	require.Less(t, next.Sub(last), riverDefault/2, "retry %d scheduled %s after the failed run", attempt, next.Sub(last))
+	require.Zero(t, rv.count(), "nothing was sent")
+}
