@@ -182,8 +182,15 @@ func (c *Console) public(h handlerFunc) http.Handler {
 // sameOrigin reports whether a browser's request came from a page of this
 // host: Origin (or, without it, Sec-Fetch-Site) must not name another
 // site. Clients that send neither are not browsers and are let through.
+// Browsers send Origin "null" for the console's own forms, because its
+// pages have Referrer-Policy no-referrer; then only Sec-Fetch-Site
+// same-origin is accepted.
 func sameOrigin(r *http.Request) bool {
-	if o := r.Header.Get("Origin"); o != "" {
+	o := r.Header.Get("Origin")
+	if o == "null" {
+		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	}
+	if o != "" {
 		u, err := url.Parse(o)
 		return err == nil && u.Host == r.Host
 	}
