@@ -21,7 +21,7 @@ const EnvScreenshotDir = "BOTHY_SCREENSHOT_DIR"
 
 // stepTimeout bounds every browser step, so a page that never shows what a
 // test waits for fails that test instead of hanging the package.
-const stepTimeout = 30 * time.Second
+const stepTimeout = 60 * time.Second
 
 // Browser is one headless Chromium with a single tab, owned by one test.
 //
@@ -29,7 +29,12 @@ const stepTimeout = 30 * time.Second
 // alert) and records it, so a page cannot block the test with a dialog and
 // a test can check that no script of a page's data ever ran.
 type Browser struct {
-	t     testing.TB
+	t testing.TB
+	*tab
+}
+
+// tab is what the Browsers of one test and its subtests share.
+type tab struct {
 	ctx   context.Context
 	dir   string
 	shots int // screenshots taken, for their file names
@@ -61,7 +66,7 @@ func New(t testing.TB) *Browser {
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
 
-	b := &Browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	b := &Browser{t: t, tab: &tab{ctx: ctx, dir: screenshotDir(t)}}
 	// The first step starts the browser; it must not run under a timeout,
 	// which would close the browser with it.
 	if err := chromedp.Do(ctx); err != nil {
@@ -118,6 +123,11 @@ var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 func safeName(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
 
+// For returns the same browser for a subtest t: its steps fail t instead
+// of the test that started the browser. Screenshots stay in that test's
+// directory.
+func (b *Browser) For(t testing.TB) *Browser { return &Browser{t: t, tab: b.tab} }
+
 // Do runs actions in order, each step bounded by stepTimeout, and fails the
 // test at the first error, with a screenshot of the page as it was.
 func (b *Browser) Do(actions ...chromedp.Action[chromedp.Void]) {
@@ -127,8 +137,7 @@ func (b *Browser) Do(actions ...chromedp.Action[chromedp.Void]) {
 		err := chromedp.Do(ctx, a)
 		cancel()
 		if err != nil {
-			shot := b.Screenshot("failed")
-			b.t.Fatalf("browser step %d: %v (page: %s; screenshot %s)", i+1, err, b.Location(), shot)
+			b.t.Fatalf("browser step %d: %v%s", i+1, err, b.failure())
 		}
 	}
 }
@@ -140,10 +149,19 @@ func Run[T any](b *Browser, a chromedp.Action[T]) T {
 	defer cancel()
 	v, err := chromedp.Run(ctx, a)
 	if err != nil {
-		shot := b.Screenshot("failed")
-		b.t.Fatalf("browser: %v (page: %s; screenshot %s)", err, b.Location(), shot)
+		b.t.Fatalf("browser: %v%s", err, b.failure())
 	}
 	return v
+}
+
+// failure describes the page a step failed on: its URL, the start of its
+// text and a screenshot.
+func (b *Browser) failure() string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 500) : ""`))
+	return fmt.Sprintf("\npage %s\n%s\nscreenshot %s", b.Location(), text, b.Screenshot("failed"))
 }
 
 // Location is the URL of the tab, or "" if it cannot be read.

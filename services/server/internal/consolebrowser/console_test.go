@@ -1,0 +1,303 @@
+package consolebrowser
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// testID selects the first element with a data-testid.
+func testID(id string) chromedp.CSS { return chromedp.CSS(`[data-testid="` + id + `"]`) }
+
+// count returns how many elements match a CSS selector.
+func count(b *Browser, css string) int {
+	return Run(b, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, css)))
+}
+
+// shows waits until the page has an element matching css. It fails at
+// once, with the error's text, when the page is the console's error page
+// instead, so a refused action does not wait out the step's timeout.
+func shows(css string) chromedp.Action[chromedp.Void] {
+	check := chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q) ? "found"
+		: document.querySelector("#error-detail") ? document.querySelector("main").innerText : ""`, css))
+	return func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			// An evaluation fails while the page is being replaced; the
+			// next tick looks at the new one.
+			got, err := check(ctx, tgt)
+			if err == nil && got == "found" {
+				return chromedp.Void{}, nil
+			}
+			if err == nil && got != "" {
+				return chromedp.Void{}, fmt.Errorf("waiting for %s, got the error page: %s", css, got)
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", css, ctx.Err())
+			case <-tick.C:
+			}
+		}
+	}
+}
+
+// signIn signs b in to the console with a bearer token through the sign-in
+// form and waits for the subscriptions page.
+func signIn(f *fixture, b *Browser, token string) {
+	b.Do(
+		chromedp.Navigate(f.base+"/console/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("sign-in-submit")),
+		shows("#principal"),
+	)
+}
+
+// openSubscription shows subscription id's page and waits for it.
+func openSubscription(f *fixture, b *Browser, id string) {
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions/"+id), shows("#subscription-status"))
+}
+
+// noScriptRan checks that nothing of the page's data became markup: no
+// dialog opened, and the page has no element that only the malicious
+// excerpt could have brought (the page's CSP would keep an injected inline
+// script from running, so the elements are the check that counts).
+func noScriptRan(t *testing.T, b *Browser) {
+	t.Helper()
+	require.Empty(t, b.Dialogs(), "a page opened a dialog")
+	require.Zero(t, count(b, `main script, main img, [onerror]`), "the excerpt became markup")
+}
+
+func TestConsole_SignInListAndDrillDown(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := New(t)
+
+	// A page of the console sends a browser without a session to sign in.
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions"), chromedp.WaitVisible(chromedp.ID("token")))
+	b.Screenshot("sign-in")
+
+	b.Do(
+		chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
+		chromedp.Click(chromedp.ID("sign-in-submit")),
+		chromedp.WaitVisible(testID("sign-in-error")),
+	)
+	b.Screenshot("sign-in-refused")
+
+	b.Do(
+		chromedp.SendKeys(chromedp.ID("token"), f.aliceToken),
+		chromedp.Click(chromedp.ID("sign-in-submit")),
+		shows(`[data-testid="subscriptions"]`),
+	)
+	require.Equal(t, "alice", Run(b, chromedp.Text(testID("principal"))))
+	// alice sees her subscription and not bob's, on another space.
+	require.Equal(t, 1, count(b, `[data-testid="subscription-row"]`))
+	require.Equal(t, f.aliceSub, Run(b, chromedp.Evaluate[string](`document.querySelector('[data-testid="subscription-row"]').dataset.id`)))
+	require.Equal(t, "active", Run(b, chromedp.Text(testID("subscription-status"))))
+	b.Screenshot("subscriptions")
+
+	// Drill down: the subscription's deliveries with their attempts.
+	b.Do(chromedp.Click(testID("subscription-link")), shows(`[data-testid="deliveries"]`))
+	require.Equal(t, f.aliceSub, Run(b, chromedp.Text(chromedp.ID("subscription-id"))))
+	require.Equal(t, 2, count(b, `[data-testid="delivery-row"]`))
+	require.Equal(t, 2, count(b, `[data-testid="attempt-row"]`))
+	require.Equal(t, "delivered", Run(b, chromedp.Text(testID("delivery-status"))))
+	require.Equal(t, "HTTP 200", Run(b, chromedp.Text(testID("attempt-status"))))
+
+	// The receiver's answer is shown as text, and nothing of it ran.
+	excerpts := Run(b, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('[data-testid="response-excerpt"]'), e => e.innerText)`))
+	require.Equal(t, []string{maliciousExcerpt, maliciousExcerpt}, excerpts)
+	require.Contains(t, Run(b, chromedp.Evaluate[string](`document.body.innerText`)), maliciousExcerpt)
+	noScriptRan(t, b)
+	b.Screenshot("subscription")
+}
+
+// act does action on the subscription shown in b: it follows the action's
+// link, checks that the confirmation page changed nothing yet (before
+// runs then), fills the form (fill, if not nil), confirms and returns the
+// result page's message.
+func act(t *testing.T, b *Browser, link chromedp.CSS, name string, before, fill func()) string {
+	t.Helper()
+	b.Do(chromedp.Click(link), shows("#confirm-submit"))
+	b.Screenshot("confirm-" + name)
+	if before != nil {
+		before()
+	}
+	if fill != nil {
+		fill()
+	}
+	b.Do(chromedp.Click(chromedp.ID("confirm-submit")), shows(`[data-testid="result-message"]`))
+	b.Screenshot("result-" + name)
+	return Run(b, chromedp.Text(testID("result-message")))
+}
+
+func TestConsole_Actions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+	status := func(t *testing.T) string {
+		sub, code := f.subscription(t, f.aliceToken, f.aliceSub)
+		require.Equal(t, http.StatusOK, code)
+		return sub.Status
+	}
+
+	t.Run("DisableAndEnable", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		msg := act(t, b, testID("action-disable"), "disable",
+			func() { require.Equal(t, "active", status(t), "the confirmation page changed nothing") },
+			func() { b.Do(chromedp.SendKeys(chromedp.ID("reason"), "receiver maintenance")) })
+		require.Contains(t, msg, "Disabled")
+		require.Equal(t, "disabled", status(t))
+
+		openSubscription(f, b, f.aliceSub)
+		require.Contains(t, Run(b, chromedp.Text(chromedp.ID("subscription-status"))), "disabled (manual")
+		msg = act(t, b, testID("action-enable"), "enable",
+			func() { require.Equal(t, "disabled", status(t), "the confirmation page changed nothing") }, nil)
+		require.Contains(t, msg, "Enabled from the head")
+		require.Equal(t, "active", status(t))
+	})
+
+	t.Run("RotateSecret", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		msg := act(t, b, testID("action-rotate-secret"), "rotate-secret", nil, nil)
+		require.Contains(t, msg, "rotated")
+		require.True(t, strings.HasPrefix(Run(b, chromedp.Text(testID("new-secret"))), "whsec_"))
+	})
+
+	t.Run("Resend", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		seq := Run(b, chromedp.Evaluate[string](`document.querySelector('[data-testid="delivery-row"]').dataset.seq`))
+		before := f.receiver.requests("/acme")
+		msg := act(t, b, testID("action-resend"), "resend",
+			func() { require.Equal(t, before, f.receiver.requests("/acme"), "the confirmation page sent nothing") }, nil)
+		require.Equal(t, "Delivery "+seq+" is queued to be sent again.", msg)
+		require.Eventually(t, func() bool { return f.receiver.requests("/acme") > before }, 60*time.Second, 20*time.Millisecond,
+			"the delivery is sent again")
+	})
+
+	t.Run("TestSend", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		before := f.receiver.requests("/acme")
+		msg := act(t, b, testID("action-test"), "test",
+			func() { require.Equal(t, before, f.receiver.requests("/acme"), "the confirmation page sent nothing") }, nil)
+		require.Equal(t, "Test message sent.", msg)
+		require.Equal(t, before+1, f.receiver.requests("/acme"))
+		require.Equal(t, "HTTP 200", Run(b, chromedp.Text(testID("test-status"))))
+		require.Equal(t, maliciousExcerpt, Run(b, chromedp.Text(testID("response-excerpt"))))
+		noScriptRan(t, b)
+	})
+
+	t.Run("CancelDeleteKeepsIt", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		b.Do(chromedp.Click(testID("action-delete")), shows("#confirm-cancel"))
+		b.Do(chromedp.Click(chromedp.ID("confirm-cancel")), shows(`[data-testid="deliveries"]`))
+		require.Equal(t, "active", status(t))
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		b := b.For(t)
+		openSubscription(f, b, f.aliceSub)
+		msg := act(t, b, testID("action-delete"), "delete",
+			func() { require.Equal(t, "active", status(t), "the confirmation page changed nothing") }, nil)
+		require.Contains(t, msg, "deleted")
+		_, code := f.subscription(t, f.aliceToken, f.aliceSub)
+		require.Equal(t, http.StatusNotFound, code)
+		b.Do(chromedp.Click(chromedp.ID("result-back")), shows(`[data-testid="empty-state"]`))
+	})
+	noScriptRan(t, b)
+}
+
+// attackerPage serves, from another origin, a page that submits a form to
+// the console as soon as it loads.
+func attackerPage(t *testing.T, action string, fields map[string]string) *httptest.Server {
+	t.Helper()
+	var inputs strings.Builder
+	for k, v := range fields {
+		fmt.Fprintf(&inputs, `<input type="hidden" name="%s" value="%s">`, k, v)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>free prizes</title><form id="f" method="post" action="%s">%s</form>`+
+			`<script>document.getElementById("f").submit()</script>`, action, inputs.String())
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestConsole_CSRFIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+
+	action := f.base + "/console/subscriptions/" + f.aliceSub + "/disable"
+	for _, tc := range []struct {
+		name string
+		// host the attacker's page is served from: 127.0.0.1 on another
+		// port is another origin of the same site (the session cookie is
+		// sent along); localhost is another site.
+		host string
+	}{
+		{name: "OtherOriginSameSite", host: "127.0.0.1"},
+		{name: "OtherSite", host: "localhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := b.For(t)
+			evil := attackerPage(t, action, map[string]string{"csrf": "forged", "reason": "pwned"})
+			u := strings.Replace(evil.URL, "127.0.0.1", tc.host, 1)
+			b.Do(chromedp.Navigate(u), chromedp.WaitVisible(chromedp.ID("error-detail")))
+			require.Equal(t, action, b.Location(), "the form was submitted to the console")
+			require.True(t, strings.HasPrefix(Run(b, chromedp.Text(chromedp.ID("error-title"))), "403"))
+			b.Screenshot("csrf-refused")
+			sub, code := f.subscription(t, f.aliceToken, f.aliceSub)
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, "active", sub.Status, "the forged form changed nothing")
+		})
+	}
+}
+
+func TestConsole_OtherSpaceIsNotReachable(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+
+	for _, path := range []string{
+		"/console/subscriptions/" + f.bobSub,
+		"/console/subscriptions/" + f.bobSub + "/confirm/delete",
+	} {
+		b.Do(chromedp.Navigate(f.base+path), chromedp.WaitVisible(chromedp.ID("error-detail")))
+		title := Run(b, chromedp.Text(chromedp.ID("error-title")))
+		require.True(t, strings.HasPrefix(title, "404") || strings.HasPrefix(title, "403"), "%s: %s", path, title)
+	}
+	b.Screenshot("other-space")
+
+	// Not even a form with the session's own CSRF token reaches it.
+	code := Run(b, chromedp.Evaluate[int](fmt.Sprintf(`(async () => {
+		const csrf = document.querySelector('#sign-out-form input[name="csrf"]').value;
+		const res = await fetch(%q, {method: "POST", body: new URLSearchParams({csrf})});
+		return res.status;
+	})()`, "/console/subscriptions/"+f.bobSub+"/delete"), chromedp.EvalAwaitPromise))
+	require.Contains(t, []int{http.StatusNotFound, http.StatusForbidden}, code)
+	_, status := f.subscription(t, f.bobToken, f.bobSub)
+	require.Equal(t, http.StatusOK, status, "bob's subscription is still there")
+
+	// Nor does the list show it when asked for bob's space.
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions?space=globex"), chromedp.WaitVisible(chromedp.ID("main")))
+	require.Zero(t, count(b, `[data-testid="subscription-row"]`))
+}

@@ -1,0 +1,232 @@
+package consolebrowser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+)
+
+// maliciousExcerpt is what the receiver answers: markup that runs script
+// wherever a page inserts it as HTML instead of text.
+const maliciousExcerpt = `<script>alert(1)</script><img src=x onerror=alert(2)>`
+
+// consoleKey signs the portal links of the tests' servers.
+const consoleKey = "console-key-for-browser-tests-0123456789"
+
+var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
+
+// fixture is a running server (role all, so deliveries happen) on a
+// scratch database, with two tenants:
+//
+//   - alice has write on space acme and one subscription there, with two
+//     delivered events whose receiver answered maliciousExcerpt;
+//   - bob has write on space globex and one subscription there, which
+//     alice must never reach.
+type fixture struct {
+	db       *dbtest.DB
+	base     string // the server, http://127.0.0.1:PORT
+	receiver *receiver
+
+	aliceToken, bobToken string
+	aliceSub, bobSub     string // subscription ids
+}
+
+// setup starts the fixture for t.
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{db: dbtest.NewDB(t), receiver: newReceiver(t)}
+	f.base = startServer(t, f.db.URL)
+	f.aliceToken = f.principal(t, "alice", authz.RightWrite, "acme")
+	f.bobToken = f.principal(t, "bob", authz.RightWrite, "globex")
+	f.aliceSub = f.createSubscription(t, f.aliceToken, "acme")
+	f.bobSub = f.createSubscription(t, f.bobToken, "globex")
+	f.appendEvents(t, f.aliceToken, "acme", 2)
+	f.waitDelivered(t, f.aliceToken, f.aliceSub, 2)
+	return f
+}
+
+// startServer runs the server as "bothy server" builds it until the test
+// ends and returns its base URL.
+func startServer(t *testing.T, url string) string {
+	t.Helper()
+	flags := map[string]string{
+		"database.url":                   url,
+		"server.role":                    "all",
+		"server.listen_addr":             "127.0.0.1:0",
+		"webhooks.allow_private_targets": "true",
+		"consumer.poll_interval":         "100ms",
+		"river.fetch_cooldown":           "20ms",
+		"river.fetch_poll_interval":      "100ms",
+		"server.shutdown_timeout":        "5s",
+		"console.enabled":                "true",
+		"console.key":                    consoleKey,
+	}
+	cfg, err := config.Load("", nil, flags)
+	require.NoError(t, err)
+	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+	defer acancel()
+	addr, err := srv.Addr(actx)
+	require.NoError(t, err)
+	return "http://" + addr.String()
+}
+
+// principal creates a principal with right on space and returns a bearer
+// token with every scope.
+func (f *fixture) principal(t *testing.T, id string, right authz.Right, space string) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, authz.CreatePrincipal(ctx, f.db.Pool, id, authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, f.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
+	_, bearer, err := authz.CreateToken(ctx, f.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: allScopes})
+	require.NoError(t, err)
+	return bearer
+}
+
+// api sends a JSON request to the HTTP API and decodes a JSON answer into
+// out (if not nil); it returns the status.
+func (f *fixture) api(t *testing.T, method, path, token string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, f.base+path, rd)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	if out != nil && res.StatusCode < 300 {
+		require.NoError(t, json.Unmarshal(raw, out), "%s %s: %s", method, path, raw)
+	}
+	return res.StatusCode
+}
+
+func (f *fixture) createSubscription(t *testing.T, token, space string) string {
+	t.Helper()
+	var sub struct {
+		ID string `json:"id"`
+	}
+	status := f.api(t, http.MethodPost, "/v1/webhooks", token, map[string]any{"space": space, "url": f.receiver.srv.URL + "/" + space}, &sub)
+	require.Equal(t, http.StatusCreated, status)
+	return sub.ID
+}
+
+func (f *fixture) appendEvents(t *testing.T, token, space string, n int) {
+	t.Helper()
+	events := make([]map[string]any, n)
+	for i := range events {
+		events[i] = map[string]any{"type": "item.created", "data": map[string]any{"n": i}}
+	}
+	status := f.api(t, http.MethodPost, "/v1/spaces/"+space+"/events", token, map[string]any{"events": events}, nil)
+	require.Equal(t, http.StatusCreated, status)
+}
+
+// subscription is the API's view of a subscription, as far as the tests
+// check it; status is 404 when it is gone.
+type subscription struct {
+	Status string `json:"status"`
+}
+
+func (f *fixture) subscription(t *testing.T, token, id string) (*subscription, int) {
+	t.Helper()
+	var sub subscription
+	status := f.api(t, http.MethodGet, "/v1/webhooks/"+id, token, nil, &sub)
+	return &sub, status
+}
+
+type delivery struct {
+	Seq      int64  `json:"seq"`
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+}
+
+func (f *fixture) deliveries(t *testing.T, token, id string) []delivery {
+	t.Helper()
+	var page struct {
+		Deliveries []delivery `json:"deliveries"`
+	}
+	require.Equal(t, http.StatusOK, f.api(t, http.MethodGet, "/v1/webhooks/"+id+"/deliveries", token, nil, &page))
+	return page.Deliveries
+}
+
+// waitDelivered polls until n deliveries of subscription id are delivered.
+func (f *fixture) waitDelivered(t *testing.T, token, id string, n int) []delivery {
+	t.Helper()
+	var got []delivery
+	require.Eventually(t, func() bool {
+		got = got[:0]
+		for _, d := range f.deliveries(t, token, id) {
+			if d.Status == "delivered" {
+				got = append(got, d)
+			}
+		}
+		return len(got) >= n
+	}, 60*time.Second, 50*time.Millisecond, "waiting for %d delivered deliveries", n)
+	return got
+}
+
+// receiver answers every webhook request 200 with maliciousExcerpt as an
+// HTML body and counts the requests by path.
+type receiver struct {
+	srv *httptest.Server
+	mu  gosync.Mutex
+	got map[string]int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	t.Helper()
+	rv := &receiver{got: map[string]int{}}
+	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rv.mu.Lock()
+		rv.got[r.URL.Path]++
+		rv.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprint(w, maliciousExcerpt)
+	}))
+	t.Cleanup(rv.srv.Close)
+	return rv
+}
+
+// requests is how many requests came for path.
+func (rv *receiver) requests(path string) int {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return rv.got[path]
+}
