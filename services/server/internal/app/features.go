@@ -71,5 +71,14 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		WebhookTimeout:             cfg.Webhooks.Timeout,
 		AllowPrivatePushEndpoints:  cfg.Push.AllowPrivateTargets,
 		AdminToken:                 cfg.Server.AdminToken,
+		ConsoleKey:                 consoleKey(cfg),
 	}
+}
+
+// consoleKey is console.key while the console is on.
+func consoleKey(cfg *config.Config) []byte {
+	if !cfg.Console.Enabled {
+		return nil
+	}
+	return []byte(cfg.Console.Key)
 }

@@ -100,6 +100,12 @@ func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space
 	return bearer
 }
 
+// grant gives principal right on space.
+func (b *testBundle) grant(t *testing.T, principal string, right authz.Right, space string) {
+	t.Helper()
+	require.NoError(t, authz.Grant(context.Background(), b.db.Pool, &authz.GrantParams{Space: space, Principal: principal, Right: right}))
+}
+
 // api sends a JSON request to the HTTP API with token and decodes a 2xx
 // answer into out (if not nil); it returns the status.
 func (b *testBundle) api(t *testing.T, method, path, token string, body, out any) int {

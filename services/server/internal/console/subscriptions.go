@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -63,7 +64,14 @@ func (c *Console) subscriptions(w http.ResponseWriter, r *http.Request, s *sessi
 func (c *Console) getSubscription(r *http.Request, s *session) (*subscriptionView, error) {
 	id := r.PathValue("id")
 	var sub subscriptionView
-	if err := c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(id), nil, &sub); err != nil {
+	err := c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(id), nil, &sub)
+	var pe *pageError
+	if s.portalSpace != "" && errors.As(err, &pe) && pe.status == http.StatusForbidden {
+		// A portal viewer does not learn that a subscription exists
+		// outside the portal.
+		return nil, errorf(http.StatusNotFound, "no such webhook subscription")
+	}
+	if err != nil {
 		return nil, err
 	}
 	if !s.visible(&sub) {
@@ -141,7 +149,7 @@ func (c *Console) push(w http.ResponseWriter, r *http.Request, s *session) error
 	}
 	var pg registrationsPage
 	err := c.call(r, s, http.MethodGet, "/v1/push/registrations?"+q.Encode(), nil, &pg)
-	if pe, ok := err.(*pageError); ok && pe.status == http.StatusForbidden {
+	if pe := (*pageError)(nil); errors.As(err, &pe) && pe.status == http.StatusForbidden {
 		d.Problem = pe.detail
 	} else if err != nil {
 		return err

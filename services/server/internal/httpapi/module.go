@@ -52,6 +52,10 @@ type Config struct {
 	// AdminToken guards AdminPrefix (server.admin_token); empty: no admin
 	// paths. Default "".
 	AdminToken string
+	// ConsoleKey signs portal links of the web console (console.key, when
+	// console.enabled); empty: POST /v1/portal-links answers 404.
+	// Default empty.
+	ConsoleKey []byte
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -175,6 +179,8 @@ func (a *API) routes() []route {
 		{pattern: "DELETE /v1/push/registrations/{id}", handler: a.deleteRegistration},
 		{pattern: "GET /v1/spaces/{space}/push-preference", handler: a.getPreference},
 		{pattern: "PUT /v1/spaces/{space}/push-preference", handler: a.putPreference},
+
+		{pattern: "POST /v1/portal-links", handler: a.createPortalLink},
 	}
 }
 

@@ -1,0 +1,59 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+)
+
+func TestAPI_PortalLinks(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	b := &testBundle{db: db, base: startServer(t, db.URL, "all",
+		"console.enabled", "true", "console.key", "portal-key-for-the-api-tests-0123456789")}
+	admin := b.principal(t, "owner", authz.RightAdmin, "acme", authz.ScopeWebhooksManage)
+	member := b.principal(t, "carol", authz.RightRead, "acme", authz.ScopeWebhooksManage)
+	b.principal(t, "dave", "", "")
+
+	t.Run("AnAdminIssuesOneForAMember", func(t *testing.T) {
+		res := b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"carol","space":"acme","expires_in_seconds":60}`)
+		require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
+		v := res.json(t)
+		require.True(t, strings.HasPrefix(v["url"].(string), b.base+"/console/portal?token="), v["url"])
+		require.True(t, strings.HasPrefix(v["path"].(string), "/console/portal?token="))
+		exp, err := time.Parse(time.RFC3339, v["expires_at"].(string))
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now().Add(time.Minute), exp, 5*time.Second)
+	})
+	t.Run("AMemberIssuesOneForItself", func(t *testing.T) {
+		res := b.do(t, "POST", "/v1/portal-links", member, `{"principal":"carol","space":"acme"}`)
+		require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
+	})
+	t.Run("AMemberCannotIssueOneForAnother", func(t *testing.T) {
+		b.do(t, "POST", "/v1/portal-links", member, `{"principal":"owner","space":"acme"}`).problem(t, http.StatusForbidden)
+	})
+	t.Run("NotOnASpaceTheCallerCannotManage", func(t *testing.T) {
+		b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"owner","space":"other"}`).problem(t, http.StatusForbidden)
+	})
+	t.Run("NotForAPrincipalWithoutARight", func(t *testing.T) {
+		b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"dave","space":"acme"}`).problem(t, http.StatusUnprocessableEntity)
+	})
+	t.Run("RefusesALongLife", func(t *testing.T) {
+		b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"carol","space":"acme","expires_in_seconds":7200}`).
+			problem(t, http.StatusUnprocessableEntity)
+	})
+}
+
+func TestAPI_PortalLinksNeedTheConsole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	admin := b.principal(t, "owner", authz.RightAdmin, "acme", authz.ScopeWebhooksManage)
+	detail := b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"owner","space":"acme"}`).problem(t, http.StatusNotFound)
+	require.Contains(t, detail, "console.enabled")
+}
