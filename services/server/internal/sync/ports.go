@@ -128,5 +128,7 @@ type TxBeginner interface {
 type RoundBarrier interface {
 	// WaitForRound locks the consumer's cursor inside tx: it waits for a
 	// round in flight to commit, and rounds that start later wait for tx.
-	WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) error
+	// It returns the cursor's seq: committed rounds read every event up to
+	// it and none after it.
+	WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) (int64, error)
 }

@@ -34,7 +34,7 @@ SELECT EXISTS (SELECT 1 FROM d), (SELECT deliveries FROM n)`
 func Delete(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id uuid.UUID) (int64, error) {
 	var existed bool
 	var deliveries int64
-	err := atHead(ctx, q, rounds, func(tx pgx.Tx) error {
+	err := atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		return tx.QueryRow(ctx, deleteSQL, id).Scan(&existed, &deliveries)
 	})
 	if err != nil {

@@ -20,8 +20,9 @@ import (
 // it — a silently missing delivery (the soak found one). With the barrier, a
 // round either finished before (and everything it consumed is at or below
 // the head fn reads, taken after the barrier in a new statement) or starts
-// after fn commits (and sees the subscription).
-func atHead(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, fn func(tx pgx.Tx) error) error {
+// after fn commits (and sees the subscription). fn gets the consumer's
+// cursor: rounds read every event up to it and none after it.
+func atHead(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, fn func(tx pgx.Tx, read int64) error) error {
 	db, ok := q.(interface {
 		Begin(ctx context.Context) (pgx.Tx, error)
 	})
@@ -32,9 +33,10 @@ func atHead(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, fn f
 		return errors.New("webhooks: no round barrier")
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := rounds.WaitForRound(ctx, tx, ConsumerName); err != nil {
+		read, err := rounds.WaitForRound(ctx, tx, ConsumerName)
+		if err != nil {
 			return err
 		}
-		return fn(tx)
+		return fn(tx, read)
 	})
 }

@@ -494,6 +494,17 @@ func (b *backlogRow) start(next int64) (int64, bool) {
 	return max(*b.backlogFrom, b.resumeAfter+1, next), true
 }
 
+// startAt is start under the round barrier, where read is the consumer's
+// cursor: without a mark no round read anything since the disable, so the
+// backlog is every event after the cursor (those up to it were matched
+// while the subscription was active).
+func (b *backlogRow) startAt(next, read int64) int64 {
+	if from, ok := b.start(next); ok {
+		return from
+	}
+	return max(read+1, b.resumeAfter+1, next)
+}
+
 // skipLostSQL gives up the pending deliveries whose events retention
 // removed: sending them is impossible, and the sender would disable the
 // subscription again at the first one.
@@ -568,7 +579,7 @@ func EnableFromBacklog(ctx context.Context, q authz.Querier, rounds sync.RoundBa
 		}
 	}
 
-	err := atHead(ctx, q, rounds, func(tx pgx.Tx) error {
+	err := atHead(ctx, q, rounds, func(tx pgx.Tx, read int64) error {
 		b, err := lockBacklog(ctx, tx, p.ID)
 		if err != nil {
 			return err
@@ -582,7 +593,7 @@ func EnableFromBacklog(ctx context.Context, q authz.Querier, rounds sync.RoundBa
 		if err != nil {
 			return err
 		}
-		if from, ok := b.start(next); ok && from <= r.head {
+		if from := b.startAt(next, read); from <= r.head {
 			_, n, err := pendingFrom(ctx, tx, p.Events, p.ID, b.space, sync.SeqRange{From: max(from, r.low), To: r.head}, false)
 			if err != nil {
 				return err

@@ -112,9 +112,9 @@ func (s *pausingSource) EventsAfter(ctx context.Context, tx pgx.Tx, p *sync.Even
 }
 
 // barrierFunc is a sync.RoundBarrier made of a function.
-type barrierFunc func(ctx context.Context, tx pgx.Tx, consumer string) error
+type barrierFunc func(ctx context.Context, tx pgx.Tx, consumer string) (int64, error)
 
-func (f barrierFunc) WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) error {
+func (f barrierFunc) WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) (int64, error) {
 	return f(ctx, tx, consumer)
 }
 
@@ -539,6 +539,31 @@ func TestEnableFromBacklog(t *testing.T) {
 		b.waitDelivered(t, f.sub.ID, later[0].Seq)
 	})
 
+	// Enabled before any round read what came while it was disabled: the
+	// backlog is every event after the consumer's cursor. (It was empty,
+	// and the subscription resumed after the head: the events were lost.)
+	t.Run("NoRoundSinceTheDisable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		rv := newReceiver(t, nil)
+		sub, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*"}})
+		rv.secret = secret
+		before := b.emit(t, "s1", 1)
+		b.round(t)
+		require.NoError(t, webhooks.Disable(context.Background(), b.db.Pool, sub.ID, ""))
+		b.write(t, "s1", "note.deleted")
+		missed := append(b.write(t, "s1", "item.created"), b.write(t, "s1", "item.updated")...)
+		res := b.enableFromBacklog(t, sub.ID)
+		require.Equal(t, int64(2), res.Created)
+		require.Equal(t, missed[1].Seq, res.ResumeAfterSeq)
+
+		b.start(t)
+		b.round(t) // reads the missed events: no second delivery
+		want := append(seqs(before...), seqs(missed...)...)
+		b.waitDelivered(t, sub.ID, want...)
+		require.Equal(t, want, seqsOf(rv.requests()))
+	})
+
 	// The default, from the head, is as before: pending deliveries are
 	// skipped and what came while disabled is never sent.
 	t.Run("FromHeadSkipsAsBefore", func(t *testing.T) {
@@ -586,7 +611,7 @@ func TestEnableFromBacklog(t *testing.T) {
 		f := missedWhileDisabled(t)
 		b := f.b
 		var late []sync.Event
-		barrier := barrierFunc(func(ctx context.Context, tx pgx.Tx, consumer string) error {
+		barrier := barrierFunc(func(ctx context.Context, tx pgx.Tx, consumer string) (int64, error) {
 			if late == nil {
 				late = b.emit(t, "s1", 1)
 				b.round(t)

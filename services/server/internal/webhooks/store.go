@@ -274,7 +274,7 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	}
 	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
 		Headers: headers}
-	err = atHead(ctx, q, rounds, func(tx pgx.Tx) error {
+	err = atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
 		}
@@ -404,7 +404,7 @@ type EnableResult struct {
 func Enable(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id uuid.UUID) (*EnableResult, error) {
 	res := &EnableResult{}
 	var last int64
-	err := atHead(ctx, q, rounds, func(tx pgx.Tx) error {
+	err := atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		return tx.QueryRow(ctx, `
 WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE),
 up AS (

@@ -66,13 +66,14 @@ var _ sync.RoundBarrier = CursorStore{}
 
 // WaitForRound implements sync.RoundBarrier: it locks the cursor row the way
 // a round does, but waits instead of skipping.
-func (CursorStore) WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) error {
-	ct, err := tx.Exec(ctx, `SELECT 1 FROM event_consumer_cursors WHERE name = $1 FOR UPDATE`, consumer)
+func (CursorStore) WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) (int64, error) {
+	var read int64
+	err := tx.QueryRow(ctx, `SELECT last_seq FROM event_consumer_cursors WHERE name = $1 FOR UPDATE`, consumer).Scan(&read)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%q: %w", consumer, sync.ErrUnknownConsumer)
+	}
 	if err != nil {
-		return fmt.Errorf("wait for the %s consumer's round: %w", consumer, err)
+		return 0, fmt.Errorf("wait for the %s consumer's round: %w", consumer, err)
 	}
-	if ct.RowsAffected() != 1 {
-		return fmt.Errorf("%q: %w", consumer, sync.ErrUnknownConsumer)
-	}
-	return nil
+	return read, nil
 }
