@@ -15,22 +15,11 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/bothy/bothy/services/server/loadtest/harness"
 	"github.com/bothy/bothy/services/server/loadtest/pushhandoff"
 )
 
 func main() {
 	pushhandoff.ServeReceiverIfAsked()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := pushhandoff.Run(ctx, os.Args[1:], os.Stdout, os.Environ())
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "push_handoff:", err)
-		os.Exit(1)
-	}
+	harness.Main("push_handoff", pushhandoff.Run)
 }

@@ -6,21 +6,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/bothy/bothy/services/server/loadtest/harness"
 	"github.com/bothy/bothy/services/server/loadtest/tracehandoff"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := tracehandoff.Run(ctx, os.Args[1:], os.Stdout, os.Environ())
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "trace_handoff:", err)
-		os.Exit(1)
-	}
+	harness.Main("trace_handoff", tracehandoff.Run)
 }

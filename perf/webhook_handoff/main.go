@@ -11,21 +11,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/bothy/bothy/services/server/loadtest/harness"
 	"github.com/bothy/bothy/services/server/loadtest/webhookhandoff"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := webhookhandoff.Run(ctx, os.Args[1:], os.Stdout, os.Environ())
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "webhook_handoff:", err)
-		os.Exit(1)
-	}
+	harness.Main("webhook_handoff", webhookhandoff.Run)
 }

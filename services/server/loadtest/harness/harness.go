@@ -28,14 +28,18 @@ type ScratchParams struct {
 	ConfigFile string
 	Environ    []string
 	// Keys are the load test's own configuration keys, set on top of the
-	// caller's; database.url is always the scratch database.
+	// caller's and of the worker's (server.role worker, server.listen_addr
+	// on a free loopback port, log.level warn, webhooks and push allowed to
+	// reach the receivers on loopback); database.url is always the scratch
+	// database.
 	Keys map[string]string
 	// MaxConns bounds the pool the load test itself uses (producers,
 	// seeding, reading results).
 	MaxConns int
 	// Keep leaves the database in place at Close, for inspection.
 	Keep bool
-	// Logger receives the migration's and the worker's logs.
+	// Logger receives the migration's and the worker's logs. Default:
+	// warnings and errors as text on stderr.
 	Logger *slog.Logger
 	// Stdout gets the line naming the scratch database.
 	Stdout io.Writer
@@ -46,7 +50,10 @@ type ScratchParams struct {
 type Scratch struct {
 	URL  string
 	Pool *pgxpool.Pool
-	p    ScratchParams
+	// Cfg is the worker's configuration (Config(nil)).
+	Cfg    *config.Config
+	Logger *slog.Logger
+	p      ScratchParams
 }
 
 // OpenScratch creates and migrates a scratch database (prefix bothy_perf)
@@ -57,16 +64,18 @@ func OpenScratch(ctx context.Context, p *ScratchParams) (*Scratch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	s := &Scratch{p: *p}
+	s := &Scratch{p: *p, Logger: p.Logger}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if s.URL, err = dburl.NewURL(base.Database.URL, "bothy_perf"); err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
-	cfg, err := s.Config(nil)
-	if err != nil {
+	if s.Cfg, err = s.Config(nil); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(p.Stdout, "%s: scratch database %s\n", p.Tool, dburl.Name(s.URL))
-	if err := app.Migrate(ctx, cfg, p.Logger); err != nil {
+	if err := app.Migrate(ctx, s.Cfg, s.Logger); err != nil {
 		s.Close(ctx)
 		return nil, fmt.Errorf("migrate scratch database: %w", err)
 	}
@@ -86,10 +95,11 @@ func OpenScratch(ctx context.Context, p *ScratchParams) (*Scratch, error) {
 // Config is the worker's configuration: the caller's, then the load
 // test's Keys, then extra, with database.url the scratch database.
 func (s *Scratch) Config(extra map[string]string) (*config.Config, error) {
-	flags := maps.Clone(s.p.Keys)
-	if flags == nil {
-		flags = map[string]string{}
+	flags := map[string]string{
+		"server.role": "worker", "server.listen_addr": "127.0.0.1:0", "log.level": "warn",
+		"webhooks.allow_private_targets": "true", "push.allow_private_targets": "true",
 	}
+	maps.Copy(flags, s.p.Keys)
 	maps.Copy(flags, extra)
 	flags["database.url"] = s.URL
 	cfg, err := config.Load(s.p.ConfigFile, s.p.Environ, flags)

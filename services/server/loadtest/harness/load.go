@@ -21,23 +21,28 @@ type LoadParams struct {
 // OpenLoop calls write(ctx, i) for i = 0 .. Rate*Duration-1 on Producers
 // goroutines, open loop: call i is due at start + i/Rate whatever happened
 // to the ones before, so a slow producer shows up as backlog instead of as
-// a lower offered rate. It returns the first error of a call, or ctx's.
-func OpenLoop(ctx context.Context, p *LoadParams, write func(ctx context.Context, i int) error) error {
+// a lower offered rate. It returns what the successful calls returned, in
+// the order they returned, and the first error of a call, or ctx's.
+func OpenLoop[T any](ctx context.Context, p *LoadParams, write func(ctx context.Context, i int) (T, error)) ([]T, error) {
 	n := int(p.Duration.Seconds() * p.Rate)
 	due := make(chan int, n)
 	var (
 		wg       gosync.WaitGroup
 		mu       gosync.Mutex
+		written  []T
 		firstErr error
 	)
 	for range max(p.Producers, 1) {
 		wg.Go(func() {
 			for i := range due {
-				if err := write(ctx, i); err != nil {
-					mu.Lock()
+				v, err := write(ctx, i)
+				mu.Lock()
+				if err != nil {
 					firstErr = cmpErr(firstErr, err)
-					mu.Unlock()
+				} else {
+					written = append(written, v)
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -57,7 +62,7 @@ func OpenLoop(ctx context.Context, p *LoadParams, write func(ctx context.Context
 	}
 	close(due)
 	wg.Wait()
-	return cmpErr(firstErr, ctx.Err())
+	return written, cmpErr(firstErr, ctx.Err())
 }
 
 func cmpErr(a, b error) error {

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -33,4 +35,19 @@ func LoadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// Stage is the quantiles of one part of a hand-off.
+type Stage struct {
+	Name          string
+	N             int
+	P50, P95, P99 time.Duration
+}
+
+// NewStage sorts d and takes its quantiles.
+func NewStage(name string, d []time.Duration) Stage {
+	slices.Sort(d)
+	return Stage{Name: name, N: len(d), P50: Quantile(d, .5), P95: Quantile(d, .95), P99: Quantile(d, .99)}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
+	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
 // The fan-out mode writes one event at a time to a space whose every
@@ -44,7 +45,7 @@ type fanoutEvent struct {
 }
 
 // fanout runs the fan-out mode and writes push_handoff_fanout.txt.
-func (h *harness) fanout(ctx context.Context, stdout io.Writer, environ []string) error {
+func (h *harness) fanout(ctx context.Context, stdout io.Writer) error {
 	o := h.opts
 	names := make([]string, o.devices)
 	for i := range names {
@@ -72,7 +73,7 @@ func (h *harness) fanout(ctx context.Context, stdout io.Writer, environ []string
 	}
 	h.spaces = []string{fanoutSpace}
 
-	cfg, err := h.config(o.variants[0], environ)
+	cfg, err := h.config(o.variants[0])
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 	slices.Sort(lat)
 	ev.msgs = len(lat)
 	if len(lat) > 0 {
-		ev.first, ev.p50, ev.p95, ev.last = lat[0], quantile(lat, .5), quantile(lat, .95), lat[len(lat)-1]
+		ev.first, ev.p50, ev.p95, ev.last = lat[0], shared.Quantile(lat, .5), shared.Quantile(lat, .95), lat[len(lat)-1]
 	}
 	ev.drained = drainedAt.Sub(commit)
 	return ev, nil
@@ -324,7 +325,7 @@ func fanoutSummary(o *options, events []fanoutEvent, machine string, decryptErro
 		lasts = append(lasts, ev.last)
 	}
 	slices.Sort(lasts)
-	fmt.Fprintf(&b, "\ncommit -> last device's decrypted message: median %s, max %s\n", ms(quantile(lasts, .5)), ms(lasts[len(lasts)-1]))
+	fmt.Fprintf(&b, "\ncommit -> last device's decrypted message: median %s, max %s\n", ms(shared.Quantile(lasts, .5)), ms(lasts[len(lasts)-1]))
 	fmt.Fprintf(&b, "CPU during the measured events: worker process %.2f s, PostgreSQL backends of the run's database %.2f s, receiver process %.2f s\n", self.Seconds(), pg.Seconds(), rcv.Seconds())
 	if vanished > 0 {
 		fmt.Fprintf(&b, "(%d PostgreSQL backends ended during an event; what they used then is missing)\n", vanished)

@@ -52,12 +52,11 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
-	"github.com/bothy/bothy/services/server/internal/dburl"
-	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
 var (
@@ -172,13 +171,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 type harness struct {
 	opts    *options
 	logger  *slog.Logger
-	dbURL   string
+	scratch *shared.Scratch
 	pool    *pgxpool.Pool
 	log     *postgres.EventLog
 	rcv     *pushtest.Receiver
 	vapid   push.VAPIDKeys
 	spaces  []string
-	baseCfg map[string]string
 
 	mu       gosync.Mutex
 	commits  map[uuid.UUID]time.Time
@@ -208,44 +206,19 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
 		return err
 	}
-	scratch, err := dburl.NewURL(cfg.Database.URL, "bothy_perf")
-	if err != nil {
-		return fmt.Errorf("database.url: %w", err)
-	}
-	h.dbURL = scratch
-	h.baseCfg = map[string]string{
-		"database.url": scratch, "server.role": "worker", "server.listen_addr": "127.0.0.1:0",
-		"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private,
-		"push.allow_private_targets": "true", "log.level": "warn",
-	}
-	mcfg, err := h.config(o.variants[0], environ)
-	if err != nil {
+	if h.scratch, err = shared.OpenScratch(ctx, &shared.ScratchParams{
+		Tool: "push_handoff", ConfigFile: o.config, Environ: environ, MaxConns: o.producers + 4, Keep: o.keep,
+		Logger: logger, Stdout: stdout,
+		Keys: map[string]string{"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private},
+	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "push_handoff: scratch database %s\n", dburl.Name(scratch))
-	if !o.keep {
-		defer func() {
-			if err := dburl.Drop(context.WithoutCancel(ctx), scratch); err != nil {
-				fmt.Fprintf(os.Stderr, "push_handoff: could not drop the scratch database: %v\n", err)
-			}
-		}()
-	}
-	if err := app.Migrate(ctx, mcfg, logger); err != nil {
-		return fmt.Errorf("migrate scratch database: %w", err)
-	}
-	pc, err := pgxpool.ParseConfig(scratch)
-	if err != nil {
-		return err
-	}
-	pc.MaxConns = int32(o.producers + 4)
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-		return err
-	}
-	defer h.pool.Close()
+	defer h.scratch.Close(ctx)
+	h.pool = h.scratch.Pool
 	h.log = postgres.NewEventLog(h.pool, nil)
 	defer h.log.Close()
 	if o.mode == "fanout" {
-		return h.fanout(ctx, stdout, environ)
+		return h.fanout(ctx, stdout)
 	}
 	h.rcv = pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: h.vapid.Public, OnMessage: h.arrived})
 	defer h.rcv.Close()
@@ -285,7 +258,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			ids, err := h.segment(ctx, v, slice, environ)
+			ids, err := h.segment(ctx, v, slice)
 			if err != nil {
 				return fmt.Errorf("variant %s slice %d: %w", v, s+1, err)
 			}
@@ -324,14 +297,10 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 
 // config builds the worker's configuration for a variant: the caller's
 // configuration (file, environment) with the harness's own keys on top.
-func (h *harness) config(v variant, environ []string) (*config.Config, error) {
-	flags := map[string]string{
+func (h *harness) config(v variant) (*config.Config, error) {
+	return h.scratch.Config(map[string]string{
 		"river.fetch_cooldown": v.Cooldown.String(), "river.fetch_poll_interval": v.Poll.String(),
-	}
-	for k, val := range h.baseCfg {
-		flags[k] = val
-	}
-	return config.Load(h.opts.config, environ, flags)
+	})
 }
 
 // seed creates the writer, one principal per device with read on its
@@ -382,8 +351,8 @@ func (h *harness) arrived(m pushtest.Message) {
 // segment starts a worker with v's River settings, warms it up, appends
 // events at the rate for d, waits for their messages and stops the worker.
 // It returns the ids of the measured events.
-func (h *harness) segment(ctx context.Context, v variant, d time.Duration, environ []string) ([]uuid.UUID, error) {
-	cfg, err := h.config(v, environ)
+func (h *harness) segment(ctx context.Context, v variant, d time.Duration) ([]uuid.UUID, error) {
+	cfg, err := h.config(v)
 	if err != nil {
 		return nil, err
 	}
@@ -409,81 +378,21 @@ func (h *harness) segment(ctx context.Context, v variant, d time.Duration, envir
 	return ids, nil
 }
 
-// startWorker runs the worker role with cfg, as "bothy server
-// --role=worker" does, until stop is called (once or more); done receives
-// what its Run returned.
+// startWorker runs the worker role with cfg and the push module, as "bothy
+// server --role=worker" does, until stop is called (once or more); done
+// receives what its Run returned.
 func (h *harness) startWorker(ctx context.Context, cfg *config.Config) (done <-chan error, stop func(), err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	srv := app.NewServer(cfg, h.logger, []module.Factory{push.NewModule(app.PushConfig(cfg))})
-	ran := make(chan error, 1)
-	go func() {
-		ran <- srv.Run(sctx)
-		close(ran)
-	}()
-	stop = func() {
-		cancel()
-		for range ran { // returns at once if done was read or stop called before
-		}
-	}
-	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = srv.Addr(actx)
-	acancel()
+	w, err := shared.StartWorker(ctx, cfg, h.logger, push.NewModule(app.PushConfig(cfg)))
 	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("worker did not start: %w", err)
+		return nil, nil, err
 	}
-	return ran, stop, nil
+	return w.Done, w.Stop, nil
 }
 
-// load appends events at rate for d, open loop: event i is due at
-// start + i/rate whatever happened to the ones before, so a slow producer
-// shows up as backlog instead of as a lower offered rate.
+// load appends events at rate for d, open loop (shared.OpenLoop), and
+// returns their ids.
 func (h *harness) load(ctx context.Context, d time.Duration, rate float64) ([]uuid.UUID, error) {
-	n := int(d.Seconds() * rate)
-	due := make(chan int, n)
-	var (
-		wg       gosync.WaitGroup
-		mu       gosync.Mutex
-		ids      []uuid.UUID
-		firstErr error
-	)
-	for range h.opts.producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range due {
-				id, err := h.write(ctx, i)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err == nil {
-					ids = append(ids, id)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	start := time.Now()
-	interval := time.Duration(float64(time.Second) / rate)
-	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		due <- i
-	}
-	close(due)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return ids, firstErr
+	return shared.OpenLoop(ctx, &shared.LoadParams{Rate: rate, Duration: d, Producers: h.opts.producers}, h.write)
 }
 
 // write commits one event through the producer API and records its commit
@@ -514,30 +423,21 @@ func (h *harness) write(ctx context.Context, i int) (uuid.UUID, error) {
 // await waits until every event has its fanout messages, at most 10s after
 // the call; it returns early if the worker stopped.
 func (h *harness) await(ctx context.Context, ids []uuid.UUID, done <-chan error) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		missing := 0
+	err := shared.Await(ctx, 10*time.Second, done, func() int {
 		h.mu.Lock()
+		defer h.mu.Unlock()
+		missing := 0
 		for _, id := range ids {
 			if len(h.arrivals[id]) < h.opts.fanout {
 				missing++
 			}
 		}
-		h.mu.Unlock()
-		if missing == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d events still without their messages after 10s", missing, len(ids))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-done:
-			return fmt.Errorf("worker stopped: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
+		return missing
+	})
+	if err != nil {
+		return fmt.Errorf("events of %d without their messages: %w", len(ids), err)
 	}
+	return nil
 }
 
 // result gathers one variant's latencies.
@@ -553,15 +453,9 @@ type result struct {
 	Throughput float64
 	// Stages splits the latency at the round's transaction start (the
 	// job's created_at) and River's fetch (attempted_at).
-	Stages []stage
+	Stages []shared.Stage
 
 	ids []uuid.UUID
-}
-
-// stage is one part of the hand-off.
-type stage struct {
-	Name          string
-	P50, P95, P99 time.Duration
 }
 
 // stagesSQL reads one row per job and event: a job's args list its events
@@ -591,13 +485,7 @@ func (r *result) stages(ctx context.Context, h *harness) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, st := range []struct {
-		name string
-		d    []time.Duration
-	}{{"commit -> round start", round}, {"round start -> River fetch", pickup}} {
-		slices.Sort(st.d)
-		r.Stages = append(r.Stages, stage{Name: st.name, P50: quantile(st.d, .5), P95: quantile(st.d, .95), P99: quantile(st.d, .99)})
-	}
+	r.Stages = []shared.Stage{shared.NewStage("commit -> round start", round), shared.NewStage("round start -> River fetch", pickup)}
 	return nil
 }
 
@@ -619,22 +507,13 @@ func (r *result) add(h *harness, ids []uuid.UUID, d time.Duration) {
 
 func (r *result) finish() {
 	slices.Sort(r.Latencies)
-	r.P50, r.P95, r.P99 = quantile(r.Latencies, .50), quantile(r.Latencies, .95), quantile(r.Latencies, .99)
+	r.P50, r.P95, r.P99 = shared.Quantile(r.Latencies, .50), shared.Quantile(r.Latencies, .95), shared.Quantile(r.Latencies, .99)
 	if n := len(r.Latencies); n > 0 {
 		r.Max = r.Latencies[n-1]
 	}
 	if r.Measured > 0 {
 		r.Throughput = float64(len(r.Latencies)) / r.Measured.Seconds()
 	}
-}
-
-// quantile is the nearest-rank quantile of sorted values.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // judge returns why the judged variant fails, or "", and whether the p95
@@ -710,4 +589,4 @@ func slicing(segment time.Duration, variants int) string {
 	return fmt.Sprintf("slices of %s alternating %d variants", segment, variants)
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+func ms(d time.Duration) string { return shared.MS(d) }

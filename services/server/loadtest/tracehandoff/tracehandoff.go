@@ -51,14 +51,13 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/config"
-	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
 type options struct {
@@ -96,14 +95,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 type harness struct {
 	opts    *options
 	logger  *slog.Logger
-	dbURL   string
+	scratch *shared.Scratch
 	pool    *pgxpool.Pool
 	vapid   push.VAPIDKeys
 	push    *pushtest.Receiver
 	hooks   *httptest.Server
 	otlp    *httptest.Server
 	spaces  []string
-	environ []string
 
 	otlpBytes atomic.Int64
 
@@ -139,39 +137,19 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load("", environ, nil)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	h := &harness{opts: o, environ: environ, logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	h := &harness{opts: o, logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		commits: map[uuid.UUID]time.Time{}, webhook: map[uuid.UUID]time.Time{}, messages: map[uuid.UUID]time.Time{}}
 	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
 		return err
 	}
-	if h.dbURL, err = dburl.NewURL(cfg.Database.URL, "bothy_perf"); err != nil {
-		return fmt.Errorf("database.url: %w", err)
-	}
-	defer func() {
-		if err := dburl.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
-			fmt.Fprintf(os.Stderr, "trace_handoff: could not drop the scratch database: %v\n", err)
-		}
-	}()
-	mcfg, err := h.config()
-	if err != nil {
+	if h.scratch, err = shared.OpenScratch(ctx, &shared.ScratchParams{
+		Tool: "trace_handoff", Environ: environ, MaxConns: o.producers + 4, Logger: h.logger, Stdout: io.Discard,
+		Keys: map[string]string{"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private},
+	}); err != nil {
 		return err
 	}
-	if err := app.Migrate(ctx, mcfg, h.logger); err != nil {
-		return fmt.Errorf("migrate scratch database: %w", err)
-	}
-	pc, err := pgxpool.ParseConfig(h.dbURL)
-	if err != nil {
-		return err
-	}
-	pc.MaxConns = int32(o.producers + 4)
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-		return err
-	}
-	defer h.pool.Close()
+	defer h.scratch.Close(ctx)
+	h.pool = h.scratch.Pool
 	h.startReceivers()
 	defer h.push.Close()
 	defer h.hooks.Close()
@@ -203,16 +181,6 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 			fmt.Sprintf("%.0fµs", float64(r.cpu.Microseconds())/float64(max(1, r.events))), r.lostWebhook, r.lostMessage)
 	}
 	return nil
-}
-
-// config is the worker's configuration: the caller's (environment) with
-// the harness's keys on top.
-func (h *harness) config() (*config.Config, error) {
-	return config.Load("", h.environ, map[string]string{
-		"database.url": h.dbURL, "server.role": "worker", "server.listen_addr": "127.0.0.1:0",
-		"webhooks.allow_private_targets": "true", "push.vapid_public_key": h.vapid.Public,
-		"push.vapid_private_key": h.vapid.Private, "push.allow_private_targets": "true", "log.level": "warn",
-	})
 }
 
 // startReceivers starts the webhook receiver, the push service and the
@@ -308,7 +276,7 @@ func (h *harness) slice(ctx context.Context, traced bool) (ids []uuid.UUID, cpu 
 		return nil, 0, err
 	}
 	defer stopTracing()
-	cfg, err := h.config()
+	cfg, err := h.scratch.Config(nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -352,54 +320,11 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// load appends events at rate for d, open loop: event i is due at
-// start + i/rate whatever happened to the ones before.
+// load appends events at rate for d, open loop (shared.OpenLoop), and
+// returns their ids.
 func (h *harness) load(ctx context.Context, log *postgres.EventLog, d time.Duration, rate float64) ([]uuid.UUID, error) {
-	n := int(d.Seconds() * rate)
-	due := make(chan int, n)
-	var (
-		wg       gosync.WaitGroup
-		mu       gosync.Mutex
-		ids      []uuid.UUID
-		firstErr error
-	)
-	for range h.opts.producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range due {
-				id, err := h.write(ctx, log, i)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err == nil {
-					ids = append(ids, id)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	start := time.Now()
-	interval := time.Duration(float64(time.Second) / rate)
-	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		due <- i
-	}
-	close(due)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return ids, firstErr
+	return shared.OpenLoop(ctx, &shared.LoadParams{Rate: rate, Duration: d, Producers: h.opts.producers},
+		func(ctx context.Context, i int) (uuid.UUID, error) { return h.write(ctx, log, i) })
 }
 
 // write commits one event and records its committed_at: taken by the

@@ -29,21 +29,16 @@ type result struct {
 	badSig     int
 	p50, p95   time.Duration
 	p99, max   time.Duration
-	stages     []stage
+	stages     []harness.Stage
 	// sentEarlier counts deliveries whose sending step began before the
 	// River fetch of the job their round made: a job already running for
 	// the subscription sent them.
 	sentEarlier int
-	wall        time.Duration
+	// wall runs from the start of the measured load to the end of the
+	// wait for its deliveries.
+	wall time.Duration
 
 	loadBefore, loadAfter string
-}
-
-// stage is one part of the hand-off.
-type stage struct {
-	name          string
-	n             int
-	p50, p95, p99 time.Duration
 }
 
 // collect takes the latencies and the receiver's counts for ids.
@@ -154,16 +149,9 @@ func (h *handoff) stages(ctx context.Context, r *result, ids []uuid.UUID) error 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, st := range []struct {
-		name string
-		d    []time.Duration
-	}{
-		{"commit -> round", round}, {"round -> River fetch", fetch},
-		{"fetch -> sending step", claim}, {"sending step -> receipt", send},
-	} {
-		slices.Sort(st.d)
-		r.stages = append(r.stages, stage{name: st.name, n: len(st.d),
-			p50: harness.Quantile(st.d, .5), p95: harness.Quantile(st.d, .95), p99: harness.Quantile(st.d, .99)})
+	r.stages = []harness.Stage{
+		harness.NewStage("commit -> round", round), harness.NewStage("round -> River fetch", fetch),
+		harness.NewStage("fetch -> sending step", claim), harness.NewStage("sending step -> receipt", send),
 	}
 	return nil
 }
@@ -209,7 +197,7 @@ func (h *handoff) report(r *result, budget time.Duration, stdout io.Writer) erro
 	}
 	panel := harness.Panel{
 		Title: fmt.Sprintf("%.0f events/s, %d subscriptions on %d spaces: %d deliveries, missing %d",
-			o.rate, o.subscriptions, o.spaces, len(r.latencies), r.missing),
+			o.Rate, o.subscriptions, o.spaces, len(r.latencies), r.missing),
 		Axis:      "ms from producer commit to verified webhook request",
 		Latencies: r.latencies, P50: r.p50, P95: r.p95, P99: r.p99, Max: r.max,
 	}
@@ -232,16 +220,18 @@ func (r *result) summary(o *options, budget time.Duration, verdict string) strin
 	fmt.Fprintf(&b, "webhook_handoff: producer commit -> webhook request received, signature verified\n")
 	fmt.Fprintf(&b, "date %s, %s, %d CPUs, GOMAXPROCS %d\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(&b, "rate %.0f events/s, %s measured, %d subscriptions (%d unordered) on %d spaces, fanout %d, %d producers; wall %s\n",
-		o.rate, o.duration, o.subscriptions, o.unordered, o.spaces, o.fanout, o.producers, r.wall.Round(time.Second))
+		o.Rate, o.Duration, o.subscriptions, o.unordered, o.spaces, o.fanout, o.Producers, r.wall.Round(time.Second))
 	fmt.Fprintf(&b, "load average before %s, after %s\n", r.loadBefore, r.loadAfter)
 	fmt.Fprintf(&b, "budget perf.webhook_handoff_p95 = %s\n\n", ms(budget))
 	fmt.Fprintf(&b, "%8s %10s %8s %8s %8s %8s %8s %10s %12s %14s\n", "events", "deliveries", "p50", "p95", "p99", "max", "missing", "duplicates", "out-of-order", "bad signatures")
 	fmt.Fprintf(&b, "%8d %10d %8s %8s %8s %8s %8d %10d %12d %14d\n", r.events, len(r.latencies), ms(r.p50), ms(r.p95), ms(r.p99), ms(r.max),
 		r.missing, r.duplicates, r.outOfOrder, r.badSig)
+	fmt.Fprintf(&b, "deliveries per second from the load's start to the last delivery awaited: %.1f\n",
+		float64(len(r.latencies))/max(r.wall.Seconds(), 1e-9))
 	fmt.Fprintf(&b, "\nwhere the time went (delivery rows and River's job timestamps; each stage's quantiles on their own):\n")
 	fmt.Fprintf(&b, "%-26s %8s %8s %8s %8s\n", "stage", "n", "p50", "p95", "p99")
 	for _, st := range r.stages {
-		fmt.Fprintf(&b, "%-26s %8d %8s %8s %8s\n", st.name, st.n, ms(st.p50), ms(st.p95), ms(st.p99))
+		fmt.Fprintf(&b, "%-26s %8d %8s %8s %8s\n", st.Name, st.N, ms(st.P50), ms(st.P95), ms(st.P99))
 	}
 	fmt.Fprintf(&b, "sent by a job fetched before their round's job: %d\n", r.sentEarlier)
 	if verdict == "" {

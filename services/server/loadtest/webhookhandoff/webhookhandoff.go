@@ -28,11 +28,8 @@ package webhookhandoff
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"path/filepath"
 	gosync "sync"
 	"time"
@@ -60,48 +57,31 @@ var (
 )
 
 type options struct {
-	rate          float64
-	duration      time.Duration
+	*harness.Flags
 	subscriptions int
 	spaces        int
 	fanout        int
 	unordered     int
-	producers     int
 	out           string
-	config        string
-	short         bool
-	keep          bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	fs := flag.NewFlagSet("webhook_handoff", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := &options{}
-	rate := fs.String("rate", "500/s", "events appended per second (open loop)")
-	fs.DurationVar(&o.duration, "duration", 30*time.Second, "measured load time")
+	fs, common := harness.NewFlags("webhook_handoff", stderr, &harness.FlagDefaults{
+		Rate: "500/s", MaxRate: 20000, Duration: 30 * time.Second, Producers: 16,
+		ConfigKeys: "perf.webhook_handoff_p95, river.*, webhooks.*",
+		Short:      map[string]string{"duration": "3s", "rate": "100/s", "subscriptions": "8", "spaces": "2", "unordered": "2"},
+	})
+	o := &options{Flags: common}
 	fs.IntVar(&o.subscriptions, "subscriptions", 100, "webhook subscriptions")
 	fs.IntVar(&o.spaces, "spaces", 10, "spaces the subscriptions are spread over")
 	fs.IntVar(&o.fanout, "fanout", 1, "subscriptions each event goes to (they share its space and type)")
 	fs.IntVar(&o.unordered, "unordered", 0, "subscriptions with the unordered policy (the rest are ordered)")
-	fs.IntVar(&o.producers, "producers", 16, "concurrent producer goroutines")
 	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for webhook_handoff.txt and webhook_handoff.png")
-	fs.StringVar(&o.config, "config", "", "bothy configuration file (perf.webhook_handoff_p95, river.*, webhooks.*)")
-	fs.BoolVar(&o.short, "short", false, "a few seconds, for go test: --duration 3s --rate 100/s --subscriptions 8 --spaces 2 --unordered 2 unless given")
-	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database for inspection")
-	if err := fs.Parse(args); err != nil {
+	if err := common.Parse(args); err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.short {
-		shortDefaults(o, rate, set)
-	}
-	var err error
-	if o.rate, err = harness.ParseRate(*rate, 20000); err != nil {
-		return nil, err
-	}
-	if o.duration <= 0 || o.producers < 1 || o.spaces < 1 || o.fanout < 1 {
-		return nil, errors.New("--duration, --producers, --spaces and --fanout must be positive")
+	if o.spaces < 1 || o.fanout < 1 {
+		return nil, errors.New("--spaces and --fanout must be positive")
 	}
 	if o.subscriptions < o.spaces*o.fanout || o.subscriptions%(o.spaces*o.fanout) != 0 {
 		return nil, fmt.Errorf("--subscriptions %d: want a multiple of --spaces times --fanout (%d)", o.subscriptions, o.spaces*o.fanout)
@@ -110,24 +90,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--unordered %d: want 0..%d", o.unordered, o.subscriptions)
 	}
 	return o, nil
-}
-
-func shortDefaults(o *options, rate *string, set map[string]bool) {
-	if !set["duration"] {
-		o.duration = 3 * time.Second
-	}
-	if !set["rate"] {
-		*rate = "100/s"
-	}
-	if !set["subscriptions"] {
-		o.subscriptions = 8
-	}
-	if !set["spaces"] {
-		o.spaces = 2
-	}
-	if !set["unordered"] {
-		o.unordered = 2
-	}
 }
 
 // target is a (space, event type) and the subscriptions it goes to.
@@ -159,38 +121,20 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	scratch, err := harness.OpenScratch(ctx, &harness.ScratchParams{
-		Tool: "webhook_handoff", ConfigFile: o.config, Environ: environ, MaxConns: o.producers + 4, Keep: o.keep,
-		Logger: logger, Stdout: stdout, Keys: map[string]string{
-			"server.role": "worker", "server.listen_addr": "127.0.0.1:0",
-			"webhooks.allow_private_targets": "true", "log.level": "warn",
-		},
-	})
+	h, err := start(ctx, o, stdout, environ)
 	if err != nil {
 		return err
 	}
-	defer scratch.Close(ctx)
-	cfg, err := scratch.Config(nil)
-	if err != nil {
-		return err
-	}
-	h := &handoff{opts: o, scratch: scratch, commits: map[uuid.UUID]time.Time{}, dest: map[uuid.UUID]*target{}}
-	h.log = postgres.NewEventLog(scratch.Pool, nil)
-	defer h.log.Close()
-	h.rcv = newReceiver()
-	defer h.rcv.close()
-	if err := h.seed(ctx, cfg); err != nil {
-		return fmt.Errorf("seed: %w", err)
-	}
-	w, err := harness.StartWorker(ctx, cfg, logger, webhooks.NewModule(app.WebhooksConfig(cfg)))
+	defer h.close(ctx)
+	cfg := h.scratch.Cfg
+	w, err := harness.StartWorker(ctx, cfg, h.scratch.Logger, webhooks.NewModule(app.WebhooksConfig(cfg)))
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 
 	// Warm-up: connections, River's producer and the listener settle.
-	warm, err := h.load(ctx, time.Second, min(o.rate, 200))
+	warm, err := h.load(ctx, time.Second, min(o.Rate, 200))
 	if err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
@@ -199,7 +143,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	}
 	r := &result{loadBefore: harness.LoadAvg()}
 	start := time.Now()
-	ids, err := h.load(ctx, o.duration, o.rate)
+	ids, err := h.load(ctx, o.Duration, o.Rate)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
@@ -211,6 +155,36 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return fmt.Errorf("read stages: %w", err)
 	}
 	return h.report(r, cfg.Perf.WebhookHandoffP95, stdout)
+}
+
+// start opens the scratch database, starts the receiver and seeds the
+// subscriptions; close undoes it.
+func start(ctx context.Context, o *options, stdout io.Writer, environ []string) (*handoff, error) {
+	h := &handoff{opts: o, commits: map[uuid.UUID]time.Time{}, dest: map[uuid.UUID]*target{}, rcv: newReceiver()}
+	var err error
+	h.scratch, err = harness.OpenScratch(ctx, &harness.ScratchParams{Tool: "webhook_handoff", ConfigFile: o.Config,
+		Environ: environ, MaxConns: o.Producers + 4, Keep: o.Keep, Stdout: stdout})
+	if err == nil {
+		h.log = postgres.NewEventLog(h.scratch.Pool, nil)
+		if err = h.seed(ctx, h.scratch.Cfg); err != nil {
+			err = fmt.Errorf("seed: %w", err)
+		}
+	}
+	if err != nil {
+		h.close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *handoff) close(ctx context.Context) {
+	if h.log != nil {
+		h.log.Close()
+	}
+	if h.scratch != nil {
+		h.scratch.Close(ctx)
+	}
+	h.rcv.close()
 }
 
 // seed creates the writer, the owner with read on every space, and the
@@ -270,22 +244,8 @@ func (h *handoff) seed(ctx context.Context, cfg *config.Config) error {
 // load appends events at rate for d, one per transaction, event i to
 // target i mod targets. It returns the ids written.
 func (h *handoff) load(ctx context.Context, d time.Duration, rate float64) ([]uuid.UUID, error) {
-	var (
-		mu  gosync.Mutex
-		ids []uuid.UUID
-	)
-	err := harness.OpenLoop(ctx, &harness.LoadParams{Rate: rate, Duration: d, Producers: h.opts.producers},
-		func(ctx context.Context, i int) error {
-			id, err := h.write(ctx, &h.targets[i%len(h.targets)])
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			ids = append(ids, id)
-			mu.Unlock()
-			return nil
-		})
-	return ids, err
+	return harness.OpenLoop(ctx, &harness.LoadParams{Rate: rate, Duration: d, Producers: h.opts.Producers},
+		func(ctx context.Context, i int) (uuid.UUID, error) { return h.write(ctx, &h.targets[i%len(h.targets)]) })
 }
 
 // write commits one event through the producer API and records its
@@ -313,23 +273,9 @@ func (h *handoff) write(ctx context.Context, t *target) (uuid.UUID, error) {
 // await waits until every delivery of ids was received, at most 30 s; it
 // returns early if the worker stopped.
 func (h *handoff) await(ctx context.Context, ids []uuid.UUID, done <-chan error) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return harness.Await(ctx, 30*time.Second, done, func() int {
 		h.mu.Lock()
-		missing := h.rcv.missing(ids, func(id uuid.UUID) int { return len(h.dest[id].subs) })
-		h.mu.Unlock()
-		if missing == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d deliveries of %d events still missing after 30s", missing, len(ids))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-done:
-			return fmt.Errorf("worker stopped: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		defer h.mu.Unlock()
+		return h.rcv.missing(ids, func(id uuid.UUID) int { return len(h.dest[id].subs) })
+	})
 }

@@ -46,11 +46,10 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
-	"github.com/bothy/bothy/services/server/internal/dburl"
-	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
 var (
@@ -148,43 +147,16 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	base, err := config.Load(o.config, environ, nil)
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	scratch, err := dburl.NewURL(base.Database.URL, "bothy_perf")
-	if err != nil {
-		return fmt.Errorf("database.url: %w", err)
-	}
-	cfg, err := config.Load(o.config, environ, map[string]string{
-		"database.url": scratch, "server.role": "worker", "server.listen_addr": "127.0.0.1:0",
-		"webhooks.allow_private_targets": "true", "log.level": "warn",
+	scratch, err := shared.OpenScratch(ctx, &shared.ScratchParams{
+		Tool: "webhook_policies", ConfigFile: o.config, Environ: environ, MaxConns: o.producers + 4, Keep: o.keep,
+		Stdout: stdout,
 	})
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h := &harness{opts: o, logger: logger, commits: map[int64]time.Time{}}
-	fmt.Fprintf(stdout, "webhook_policies: scratch database %s\n", dburl.Name(scratch))
-	if !o.keep {
-		defer func() {
-			if err := dburl.Drop(context.WithoutCancel(ctx), scratch); err != nil {
-				fmt.Fprintf(os.Stderr, "webhook_policies: could not drop the scratch database: %v\n", err)
-			}
-		}()
-	}
-	if err := app.Migrate(ctx, cfg, logger); err != nil {
-		return fmt.Errorf("migrate scratch database: %w", err)
-	}
-	pc, err := pgxpool.ParseConfig(scratch)
-	if err != nil {
 		return err
 	}
-	pc.MaxConns = int32(o.producers + 4)
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-		return err
-	}
-	defer h.pool.Close()
+	defer scratch.Close(ctx)
+	cfg, logger := scratch.Cfg, scratch.Logger
+	h := &harness{opts: o, logger: logger, pool: scratch.Pool, commits: map[int64]time.Time{}}
 	h.log = postgres.NewEventLog(h.pool, nil)
 	defer h.log.Close()
 	h.rcv = newReceiver(o.latency)
@@ -193,11 +165,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return fmt.Errorf("seed: %w", err)
 	}
 
-	done, stop, err := h.startWorker(ctx, cfg)
+	w, err := shared.StartWorker(ctx, cfg, logger, webhooks.NewModule(app.WebhooksConfig(cfg)))
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer w.Stop()
 	if o.profile != "" {
 		f, err := os.Create(o.profile)
 		if err != nil {
@@ -209,16 +181,16 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		}
 		defer pprof.StopCPUProfile()
 	}
-	load0 := loadAvg()
+	load0 := shared.LoadAvg()
 	start := time.Now()
 	seqs, err := h.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	loadEnd := time.Now()
-	drained := h.rcv.awaitAll(ctx, unordered, seqs, o.drain, done)
+	drained := h.rcv.awaitAll(ctx, unordered, seqs, o.drain, w.Done)
 	res := h.result(seqs, start, loadEnd, drained)
-	res.loadBefore, res.loadAfter = load0, loadAvg()
+	res.loadBefore, res.loadAfter = load0, shared.LoadAvg()
 	fmt.Fprint(stdout, res.summary(o))
 	return res.verdict(o)
 }
@@ -252,81 +224,15 @@ func (h *harness) seed(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// startWorker runs the worker role with the webhooks module, as "bothy
-// server --role=worker" does, until stop is called (once or more); done
-// receives what its Run returned.
-func (h *harness) startWorker(ctx context.Context, cfg *config.Config) (done <-chan error, stop func(), err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	srv := app.NewServer(cfg, h.logger, []module.Factory{webhooks.NewModule(app.WebhooksConfig(cfg))})
-	ran := make(chan error, 1)
-	go func() {
-		ran <- srv.Run(sctx)
-		close(ran)
-	}()
-	stop = func() {
-		cancel()
-		for range ran {
-		}
-	}
-	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = srv.Addr(actx)
-	acancel()
-	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("worker did not start: %w", err)
-	}
-	return ran, stop, nil
-}
-
 // load appends events at the rate for the duration, open loop, in batches
 // of --batch: batch i is due at start + i*batch/rate whatever happened to
 // the ones before. It returns the seqs written, ascending.
 func (h *harness) load(ctx context.Context) ([]int64, error) {
 	o := h.opts
-	n := int(o.duration.Seconds() * o.rate / float64(o.batch))
-	due := make(chan int, n)
-	var (
-		wg       gosync.WaitGroup
-		mu       gosync.Mutex
-		seqs     []int64
-		firstErr error
-	)
-	for range o.producers {
-		wg.Go(func() {
-			for i := range due {
-				written, err := h.write(ctx, i)
-				mu.Lock()
-				firstErr = cmpErr(firstErr, err)
-				seqs = append(seqs, written...)
-				mu.Unlock()
-			}
-		})
-	}
-	start := time.Now()
-	interval := time.Duration(float64(time.Second) * float64(o.batch) / o.rate)
-	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		due <- i
-	}
-	close(due)
-	wg.Wait()
+	batches, err := shared.OpenLoop(ctx, &shared.LoadParams{Rate: o.rate / float64(o.batch), Duration: o.duration, Producers: o.producers}, h.write)
+	seqs := slices.Concat(batches...)
 	slices.Sort(seqs)
-	return seqs, cmpErr(firstErr, ctx.Err())
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return seqs, err
 }
 
 // write commits batch i through the producer API and records the commit
@@ -350,18 +256,4 @@ func (h *harness) write(ctx context.Context, i int) ([]int64, error) {
 	}
 	h.mu.Unlock()
 	return seqs, nil
-}
-
-// loadAvg reads the machine's 1, 5 and 15 minute load averages ("" where
-// /proc/loadavg does not exist).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }
