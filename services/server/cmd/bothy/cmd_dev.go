@@ -153,6 +153,8 @@ func configureDev(c *call, f *devFlags, chosen func(string) bool, db *devDatabas
 		"server.role":                    "all",
 		"webhooks.allow_private_targets": "true",
 		"server.admin_token":             randomToken(),
+		"console.enabled":                "true",
+		"console.key":                    randomToken() + randomToken(),
 		"log.level":                      "warn",
 	} {
 		if chosen(k) {
@@ -210,7 +212,7 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 		return errors.Join(err, waitServer())
 	}
 	printDevUsage(out, &devUsage{base: base, token: token, subID: subID, receiverURL: rcv.url,
-		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL})
+		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled})
 	if events > 0 {
 		if err := appendDevEvents(ctx, base, token, events, out); err != nil {
 			return errors.Join(err, waitServer())
@@ -241,19 +243,24 @@ type devUsage struct {
 	receiverURL string // the built-in receiver the subscription delivers to
 	adminToken  string // the River UI's password
 	databaseURL string // for the bothy CLI in another terminal
+	console     bool   // whether the web console is on
 }
 
 // printDevUsage tells the user where everything is and what to try first.
 func printDevUsage(out io.Writer, u *devUsage) {
 	curl := fmt.Sprintf(`curl -sS -X POST %s/v1/spaces/%s/events -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{"events":[{"type":"item.created","data":{"title":"hello from curl"}}]}'`,
 		u.base, devSpace, u.token)
+	var console string
+	if u.console {
+		console = fmt.Sprintf("  console     %s/console/   (sign in with the token below)\n", u.base)
+	}
 	fmt.Fprintf(out, `
 bothy dev is running; Ctrl-C stops everything.
 
   API         %[1]s/v1/   (OpenAPI: %[1]s/v1/openapi.json)
   metrics     %[1]s/metrics
   River UI    %[1]s/admin/river/   (user admin, password %[2]s)
-  space       %[3]s, principal %[4]s (admin of the space)
+%[10]s  space       %[3]s, principal %[4]s (admin of the space)
   token       %[5]s
               (scopes events:read events:write webhooks:manage push:manage)
   webhook     subscription %[6]s
@@ -272,7 +279,7 @@ Point the bothy CLI at this database (in another terminal):
   export BOTHY_DATABASE_URL='%[9]s'
   bothy consumers status
 
-`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL)
+`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console)
 }
 
 // appendDevEvents appends n demo events through the API, as a client would,

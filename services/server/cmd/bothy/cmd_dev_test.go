@@ -50,6 +50,7 @@ func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, n int, d time.
 
 var (
 	verifiedLine = regexp.MustCompile(`webhook seq=(\d+) type=item\.created .*\(signature verified`)
+	consoleLine  = regexp.MustCompile(`console +(http://\S+/console/)`)
 	curlLine     = regexp.MustCompile(`curl -sS -X POST (\S+) -H 'Authorization: Bearer (\S+)' -H 'Content-Type: application/json' -d '(.*)'`)
 )
 
@@ -74,7 +75,7 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	got := waitOutput(t, out, verifiedLine, 3, 30*time.Second)
 	require.Equal(t, []string{"1", "2", "3"}, []string{got[0][1], got[1][1], got[2][1]})
 	require.Contains(t, out.String(), "from your configuration")
-	for _, want := range []string{"/v1/openapi.json", "/metrics", "/admin/river/"} {
+	for _, want := range []string{"/v1/openapi.json", "/metrics", "/admin/river/", "/console/"} {
 		require.Contains(t, out.String(), want)
 	}
 
@@ -93,6 +94,14 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	got = waitOutput(t, out, verifiedLine, 4, 15*time.Second)
 	require.Equal(t, "4", got[3][1])
 	require.Contains(t, out.String(), "hello from curl")
+
+	// The printed console URL serves the sign-in page.
+	cm := consoleLine.FindStringSubmatch(out.String())
+	require.NotNil(t, cm, "no console line in:\n%s", out.String())
+	res, err = http.Get(cm[1] + "sign-in")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
 
 	cancel()
 	select {
