@@ -18,7 +18,7 @@ func TestAPI_VAPIDPublicKey(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		r := b.do(t, "GET", "/v1/push/vapid-public-key", "", "")
-		require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+		require.Contains(t, r.problem(t, http.StatusNotFound), "push.vapid_public_key")
 	})
 	t.Run("ConfiguredAnswersTheKey", func(t *testing.T) {
 		t.Parallel()

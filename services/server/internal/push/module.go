@@ -67,10 +67,21 @@ func (m *Module) RegisterWorkers(w *river.Workers) []string {
 func (m *Module) Routes(mux *http.ServeMux, _ *river.Client[pgx.Tx]) {
 	mux.HandleFunc("GET /v1/push/vapid-public-key", func(w http.ResponseWriter, r *http.Request) {
 		if m.publicKey == "" {
-			http.Error(w, "push notifications are not configured", http.StatusNotFound)
+			notConfigured(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"public_key": m.publicKey})
+	})
+}
+
+// notConfigured answers the key's route while push is not configured: a
+// problem document like every other error of the API.
+func notConfigured(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "/v1/problems/not-found", "title": "Not Found", "status": http.StatusNotFound,
+		"detail": "push notifications are not configured (push.vapid_public_key)", "instance": r.URL.Path,
 	})
 }
