@@ -41,21 +41,20 @@ const (
 // consumer=both runs the two consumers' rounds at the same time, as a worker
 // does; its events/s counts each event once per consumer.
 //
-// Two partitions are the cheapest form of partitioning a consumer by space: two
-// cursors, whose rounds run at the same time on two goroutines, each reading
-// the whole log and handling only the events of its half of the spaces.
-// Real partitions would read only their own events, so this form
-// overstates the reading; the read-% metric says by how much.
-//
-// The metrics split the summed time of the rounds into reading the events
-// (read-%), the consumer's own statement (handle-%), River's COPY (insert-%)
-// and the rest: begin, cursor lock and advance, commit (other-%).
+// Two partitions are the cheapest form of partitioning a consumer by
+// space: two cursors, whose rounds run at the same time on two goroutines,
+// each reading the whole log and handling only the events of its half of
+// the spaces. Real partitions would read only their own events, so this
+// form overstates the reading; p1-read-% says by how much.
 //
 // Each iteration drains the log once with one partition and once with two,
 // in turns first, as the machine is noisy: p1-events/s and p2-events/s are
-// the two rates and p2/p1 their ratio; the shares are of one partition.
+// the two rates and p2/p1 their ratio. The p1-*-% metrics split the summed
+// time of the one-partition rounds into reading the events (read), the
+// consumer's own statement (handle), River's COPY (insert) and the rest:
+// begin, cursor lock and advance, commit (other).
 //
-//	go test ./services/server/internal/webhooks -run '^$' -bench BenchmarkRoundCeiling -benchtime 4x
+//	go test ./services/server/internal/webhooks -run '^$' -bench BenchmarkRoundCeiling -benchtime 3x
 func BenchmarkRoundCeiling(b *testing.B) {
 	bn := setupConns(b, nil, 8)
 	fillCeilingLog(b, bn)
