@@ -93,6 +93,7 @@ func (c *Console) Routes(mux *http.ServeMux) {
 	mux.Handle("POST "+Prefix+"subscriptions/{id}/{action}", c.secure(c.signedIn(c.act)))
 	mux.Handle("GET "+Prefix+"lag", c.secure(c.signedIn(c.lag)))
 	mux.Handle("GET "+Prefix+"push", c.secure(c.signedIn(c.push)))
+	mux.Handle("POST "+Prefix+"push/preference", c.secure(c.signedIn(c.setPreference)))
 	mux.Handle(Prefix, c.secure(c.signedIn(func(w http.ResponseWriter, r *http.Request, _ *session) error {
 		return errorf(http.StatusNotFound, "no console page %s %s", r.Method, r.URL.Path)
 	})))

@@ -48,3 +48,29 @@ func TestConsole_SignIn(t *testing.T) {
 		require.True(t, strings.HasPrefix(p.header.Get("Location"), "/console/sign-in"))
 	})
 }
+
+func TestConsole_Push(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	br := b.browser(t)
+	br.signIn(token)
+
+	p := br.get("/console/push")
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	require.Contains(t, p.body, `id="empty-registrations"`)
+
+	p = br.get("/console/push?space=acme")
+	require.Contains(t, p.body, "Notifications for space acme are on")
+	csrf := br.csrf("/console/push?space=acme")
+	p = br.post("/console/push/preference", map[string][]string{"csrf": {csrf}, "space": {"acme"}, "notify": {"false"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Contains(t, br.get("/console/push?space=acme").body, "Notifications for space acme are off")
+
+	noPush := b.principal(t, "bob", authz.RightWrite, "acme", authz.ScopeWebhooksManage)
+	br = b.browser(t)
+	br.signIn(noPush)
+	p = br.get("/console/push")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.body, `id="push-problem"`, "the API's refusal, said on the page")
+}

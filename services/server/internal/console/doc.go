@@ -83,6 +83,8 @@
 //   - push (/console/push[?space=]): table#registrations with
 //     tr[data-testid=registration-row]; p#empty-registrations or
 //     p#push-problem; form#preference-form with input#pref-space;
-//     p#preference.
+//     p#preference and form#preference-set-form with
+//     button#preference-toggle (turns notifications of the space on or
+//     off, no confirmation).
 //   - errors: h1#error-title, p#error-detail.
 package console

@@ -28,8 +28,9 @@ const consoleKey = "console-key-for-tests-0123456789abcdef"
 
 var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
 
-// testBundle is a running server (role api: no deliveries are made unless
-// a test starts a worker) on a scratch database.
+// testBundle is a running server on a scratch database: role api, so no
+// deliveries are made unless a test asks for role all, and a small pool,
+// as the tests share one PostgreSQL server.
 type testBundle struct {
 	db   *dbtest.DB
 	base string
@@ -48,7 +49,8 @@ func startServer(t *testing.T, dbURL string, extra ...string) string {
 	t.Helper()
 	flags := map[string]string{
 		"database.url":                   dbURL,
-		"server.role":                    "all",
+		"server.role":                    "api",
+		"database.max_conns":             "4",
 		"server.listen_addr":             "127.0.0.1:0",
 		"webhooks.allow_private_targets": "true",
 		"consumer.poll_interval":         "100ms",

@@ -12,7 +12,9 @@ import (
 // link's principal, restricted to its space, resting on the token that
 // issued it. The link itself is short-lived; the session lasts
 // console.session_ttl, or until the issuing token stops managing webhooks
-// on the space.
+// on the space. Where console.frame_ancestors lets another site frame the
+// portal, and over TLS, the cookie is one a cross-site frame can keep
+// (setFramedCookie).
 func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session) error {
 	c.allowFraming(w)
 	claims, err := portallink.Verify(c.cfg.Key, r.URL.Query().Get("token"), time.Now())
@@ -31,7 +33,11 @@ func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session)
 	if err != nil {
 		return err
 	}
-	setCookie(w, r, value, expires)
+	if c.cfg.FrameAncestors != "'none'" && overTLS(r) {
+		setFramedCookie(w, value, expires)
+	} else {
+		setCookie(w, r, value, expires)
+	}
 	http.Redirect(w, r, Prefix+"subscriptions", http.StatusSeeOther)
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 	"time"
 )
 
@@ -29,8 +28,7 @@ var funcs = template.FuncMap{
 		}
 		return *t
 	},
-	"ms":    func(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) },
-	"query": func(k, v string) string { return url.Values{k: {v}}.Encode() },
+	"ms": func(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) },
 }
 
 func parsePages() (*pages, error) {

@@ -159,6 +159,16 @@ func setCookie(w http.ResponseWriter, r *http.Request, value string, expires tim
 		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
 }
 
+// setFramedCookie sets the cookie of a portal session that another site
+// frames. Browsers neither store nor send a SameSite=Strict cookie in a
+// cross-site frame, so this one is SameSite=None, and therefore Secure,
+// and Partitioned: the browser keeps it for the embedding site only. Its
+// forms are still guarded by the CSRF token and the origin check.
+func setFramedCookie(w http.ResponseWriter, value string, expires time.Time) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, Expires: expires,
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteNoneMode, Partitioned: true})
+}
+
 func clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})

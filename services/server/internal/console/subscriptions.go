@@ -166,6 +166,24 @@ func (c *Console) push(w http.ResponseWriter, r *http.Request, s *session) error
 	return nil
 }
 
+// setPreference turns push notifications of a space on or off for the
+// session's principal.
+func (c *Console) setPreference(w http.ResponseWriter, r *http.Request, s *session) error {
+	if s.portalSpace != "" {
+		return errorf(http.StatusNotFound, "a portal session shows webhook subscriptions only")
+	}
+	space := r.PostFormValue("space")
+	if space == "" {
+		return errorf(http.StatusBadRequest, "space: name the space")
+	}
+	notify := r.PostFormValue("notify") == "true"
+	if err := c.call(r, s, http.MethodPut, "/v1/spaces/"+url.PathEscape(space)+"/push-preference", map[string]bool{"notify": notify}, nil); err != nil {
+		return err
+	}
+	http.Redirect(w, r, Prefix+"push?"+url.Values{"space": {space}}.Encode(), http.StatusSeeOther)
+	return nil
+}
+
 // seqOf reads a delivery's seq from the form.
 func seqOf(r *http.Request) (int64, error) {
 	seq, err := strconv.ParseInt(r.PostFormValue("seq"), 10, 64)
