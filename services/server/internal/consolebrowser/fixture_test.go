@@ -67,6 +67,7 @@ func startServer(t *testing.T, url string) string {
 	flags := map[string]string{
 		"database.url":                   url,
 		"server.role":                    "all",
+		"database.max_conns":             "6", // the test server is shared; the default is 20
 		"server.listen_addr":             "127.0.0.1:0",
 		"webhooks.allow_private_targets": "true",
 		"consumer.poll_interval":         "100ms",
