@@ -18,7 +18,9 @@
 //
 // POST /console/sign-in exchanges a bearer token for a session cookie
 // (bothy_console: HttpOnly, SameSite=Strict, Secure over TLS, Path
-// /console/). The cookie holds a random id; the console_sessions table
+// /console/; a portal session opened over TLS where
+// console.frame_ancestors allows framing gets SameSite=None, Secure and
+// Partitioned instead, which a cross-site frame can keep). The cookie holds a random id; the console_sessions table
 // keeps its SHA-256, the token it rests on, the principal, the portal
 // space and a CSRF secret. Every request re-reads the token and the
 // principals: a revoked or expired token or a disabled principal ends the

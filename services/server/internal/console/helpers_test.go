@@ -37,7 +37,7 @@ type testBundle struct {
 }
 
 // setup starts the real server with the console on a fresh database.
-func setup(t *testing.T, extra ...string) *testBundle {
+func setup(t testing.TB, extra ...string) *testBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
 	return &testBundle{db: db, base: startServer(t, db.URL, extra...)}
@@ -45,7 +45,7 @@ func setup(t *testing.T, extra ...string) *testBundle {
 
 // startServer runs the server as "bothy server" builds it, console on,
 // until the test ends; extra are configuration keys and values.
-func startServer(t *testing.T, dbURL string, extra ...string) string {
+func startServer(t testing.TB, dbURL string, extra ...string) string {
 	t.Helper()
 	flags := map[string]string{
 		"database.url":                   dbURL,
@@ -87,7 +87,7 @@ func startServer(t *testing.T, dbURL string, extra ...string) string {
 
 // principal creates a principal with right on space (none if right is
 // "") and returns a bearer token with scopes (every scope if none given).
-func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space string, scopes ...string) string {
+func (b *testBundle) principal(t testing.TB, id string, right authz.Right, space string, scopes ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, id, authz.KindUser))
@@ -103,14 +103,14 @@ func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space
 }
 
 // grant gives principal right on space.
-func (b *testBundle) grant(t *testing.T, principal string, right authz.Right, space string) {
+func (b *testBundle) grant(t testing.TB, principal string, right authz.Right, space string) {
 	t.Helper()
 	require.NoError(t, authz.Grant(context.Background(), b.db.Pool, &authz.GrantParams{Space: space, Principal: principal, Right: right}))
 }
 
 // api sends a JSON request to the HTTP API with token and decodes a 2xx
 // answer into out (if not nil); it returns the status.
-func (b *testBundle) api(t *testing.T, method, path, token string, body, out any) int {
+func (b *testBundle) api(t testing.TB, method, path, token string, body, out any) int {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -137,7 +137,7 @@ func (b *testBundle) api(t *testing.T, method, path, token string, body, out any
 
 // createSubscription creates a subscription to target on space with token
 // and returns its id.
-func (b *testBundle) createSubscription(t *testing.T, token, space, target string) string {
+func (b *testBundle) createSubscription(t testing.TB, token, space, target string) string {
 	t.Helper()
 	var sub struct {
 		ID string `json:"id"`
@@ -148,7 +148,7 @@ func (b *testBundle) createSubscription(t *testing.T, token, space, target strin
 }
 
 // status reads a subscription's status through the API.
-func (b *testBundle) status(t *testing.T, token, id string) string {
+func (b *testBundle) status(t testing.TB, token, id string) string {
 	t.Helper()
 	var sub struct {
 		Status string `json:"status"`
@@ -160,12 +160,12 @@ func (b *testBundle) status(t *testing.T, token, id string) string {
 // browser is a client with a cookie jar that does not follow redirects,
 // as a browser of the console.
 type browser struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	c    *http.Client
 }
 
-func (b *testBundle) browser(t *testing.T) *browser {
+func (b *testBundle) browser(t testing.TB) *browser {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	return &browser{t: t, base: b.base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -232,7 +232,7 @@ func (br *browser) csrf(path string) string {
 
 // newReceiver is a webhook receiver that answers every request with
 // status and body.
-func newReceiver(t *testing.T, status int, body string) *httptest.Server {
+func newReceiver(t testing.TB, status int, body string) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/html")
