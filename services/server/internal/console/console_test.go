@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -41,6 +42,32 @@ func TestConsole_SignIn(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, p.status)
 		require.Contains(t, p.body, `id="sign-in-error"`)
 		require.Empty(t, p.header.Get("Set-Cookie"))
+	})
+	t.Run("ReturnsToTheConsolePageAskedFor", func(t *testing.T) {
+		for next, want := range map[string]string{
+			"/console/lag":                  "/console/lag",
+			"https://evil.example/console/": "/console/subscriptions",
+			"//evil.example/console/":       "/console/subscriptions",
+			"/console/../v1/webhooks":       "/console/subscriptions",
+		} {
+			p := b.browser(t).post("/console/sign-in", url.Values{"token": {token}, "next": {next}})
+			require.Equal(t, http.StatusSeeOther, p.status, next)
+			require.Equal(t, want, p.header.Get("Location"), next)
+		}
+	})
+	t.Run("TheCookieIsNoCredentialOfTheAPI", func(t *testing.T) {
+		p := b.browser(t).signIn(token)
+		req, err := http.NewRequest(http.MethodGet, b.base+"/v1/webhooks", nil)
+		require.NoError(t, err)
+		for _, ck := range p.header.Values("Set-Cookie") {
+			name, rest, _ := strings.Cut(ck, "=")
+			value, _, _ := strings.Cut(rest, ";")
+			req.AddCookie(&http.Cookie{Name: name, Value: value})
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode)
 	})
 	t.Run("SendsTheUnsignedToSignIn", func(t *testing.T) {
 		p := b.browser(t).get("/console/subscriptions")

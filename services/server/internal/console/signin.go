@@ -62,7 +62,7 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) er
 // safeNext keeps a return address inside the console, so the sign-in
 // form cannot be used to send a browser elsewhere.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if !strings.HasPrefix(next, Prefix) || strings.Contains(next, "..") || strings.ContainsAny(next, "\\\r\n") {
 		return Prefix + "subscriptions"
 	}
 	return next
