@@ -80,7 +80,7 @@ func New(pool *pgxpool.Pool, api http.Handler, cfg *Config) (*Console, error) {
 // Routes mounts the console on mux under Prefix.
 func (c *Console) Routes(mux *http.ServeMux) {
 	static, _ := fs.Sub(staticFS, "static") // the directory is embedded
-	mux.Handle("GET "+Prefix+"static/", c.secure(http.StripPrefix(Prefix+"static/", http.FileServerFS(static))))
+	mux.Handle("GET "+Prefix+"static/{file}", c.secure(http.StripPrefix(Prefix+"static/", http.FileServerFS(static))))
 	mux.Handle("GET "+Prefix+"{$}", c.secure(http.RedirectHandler(Prefix+"subscriptions", http.StatusSeeOther)))
 	mux.Handle("GET /console", http.RedirectHandler(Prefix, http.StatusMovedPermanently))
 	mux.Handle("GET "+Prefix+"sign-in", c.secure(c.public(c.signInPage)))

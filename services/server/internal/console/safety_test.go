@@ -60,6 +60,8 @@ func TestConsole_SecurityHeaders(t *testing.T) {
 			p.header.Get("Content-Security-Policy"), path)
 		require.Equal(t, "no-store", p.header.Get("Cache-Control"), path)
 	}
+	require.Equal(t, http.StatusOK, br.get("/console/static/time.js").status)
+	require.NotEqual(t, http.StatusOK, br.get("/console/static/").status, "no directory listing")
 	br.signIn(token)
 	p := br.get("/console/subscriptions")
 	require.Equal(t, http.StatusOK, p.status)
