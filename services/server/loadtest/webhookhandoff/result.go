@@ -226,8 +226,8 @@ func (r *result) summary(o *options, budget time.Duration, verdict string) strin
 	fmt.Fprintf(&b, "%8s %10s %8s %8s %8s %8s %8s %10s %12s %14s\n", "events", "deliveries", "p50", "p95", "p99", "max", "missing", "duplicates", "out-of-order", "bad signatures")
 	fmt.Fprintf(&b, "%8d %10d %8s %8s %8s %8s %8d %10d %12d %14d\n", r.events, len(r.latencies), ms(r.p50), ms(r.p95), ms(r.p99), ms(r.max),
 		r.missing, r.duplicates, r.outOfOrder, r.badSig)
-	fmt.Fprintf(&b, "deliveries per second from the load's start to the last delivery awaited: %.1f\n",
-		float64(len(r.latencies))/max(r.wall.Seconds(), 1e-9))
+	fmt.Fprintf(&b, "missing: not received %s after the load (--drain); deliveries per second from the load's start to the end of that wait: %.1f\n",
+		o.drain, float64(len(r.latencies))/max(r.wall.Seconds(), 1e-9))
 	fmt.Fprintf(&b, "\nwhere the time went (delivery rows and River's job timestamps; each stage's quantiles on their own):\n")
 	fmt.Fprintf(&b, "%-26s %8s %8s %8s %8s\n", "stage", "n", "p50", "p95", "p99")
 	for _, st := range r.stages {

@@ -6,7 +6,7 @@
 // services/server import the server's internal packages.
 //
 //	go run ./perf/webhook_handoff [--rate 500/s] [--duration 30s] [--subscriptions 100] [--spaces 10]
-//	    [--fanout 1] [--unordered 0] [--producers 16] [--short] [--out perf/out] [--config FILE] [--keep]
+//	    [--fanout 1] [--unordered 0] [--producers 16] [--drain 30s] [--short] [--out perf/out] [--config FILE] [--keep]
 //
 // It creates a scratch database on the local server (or the one
 // BOTHY_DATABASE_URL names), migrates it, starts a receiver on 127.0.0.1
@@ -62,6 +62,7 @@ type options struct {
 	spaces        int
 	fanout        int
 	unordered     int
+	drain         time.Duration
 	out           string
 }
 
@@ -76,12 +77,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.spaces, "spaces", 10, "spaces the subscriptions are spread over")
 	fs.IntVar(&o.fanout, "fanout", 1, "subscriptions each event goes to (they share its space and type)")
 	fs.IntVar(&o.unordered, "unordered", 0, "subscriptions with the unordered policy (the rest are ordered)")
+	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long deliveries may still arrive after the load; later ones count as missing")
 	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for webhook_handoff.txt and webhook_handoff.png")
 	if err := common.Parse(args); err != nil {
 		return nil, err
 	}
-	if o.spaces < 1 || o.fanout < 1 {
-		return nil, errors.New("--spaces and --fanout must be positive")
+	if o.spaces < 1 || o.fanout < 1 || o.drain <= 0 {
+		return nil, errors.New("--spaces, --fanout and --drain must be positive")
 	}
 	if o.subscriptions < o.spaces*o.fanout || o.subscriptions%(o.spaces*o.fanout) != 0 {
 		return nil, fmt.Errorf("--subscriptions %d: want a multiple of --spaces times --fanout (%d)", o.subscriptions, o.spaces*o.fanout)
@@ -138,7 +140,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := h.await(ctx, warm, w.Done); err != nil {
+	if err := h.await(ctx, warm, 30*time.Second, w.Done); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	r := &result{loadBefore: harness.LoadAvg()}
@@ -147,7 +149,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	_ = h.await(ctx, ids, w.Done) // what did not arrive is reported as missing
+	_ = h.await(ctx, ids, o.drain, w.Done) // what did not arrive is reported as missing
 	r.wall, r.loadAfter = time.Since(start), harness.LoadAvg()
 	w.Stop()
 	h.collect(r, ids)
@@ -270,10 +272,10 @@ func (h *handoff) write(ctx context.Context, t *target) (uuid.UUID, error) {
 	return id, nil
 }
 
-// await waits until every delivery of ids was received, at most 30 s; it
-// returns early if the worker stopped.
-func (h *handoff) await(ctx context.Context, ids []uuid.UUID, done <-chan error) error {
-	return harness.Await(ctx, 30*time.Second, done, func() int {
+// await waits until every delivery of ids was received, at most within;
+// it returns early if the worker stopped.
+func (h *handoff) await(ctx context.Context, ids []uuid.UUID, within time.Duration, done <-chan error) error {
+	return harness.Await(ctx, within, done, func() int {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return h.rcv.missing(ids, func(id uuid.UUID) int { return len(h.dest[id].subs) })
