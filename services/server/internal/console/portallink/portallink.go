@@ -54,11 +54,11 @@ func Verify(key []byte, token string, now time.Time) (*Claims, error) {
 	if !ok {
 		return nil, ErrInvalid
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	got, err := strict.DecodeString(sig)
 	if err != nil || !hmac.Equal(got, mac(key, body)) {
 		return nil, ErrInvalid
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(body)
+	raw, err := strict.DecodeString(body)
 	if err != nil {
 		return nil, ErrInvalid
 	}
@@ -71,6 +71,10 @@ func Verify(key []byte, token string, now time.Time) (*Claims, error) {
 	}
 	return &c, nil
 }
+
+// strict refuses encodings with stray bits in the last character, so one
+// token has exactly one spelling.
+var strict = base64.RawURLEncoding.Strict()
 
 func mac(key []byte, body string) []byte {
 	m := hmac.New(sha256.New, key)
