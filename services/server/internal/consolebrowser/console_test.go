@@ -21,11 +21,13 @@ func count(b *Browser, css string) int {
 	return Run(b, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, css)))
 }
 
-// shows waits until the page has an element matching css. It fails at
-// once, with the error's text, when the page is the console's error page
-// instead, so a refused action does not wait out the step's timeout.
+// shows waits until a page that has an element matching css has loaded.
+// It fails at once, with the error's text, when the page is the console's
+// error page instead, so a refused action does not wait out the step's
+// timeout.
 func shows(css string) chromedp.Action[chromedp.Void] {
-	check := chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q) ? "found"
+	check := chromedp.Evaluate[string](fmt.Sprintf(`document.readyState !== "complete" ? ""
+		: document.querySelector(%q) ? "found"
 		: document.querySelector("#error-detail") ? document.querySelector("main").innerText : ""`, css))
 	return func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -51,7 +53,22 @@ func shows(css string) chromedp.Action[chromedp.Void] {
 
 // heading waits for a console page (every one has a heading in main)
 // and returns its heading: the error pages' is "STATUS Text".
-func heading(b *Browser) string { return Run(b, chromedp.Text(chromedp.CSS("main h1"))) }
+func heading(b *Browser) string {
+	b.Do(shows("main h1"))
+	return text(b, "main h1")
+}
+
+// text is the text of the first element matching css, as shown
+// (innerText). It reads through JavaScript rather than DOM node ids, which
+// go stale when a page replaces its document.
+func text(b *Browser, css string) string {
+	return Run(b, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+		const css = %q;
+		const e = document.querySelector(css);
+		if (!e) throw new Error("no element matches " + css);
+		return e.innerText;
+	})()`, css)))
+}
 
 // signIn signs b in to the console with a bearer token through the sign-in
 // form and waits for the subscriptions page.
@@ -92,7 +109,7 @@ func TestConsole_SignInListAndDrillDown(t *testing.T) {
 	b.Do(
 		chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
 		chromedp.Click(chromedp.ID("sign-in-submit")),
-		chromedp.WaitVisible(testID("sign-in-error")),
+		shows(`[data-testid="sign-in-error"]`),
 	)
 	b.Screenshot("sign-in-refused")
 
@@ -101,20 +118,20 @@ func TestConsole_SignInListAndDrillDown(t *testing.T) {
 		chromedp.Click(chromedp.ID("sign-in-submit")),
 		shows(`[data-testid="subscriptions"]`),
 	)
-	require.Equal(t, "alice", Run(b, chromedp.Text(testID("principal"))))
+	require.Equal(t, "alice", text(b, `[data-testid="principal"]`))
 	// alice sees her subscription and not bob's, on another space.
 	require.Equal(t, 1, count(b, `[data-testid="subscription-row"]`))
 	require.Equal(t, f.aliceSub, Run(b, chromedp.Evaluate[string](`document.querySelector('[data-testid="subscription-row"]').dataset.id`)))
-	require.Equal(t, "active", Run(b, chromedp.Text(testID("subscription-status"))))
+	require.Equal(t, "active", text(b, `[data-testid="subscription-status"]`))
 	b.Screenshot("subscriptions")
 
 	// Drill down: the subscription's deliveries with their attempts.
 	b.Do(chromedp.Click(testID("subscription-link")), shows(`[data-testid="deliveries"]`))
-	require.Equal(t, f.aliceSub, Run(b, chromedp.Text(chromedp.ID("subscription-id"))))
+	require.Equal(t, f.aliceSub, text(b, "#subscription-id"))
 	require.Equal(t, 2, count(b, `[data-testid="delivery-row"]`))
 	require.Equal(t, 2, count(b, `[data-testid="attempt-row"]`))
-	require.Equal(t, "delivered", Run(b, chromedp.Text(testID("delivery-status"))))
-	require.Equal(t, "HTTP 200", Run(b, chromedp.Text(testID("attempt-status"))))
+	require.Equal(t, "delivered", text(b, `[data-testid="delivery-status"]`))
+	require.Equal(t, "HTTP 200", text(b, `[data-testid="attempt-status"]`))
 
 	// The receiver's answer is shown as text, and nothing of it ran.
 	excerpts := Run(b, chromedp.Evaluate[[]string](
@@ -141,7 +158,7 @@ func act(t *testing.T, b *Browser, link chromedp.CSS, name string, before, fill 
 	}
 	b.Do(chromedp.Click(chromedp.ID("confirm-submit")), shows(`[data-testid="result-message"]`))
 	b.Screenshot("result-" + name)
-	return Run(b, chromedp.Text(testID("result-message")))
+	return text(b, `[data-testid="result-message"]`)
 }
 
 func TestConsole_Actions(t *testing.T) {
@@ -165,7 +182,7 @@ func TestConsole_Actions(t *testing.T) {
 		require.Equal(t, "disabled", status(t))
 
 		openSubscription(f, b, f.aliceSub)
-		require.Contains(t, Run(b, chromedp.Text(chromedp.ID("subscription-status"))), "disabled (manual")
+		require.Contains(t, text(b, "#subscription-status"), "disabled (manual")
 		msg = act(t, b, testID("action-enable"), "enable",
 			func() { require.Equal(t, "disabled", status(t), "the confirmation page changed nothing") }, nil)
 		require.Contains(t, msg, "Enabled from the head")
@@ -177,7 +194,7 @@ func TestConsole_Actions(t *testing.T) {
 		openSubscription(f, b, f.aliceSub)
 		msg := act(t, b, testID("action-rotate-secret"), "rotate-secret", nil, nil)
 		require.Contains(t, msg, "rotated")
-		require.True(t, strings.HasPrefix(Run(b, chromedp.Text(testID("new-secret"))), "whsec_"))
+		require.True(t, strings.HasPrefix(text(b, `[data-testid="new-secret"]`), "whsec_"))
 	})
 
 	t.Run("Resend", func(t *testing.T) {
@@ -200,8 +217,8 @@ func TestConsole_Actions(t *testing.T) {
 			func() { require.Equal(t, before, f.receiver.requests("/acme"), "the confirmation page sent nothing") }, nil)
 		require.Equal(t, "Test message sent.", msg)
 		require.Equal(t, before+1, f.receiver.requests("/acme"))
-		require.Equal(t, "HTTP 200", Run(b, chromedp.Text(testID("test-status"))))
-		require.Equal(t, maliciousExcerpt, Run(b, chromedp.Text(testID("response-excerpt"))))
+		require.Equal(t, "HTTP 200", text(b, `[data-testid="test-status"]`))
+		require.Equal(t, maliciousExcerpt, text(b, `[data-testid="response-excerpt"]`))
 		noScriptRan(t, b)
 	})
 
