@@ -35,8 +35,9 @@ type result struct {
 	// the subscription sent them.
 	sentEarlier int
 	// wall runs from the start of the measured load to the end of the
-	// wait for its deliveries.
-	wall time.Duration
+	// wait for its deliveries; appending to the last event's commit (the
+	// producers fall behind the rate when the machine cannot keep up).
+	wall, appending time.Duration
 
 	loadBefore, loadAfter string
 }
@@ -226,6 +227,7 @@ func (r *result) summary(o *options, budget time.Duration, verdict string) strin
 	fmt.Fprintf(&b, "%8s %10s %8s %8s %8s %8s %8s %10s %12s %14s\n", "events", "deliveries", "p50", "p95", "p99", "max", "missing", "duplicates", "out-of-order", "bad signatures")
 	fmt.Fprintf(&b, "%8d %10d %8s %8s %8s %8s %8d %10d %12d %14d\n", r.events, len(r.latencies), ms(r.p50), ms(r.p95), ms(r.p99), ms(r.max),
 		r.missing, r.duplicates, r.outOfOrder, r.badSig)
+	fmt.Fprintf(&b, "appended in %s (%.1f events/s committed)\n", r.appending.Round(100*time.Millisecond), float64(r.events)/max(r.appending.Seconds(), 1e-9))
 	fmt.Fprintf(&b, "missing: not received %s after the load (--drain); deliveries per second from the load's start to the end of that wait: %.1f\n",
 		o.drain, float64(len(r.latencies))/max(r.wall.Seconds(), 1e-9))
 	fmt.Fprintf(&b, "\nwhere the time went (delivery rows and River's job timestamps; each stage's quantiles on their own):\n")

@@ -144,13 +144,14 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	r := &result{loadBefore: harness.LoadAvg()}
-	start := time.Now()
+	began := time.Now()
 	ids, err := h.load(ctx, o.Duration, o.Rate)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
+	r.appending = time.Since(began)
 	_ = h.await(ctx, ids, o.drain, w.Done) // what did not arrive is reported as missing
-	r.wall, r.loadAfter = time.Since(start), harness.LoadAvg()
+	r.wall, r.loadAfter = time.Since(began), harness.LoadAvg()
 	w.Stop()
 	h.collect(r, ids)
 	if err := h.stages(ctx, r, ids); err != nil {
