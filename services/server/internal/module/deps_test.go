@@ -20,7 +20,7 @@ func TestFeaturesDependOnPortsOnly(t *testing.T) {
 		internal + "sync/adapters/postgres",
 		"github.com/bothy/bothy/migrations",
 	}
-	for _, feature := range []string{"webhooks", "push", "httpapi"} {
+	for _, feature := range []string{"webhooks", "push", "httpapi", "console"} {
 		out, err := exec.Command("go", "list", "-deps", internal+feature).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", feature, err)
