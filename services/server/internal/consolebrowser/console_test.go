@@ -26,9 +26,21 @@ func count(b *Browser, css string) int {
 // error page instead, so a refused action does not wait out the step's
 // timeout.
 func shows(css string) chromedp.Action[chromedp.Void] {
+	return showsWhere(css, fmt.Sprintf(`document.querySelector(%q)`, css))
+}
+
+// showsText is shows for an element whose text contains want.
+func showsText(css, want string) chromedp.Action[chromedp.Void] {
+	return showsWhere(fmt.Sprintf("%s with %q", css, want),
+		fmt.Sprintf(`(document.querySelector(%q)?.innerText ?? "").includes(%q)`, css, want))
+}
+
+// showsWhere waits until a loaded page makes the JavaScript condition
+// true; what names it in errors.
+func showsWhere(what, condition string) chromedp.Action[chromedp.Void] {
 	check := chromedp.Evaluate[string](fmt.Sprintf(`document.readyState !== "complete" ? ""
-		: document.querySelector(%q) ? "found"
-		: document.querySelector("#error-detail") ? document.querySelector("main").innerText : ""`, css))
+		: (%s) ? "found"
+		: document.querySelector("#error-detail") ? document.querySelector("main").innerText : ""`, condition))
 	return func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
@@ -40,11 +52,11 @@ func shows(css string) chromedp.Action[chromedp.Void] {
 				return chromedp.Void{}, nil
 			}
 			if err == nil && got != "" {
-				return chromedp.Void{}, fmt.Errorf("waiting for %s, got the error page: %s", css, got)
+				return chromedp.Void{}, fmt.Errorf("waiting for %s, got the error page: %s", what, got)
 			}
 			select {
 			case <-ctx.Done():
-				return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", css, ctx.Err())
+				return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 			case <-tick.C:
 			}
 		}
