@@ -112,7 +112,12 @@ func screenshotDir(t testing.TB) string {
 		}
 		return t.TempDir()
 	}
+	// A run replaces the screenshots of the test's last run, so none of
+	// them is mistaken for this one's.
 	dir := filepath.Join(base, safeName(t.Name()))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatalf("screenshot directory: %v", err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("screenshot directory: %v", err)
 	}

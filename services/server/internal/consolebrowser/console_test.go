@@ -326,7 +326,7 @@ func TestConsole_CSRFIsRefused(t *testing.T) {
 			title := heading(b) // the console's answer to the form
 			require.Equal(t, action, b.Location(), "the form was submitted to the console")
 			require.True(t, strings.HasPrefix(title, "403"), "the console answered %q", title)
-			b.Screenshot("csrf-refused")
+			b.Screenshot("csrf-refused-" + tc.name)
 			sub, code := f.subscription(t, f.aliceToken, f.aliceSub)
 			require.Equal(t, http.StatusOK, code)
 			require.Equal(t, "active", sub.Status, "the forged form changed nothing")
