@@ -22,7 +22,7 @@ var actions = map[string]action{
 	"enable":        {Label: "Enable", Question: "Enable this subscription? Choose where delivery resumes."},
 	"disable":       {Label: "Disable", Question: "Disable this subscription? Nothing is delivered until it is enabled again."},
 	"rotate-secret": {Label: "Rotate secret", Question: "Rotate the signing secret? The old one keeps signing for 24 hours as well; the new one is shown once."},
-	"recover":       {Label: "Recover", Question: "Send the dead deliveries of this subscription again?"},
+	"recover":       {Label: "Recover", Question: "Send the dead and missing deliveries of a range of seqs again?"},
 	"test":          {Label: "Send test", Question: "Send a signed test message to the receiver now?"},
 	"delete":        {Label: "Delete", Question: "Delete this subscription with its delivery records? This cannot be undone."},
 	"resend":        {Label: "Resend", Question: "Send this delivery again?", NeedsSeq: true},
@@ -114,7 +114,17 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) error 
 			Reset   int64 `json:"reset"`
 			Created int64 `json:"created"`
 		}
-		if err := c.call(r, s, http.MethodPost, path+"/recover", map[string]any{}, &out); err != nil {
+		body := map[string]any{}
+		for _, k := range []string{"from_seq", "to_seq"} {
+			if v := r.PostFormValue(k); v != "" {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return errorf(http.StatusBadRequest, "%s: want a seq", k)
+				}
+				body[k] = n
+			}
+		}
+		if err := c.call(r, s, http.MethodPost, path+"/recover", body, &out); err != nil {
 			return err
 		}
 		d.Message = fmt.Sprintf("Recovery started: %d dead deliveries reset, %d created.", out.Reset, out.Created)

@@ -75,7 +75,8 @@
 //     pre[data-testid=response-excerpt]); p#empty-deliveries; a#next-page.
 //   - confirmation (/console/subscriptions/ID/confirm/NAME[?seq=]):
 //     p#confirm-question, form#confirm-form (input#reason for disable,
-//     radio inputs name=from for enable), button#confirm-submit,
+//     radio inputs name=from for enable, input#from-seq and input#to-seq
+//     for recover), button#confirm-submit,
 //     a#confirm-cancel.
 //   - result of an action: p#result-message; code#new-secret after a
 //     rotation; dl#test-result (test-status, test-latency,
