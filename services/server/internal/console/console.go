@@ -134,7 +134,9 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, err := c.loadSession(r)
 		if errors.Is(err, errNoSession) {
-			clearCookie(w, r)
+			if _, sent := r.Cookie(cookieName); sent == nil {
+				clearCookie(w, r) // only a cookie the browser sent: another site must not sign it out
+			}
 			if r.Method != http.MethodGet {
 				c.fail(w, r, nil, errorf(http.StatusForbidden, "your console session has ended; sign in again"))
 				return

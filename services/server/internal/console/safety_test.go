@@ -40,6 +40,22 @@ func TestConsole_CSRF(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, p.status)
 		require.Equal(t, "active", b.status(t, token, id))
 	})
+	// A form another site posts arrives without the SameSite=Strict cookie:
+	// it is refused, and its answer must not clear the cookie either, or
+	// any site could sign the browser out of the console.
+	t.Run("FromAnotherSiteLeavesTheSession", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/console/subscriptions/"+id+"/disable",
+			stringsReader(url.Values{"csrf": {good}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "https://evil.example")
+		res, err := http.DefaultClient.Do(req) // no cookie jar: the browser sends no cookie cross-site
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+		require.Empty(t, res.Header.Values("Set-Cookie"))
+		require.Equal(t, http.StatusOK, br.get("/console/subscriptions").status, "still signed in")
+	})
 	t.Run("WithTheTokenItActs", func(t *testing.T) {
 		p := br.post("/console/subscriptions/"+id+"/disable", url.Values{"csrf": {good}, "reason": {"maintenance"}})
 		require.Equal(t, http.StatusOK, p.status, p.body)
