@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -13,13 +12,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
@@ -47,42 +44,14 @@ func setup(t testing.TB, extra ...string) *testBundle {
 // until the test ends; extra are configuration keys and values.
 func startServer(t testing.TB, dbURL string, extra ...string) string {
 	t.Helper()
-	flags := map[string]string{
-		"database.url":                   dbURL,
-		"server.role":                    "api",
-		"database.max_conns":             "4",
-		"server.listen_addr":             "127.0.0.1:0",
-		"webhooks.allow_private_targets": "true",
-		"consumer.poll_interval":         "100ms",
-		"river.fetch_cooldown":           "20ms",
-		"river.fetch_poll_interval":      "100ms",
-		"server.shutdown_timeout":        "5s",
-		"console.enabled":                "true",
-		"console.key":                    consoleKey,
-	}
+	flags := apptest.Flags(dbURL, "api")
+	flags["database.max_conns"] = "4"
+	flags["console.enabled"] = "true"
+	flags["console.key"] = consoleKey
 	for i := 0; i+1 < len(extra); i += 2 {
 		flags[extra[i]] = extra[i+1]
 	}
-	cfg, err := config.Load("", nil, flags)
-	require.NoError(t, err)
-	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(20 * time.Second):
-			t.Error("server did not stop")
-		}
-	})
-	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-	defer acancel()
-	addr, err := srv.Addr(actx)
-	require.NoError(t, err)
-	return "http://" + addr.String()
+	return apptest.Start(t, flags)
 }
 
 // principal creates a principal with right on space (none if right is

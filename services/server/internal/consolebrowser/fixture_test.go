@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	gosync "sync"
@@ -15,9 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
@@ -64,39 +62,11 @@ func setup(t *testing.T) *fixture {
 // ends and returns its base URL.
 func startServer(t *testing.T, url string) string {
 	t.Helper()
-	flags := map[string]string{
-		"database.url":                   url,
-		"server.role":                    "all",
-		"database.max_conns":             "6", // the test server is shared; the default is 20
-		"server.listen_addr":             "127.0.0.1:0",
-		"webhooks.allow_private_targets": "true",
-		"consumer.poll_interval":         "100ms",
-		"river.fetch_cooldown":           "20ms",
-		"river.fetch_poll_interval":      "100ms",
-		"server.shutdown_timeout":        "5s",
-		"console.enabled":                "true",
-		"console.key":                    consoleKey,
-	}
-	cfg, err := config.Load("", nil, flags)
-	require.NoError(t, err)
-	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(20 * time.Second):
-			t.Error("server did not stop")
-		}
-	})
-	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-	defer acancel()
-	addr, err := srv.Addr(actx)
-	require.NoError(t, err)
-	return "http://" + addr.String()
+	flags := apptest.Flags(url, "all")
+	flags["database.max_conns"] = "6" // the test server is shared; the default is 20
+	flags["console.enabled"] = "true"
+	flags["console.key"] = consoleKey
+	return apptest.Start(t, flags)
 }
 
 // principal creates a principal with right on space and returns a bearer

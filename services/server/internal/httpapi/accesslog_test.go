@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
@@ -86,29 +86,7 @@ func startLogged(t *testing.T, db *dbtest.DB, logs *logBuffer) string {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := app.NewServer(cfg, logger, app.Features(cfg))
-	return runServer(t, srv)
-}
-
-// runServer runs srv until the test ends and returns its base URL.
-func runServer(t *testing.T, srv *app.Server) string {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(20 * time.Second):
-			t.Error("server did not stop")
-		}
-	})
-	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-	defer acancel()
-	addr, err := srv.Addr(actx)
-	require.NoError(t, err)
-	return "http://" + addr.String()
+	return apptest.Run(t, srv)
 }
 
 // TestAccessLog_NeverLogsCredentials shows the access log of the API: one

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,9 +14,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
@@ -43,41 +41,12 @@ func setup(t *testing.T) *testBundle {
 // values.
 func startServer(t *testing.T, url, role string, extra ...string) string {
 	t.Helper()
-	flags := map[string]string{
-		"database.url":                   url,
-		"server.role":                    role,
-		"server.listen_addr":             "127.0.0.1:0",
-		"server.admin_token":             adminToken,
-		"webhooks.allow_private_targets": "true",
-		"consumer.poll_interval":         "100ms",
-		"river.fetch_cooldown":           "20ms",
-		"river.fetch_poll_interval":      "100ms",
-		"server.shutdown_timeout":        "5s",
-	}
+	flags := apptest.Flags(url, role)
+	flags["server.admin_token"] = adminToken
 	for i := 0; i+1 < len(extra); i += 2 {
 		flags[extra[i]] = extra[i+1]
 	}
-	cfg, err := config.Load("", nil, flags)
-	require.NoError(t, err)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := app.NewServer(cfg, logger, app.Features(cfg))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(20 * time.Second):
-			t.Error("server did not stop")
-		}
-	})
-	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-	defer acancel()
-	addr, err := srv.Addr(actx)
-	require.NoError(t, err)
-	return "http://" + addr.String()
+	return apptest.Start(t, flags)
 }
 
 // principal creates a principal with a right on a space and returns a

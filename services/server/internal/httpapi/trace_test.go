@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
@@ -62,11 +63,7 @@ func (rv *flakyReceiver) got() []string {
 // extra are configuration keys and values.
 func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter, extra ...string) string {
 	t.Helper()
-	flags := map[string]string{
-		"database.url": db.URL, "server.role": "all", "server.listen_addr": "127.0.0.1:0",
-		"webhooks.allow_private_targets": "true", "consumer.poll_interval": "100ms",
-		"river.fetch_cooldown": "20ms", "river.fetch_poll_interval": "100ms", "server.shutdown_timeout": "5s",
-	}
+	flags := apptest.Flags(db.URL, "all")
 	for i := 0; i+1 < len(extra); i += 2 {
 		flags[extra[i]] = extra[i+1]
 	}
@@ -76,7 +73,7 @@ func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter, extra .
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.WithoutCancel(context.Background()))) })
 	srv := app.NewServer(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Features(cfg))
 	srv.TraceWith(tp)
-	return runServer(t, srv) // registered after tp's cleanup, so it stops first
+	return apptest.Run(t, srv) // registered after tp's cleanup, so it stops first
 }
 
 // spansNamed returns the spans of exp called name, in the order they ended.
