@@ -262,7 +262,7 @@ bothy dev is running; Ctrl-C stops everything.
   River UI    %[1]s/admin/river/   (user admin, password %[2]s)
 %[10]s  space       %[3]s, principal %[4]s (admin of the space)
   token       %[5]s
-              (scopes events:read events:write webhooks:manage push:manage)
+              (scopes events:read events:write webhooks:manage push:manage ops:read)
   webhook     subscription %[6]s
               to the built-in receiver %[7]s, which checks every signature
 
@@ -341,7 +341,8 @@ func devDemo(ctx context.Context, cfg *config.Config, base string, rcv *devRecei
 		return "", "", err
 	}
 	_, token, err = authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: devPrincipal, Name: "bothy dev",
-		Scopes: []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}})
+		Scopes: []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage,
+			authz.ScopeOpsRead}})
 	if err != nil {
 		return "", "", err
 	}

@@ -156,7 +156,7 @@ type run struct {
 // buildModules builds every feature from its factory.
 func (r *run) buildModules() error {
 	deps := &module.Deps{Pool: r.pool, Events: r.events, Source: r.events, Rounds: postgres.CursorStore{},
-		Logger: r.s.logger, Registry: r.s.registry}
+		ConsumerStatus: r.events, Logger: r.s.logger, Registry: r.s.registry}
 	for _, f := range r.s.modules {
 		m, err := f(deps)
 		if err != nil {

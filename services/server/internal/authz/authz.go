@@ -77,9 +77,16 @@ const (
 	ScopeEventsRead     = "events:read"
 	ScopeWebhooksManage = "webhooks:manage"
 	ScopePushManage     = "push:manage"
+	// ScopeOpsRead lets a token read the server's operational state
+	// (consumer cursors and lag). That state spans every space, so the
+	// scope has no space-restricted form.
+	ScopeOpsRead = "ops:read"
 )
 
-var knownScopes = []string{ScopeEventsRead, ScopeWebhooksManage, ScopePushManage}
+var knownScopes = []string{ScopeEventsRead, ScopeWebhooksManage, ScopePushManage, ScopeOpsRead}
+
+// globalScopes are the known scopes that take no "@SPACE".
+var globalScopes = []string{ScopeOpsRead}
 
 // rule is what an action needs.
 type rule struct {
@@ -285,6 +292,9 @@ func ValidateScopes(scopes []string) error {
 		base, sp, restricted := strings.Cut(s, "@")
 		if !slices.Contains(knownScopes, base) {
 			return fmt.Errorf("scope %q: %w: want one of %s, optionally followed by @SPACE", s, ErrInvalid, strings.Join(knownScopes, ", "))
+		}
+		if restricted && slices.Contains(globalScopes, base) {
+			return fmt.Errorf("scope %q: %w: %s covers every space and takes no @SPACE", s, ErrInvalid, base)
 		}
 		if restricted && !namePattern.MatchString(sp) {
 			return fmt.Errorf("scope %q: %w space name", s, ErrInvalid)

@@ -66,6 +66,7 @@ type API struct {
 	log      module.Events
 	source   sync.EventSource
 	rounds   sync.RoundBarrier
+	status   sync.ConsumerStatusReader
 	river    *river.Client[pgx.Tx]
 	registry *push.Registry
 	cfg      Config
@@ -103,7 +104,8 @@ func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
 	}
 	tester, testerErr := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
 		Timeout: c.WebhookTimeout, Logger: c.Logger})
-	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, river: jobs, cfg: c,
+	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, status: d.ConsumerStatus,
+		river: jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
 		tester:   tester, testerErr: testerErr}
 }
@@ -181,6 +183,8 @@ func (a *API) routes() []route {
 		{pattern: "PUT /v1/spaces/{space}/push-preference", handler: a.putPreference},
 
 		{pattern: "POST /v1/portal-links", handler: a.createPortalLink},
+
+		{pattern: "GET /v1/consumers", handler: a.listConsumers},
 	}
 }
 

@@ -35,6 +35,8 @@ type Deps struct {
 	Source sync.EventSource
 	// Rounds orders a transaction against a consumer's rounds.
 	Rounds sync.RoundBarrier
+	// ConsumerStatus reads every consumer's cursor and lag.
+	ConsumerStatus sync.ConsumerStatusReader
 	// Logger is the process's logger.
 	Logger *slog.Logger
 	// Registry takes the feature's metrics.

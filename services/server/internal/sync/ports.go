@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -131,4 +132,32 @@ type RoundBarrier interface {
 	// It returns the cursor's seq: committed rounds read every event up to
 	// it and none after it.
 	WaitForRound(ctx context.Context, tx pgx.Tx, consumer string) (int64, error)
+}
+
+// ConsumerStatus is one consumer's position against the head of the log.
+type ConsumerStatus struct {
+	// Name is the consumer's cursor name.
+	Name string
+	// LastSeq is the cursor: every event up to it was processed.
+	LastSeq int64
+	// Head is the newest seq the log handed out.
+	Head int64
+	// Lag is Head - LastSeq, never negative: events not yet processed.
+	Lag int64
+	// PendingAge is the age of the oldest event after LastSeq still in
+	// the log; 0 when there is none.
+	PendingAge time.Duration
+	// LastRoundAt is when the consumer's last round committed; nil before
+	// the first.
+	LastRoundAt *time.Time
+}
+
+// ConsumerStatusReader reads every consumer's status, for operators.
+type ConsumerStatusReader interface {
+	// ConsumerStatuses returns every consumer's status in name order, read
+	// in one statement, so all share one head. What it returns may include
+	// commits not yet durable: a caller that shows it calls
+	// DurabilityBarrier.Durable first. It stops at context cancellation
+	// and is safe for concurrent use.
+	ConsumerStatuses(ctx context.Context) ([]ConsumerStatus, error)
 }

@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // ConsumerStatus is one consumer's position as the database sees it.
@@ -50,6 +53,20 @@ func ConsumerStatuses(ctx context.Context, db interface {
 		s.PendingAge = time.Duration(s.PendingAgeSeconds * float64(time.Second))
 		return s, err
 	})
+}
+
+// ConsumerStatuses implements sync.ConsumerStatusReader on the log's pool.
+func (l *EventLog) ConsumerStatuses(ctx context.Context) ([]sync.ConsumerStatus, error) {
+	sts, err := ConsumerStatuses(ctx, l.pool)
+	if err != nil {
+		return nil, fmt.Errorf("read consumer status: %w", err)
+	}
+	out := make([]sync.ConsumerStatus, len(sts))
+	for i, s := range sts {
+		out[i] = sync.ConsumerStatus{Name: s.Name, LastSeq: s.LastSeq, Head: s.Head, Lag: s.Lag,
+			PendingAge: s.PendingAge, LastRoundAt: s.LastRoundAt}
+	}
+	return out, nil
 }
 
 // LagCollector exports the consumer gauges computed from the database at
