@@ -3,8 +3,10 @@
 // It shows webhook subscriptions with status, policy, lag and last
 // delivery; a subscription's deliveries and attempts with status, latency
 // and the receiver's response excerpt; the actions the API offers, each
-// behind a confirmation page; a lag overview; and the signed-in
-// principal's push registrations and preferences.
+// behind a confirmation page; a lag overview (the event log's consumers
+// against its head, for tokens with ops:read, and each subscription's
+// pending deliveries); and the signed-in principal's push registrations
+// and preferences.
 //
 // The console decides nothing about rights. Every page is rendered from
 // what the JSON API answers, served in process as the session's subject
@@ -81,8 +83,12 @@
 //   - result of an action: p#result-message; code#new-secret after a
 //     rotation; dl#test-result (test-status, test-latency,
 //     pre[data-testid=response-excerpt]) after a test send; a#result-back.
-//   - lag (/console/lag): table#lag with tr[data-testid=lag-row] and cells
-//     lag-pending; p#empty-lag.
+//   - lag (/console/lag): with scope ops:read, table#consumers with
+//     tr[data-testid=consumer-row][data-name=NAME] and cells data-testid
+//     consumer-last-seq, consumer-head, consumer-lag, consumer-pending-age,
+//     consumer-last-round; without it p#consumers-scope naming the scope
+//     (neither in portal sessions); then table#lag with
+//     tr[data-testid=lag-row] and cells lag-pending; p#empty-lag.
 //   - push (/console/push[?space=]): table#registrations with
 //     tr[data-testid=registration-row]; p#empty-registrations or
 //     p#push-problem; form#preference-form with input#pref-space;

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 )
 
@@ -107,25 +106,6 @@ func (c *Console) subscription(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	c.render(w, r, s, http.StatusOK, "subscription", &subscriptionData{Sub: sub, Status: status, Deliveries: pg.Deliveries,
 		NextCursor: pg.NextCursor})
-	return nil
-}
-
-type lagData struct {
-	Subscriptions []subscriptionView
-	// More is set when there were more subscriptions than one page.
-	More bool
-}
-
-// lag shows the subscriptions of the first page with deliveries still
-// pending, most pending first.
-func (c *Console) lag(w http.ResponseWriter, r *http.Request, s *session) error {
-	pg, err := c.listSubscriptions(r, s, "", "")
-	if err != nil {
-		return err
-	}
-	subs := pg.Subscriptions
-	sort.SliceStable(subs, func(i, j int) bool { return subs[i].Pending > subs[j].Pending })
-	c.render(w, r, s, http.StatusOK, "lag", &lagData{Subscriptions: subs, More: pg.NextCursor != ""})
 	return nil
 }
 
