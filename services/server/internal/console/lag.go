@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"sort"
 	"time"
-
-	"github.com/bothy/bothy/services/server/internal/authz"
 )
 
 // consumerView is one consumer of GET /v1/consumers.
@@ -26,10 +24,9 @@ type consumersPage struct {
 type lagData struct {
 	// Consumers is the event log's consumers, when the API showed them.
 	Consumers []consumerView
-	// ConsumersRefused is why the API did not show them (the session's
-	// token lacks OpsScope); empty when it did, or in a portal session.
+	// ConsumersRefused is why the API did not show them (it names the
+	// scope they need); empty when it did, or in a portal session.
 	ConsumersRefused string
-	OpsScope         string
 	Subscriptions    []subscriptionView
 	// More is set when there were more subscriptions than one page.
 	More bool
@@ -39,10 +36,10 @@ type lagData struct {
 // token may read them, and the subscriptions of the first page with
 // deliveries still pending, most pending first.
 func (c *Console) lag(w http.ResponseWriter, r *http.Request, s *session) error {
-	d := &lagData{OpsScope: authz.ScopeOpsRead}
+	d := &lagData{}
 	if s.portalSpace == "" {
-		// A portal session's scopes never include ops:read, so it is not
-		// offered the consumers at all.
+		// A portal session's scopes are cut to webhooks:manage on one
+		// space, so it is not offered the consumers at all.
 		var cp consumersPage
 		err := c.call(r, s, http.MethodGet, "/v1/consumers", nil, &cp)
 		if pe := (*pageError)(nil); errors.As(err, &pe) && pe.status == http.StatusForbidden {
