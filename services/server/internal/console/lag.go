@@ -15,6 +15,10 @@ type consumerView struct {
 	Lag               int64      `json:"lag"`
 	PendingAgeSeconds float64    `json:"pending_age_seconds"`
 	LastRoundAt       *time.Time `json:"last_round_at"`
+	Lost              *struct {
+		From int64 `json:"from"`
+		To   int64 `json:"to"`
+	} `json:"lost"`
 }
 
 type consumersPage struct {

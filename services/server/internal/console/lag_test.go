@@ -43,6 +43,7 @@ func TestConsole_Lag(t *testing.T) {
 		for i, name := range []string{"push", "webhooks"} {
 			require.Equal(t, []string{name, "0", "2", "2"}, rows[i][1:])
 		}
+		require.Contains(t, p.body, `<td data-testid="consumer-lost">none</td>`)
 		require.NotContains(t, p.body, `id="consumers-scope"`)
 	})
 

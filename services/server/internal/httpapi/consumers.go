@@ -19,6 +19,14 @@ type consumerJSON struct {
 	// when the consumer is caught up.
 	PendingAgeSeconds float64    `json:"pending_age_seconds"`
 	LastRoundAt       *time.Time `json:"last_round_at"`
+	// Lost is the range retention removed before the consumer read it,
+	// which its next round skips; null when none.
+	Lost *seqRangeJSON `json:"lost"`
+}
+
+type seqRangeJSON struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
 }
 
 type consumersJSON struct {
@@ -46,8 +54,12 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	}
 	out := consumersJSON{Consumers: make([]consumerJSON, 0, len(sts))}
 	for _, st := range sts {
-		out.Consumers = append(out.Consumers, consumerJSON{Name: st.Name, LastSeq: st.LastSeq, Head: st.Head, Lag: st.Lag,
-			PendingAgeSeconds: st.PendingAge.Seconds(), LastRoundAt: st.LastRoundAt})
+		c := consumerJSON{Name: st.Name, LastSeq: st.LastSeq, Head: st.Head, Lag: st.Lag,
+			PendingAgeSeconds: st.PendingAge.Seconds(), LastRoundAt: st.LastRoundAt}
+		if st.Lost.Len() > 0 {
+			c.Lost = &seqRangeJSON{From: st.Lost.From, To: st.Lost.To}
+		}
+		out.Consumers = append(out.Consumers, c)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

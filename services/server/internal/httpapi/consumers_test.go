@@ -21,6 +21,10 @@ type consumersAnswer struct {
 		Lag               int64      `json:"lag"`
 		PendingAgeSeconds float64    `json:"pending_age_seconds"`
 		LastRoundAt       *time.Time `json:"last_round_at"`
+		Lost              *struct {
+			From int64 `json:"from"`
+			To   int64 `json:"to"`
+		} `json:"lost"`
 	} `json:"consumers"`
 }
 
@@ -59,6 +63,7 @@ func TestAPI_Consumers(t *testing.T) {
 			require.EqualValues(t, 3, c.Lag, c.Name)
 			require.GreaterOrEqual(t, c.PendingAgeSeconds, 0.0, c.Name)
 			require.Nil(t, c.LastRoundAt, c.Name)
+			require.Nil(t, c.Lost, "retention removed nothing")
 		}
 	})
 

@@ -150,6 +150,9 @@ type ConsumerStatus struct {
 	// LastRoundAt is when the consumer's last round committed; nil before
 	// the first.
 	LastRoundAt *time.Time
+	// Lost is the range after LastSeq that retention removed before the
+	// consumer read it; its next round skips it (Len 0: nothing).
+	Lost SeqRange
 }
 
 // ConsumerStatusReader reads every consumer's status, for operators.

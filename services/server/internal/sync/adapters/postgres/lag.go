@@ -25,16 +25,24 @@ type ConsumerStatus struct {
 	PendingAgeSeconds float64 `json:"pending_age_seconds"`
 	// LastRoundAt is the last successful round; nil before the first.
 	LastRoundAt *time.Time `json:"last_round_at"`
+	// Lost is what retention removed after LastSeq before the consumer
+	// read it; the next round skips it (Len 0: nothing).
+	Lost sync.SeqRange `json:"-"`
 }
 
-// The oldest pending event is the first one after the cursor that still
-// exists; each partition's (seq, committed_at) index answers it directly.
+// The first event after the cursor gives the pending age and, like a
+// round, where the consumer goes next: a seq above last_seq+1 (or, when
+// no event is left, retention's low mark above it) means retention
+// removed the seqs in between before the consumer read them. Each
+// partition's (seq, committed_at) index answers the lateral read directly.
 const consumerStatusSQL = `
 SELECT c.name, c.last_seq, s.last_seq AS head, c.last_round_at,
-       coalesce(extract(epoch FROM (now() - (
-           SELECT e.committed_at FROM event_log e WHERE e.seq > c.last_seq ORDER BY e.seq LIMIT 1
-       ))), 0)::float8 AS pending_age
-FROM event_consumer_cursors c CROSS JOIN event_seq s
+       coalesce(extract(epoch FROM (now() - f.committed_at)), 0)::float8 AS pending_age,
+       coalesce(f.seq, r.low_seq) AS next_seq
+FROM event_consumer_cursors c CROSS JOIN event_seq s CROSS JOIN event_log_retention r
+LEFT JOIN LATERAL (
+    SELECT e.seq, e.committed_at FROM event_log e WHERE e.seq > c.last_seq ORDER BY e.seq LIMIT 1
+) f ON true
 ORDER BY c.name`
 
 // ConsumerStatuses reads every consumer's position, head and pending age.
@@ -47,7 +55,11 @@ func ConsumerStatuses(ctx context.Context, db interface {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConsumerStatus, error) {
 		var s ConsumerStatus
-		err := row.Scan(&s.Name, &s.LastSeq, &s.Head, &s.LastRoundAt, &s.PendingAgeSeconds)
+		var next int64
+		err := row.Scan(&s.Name, &s.LastSeq, &s.Head, &s.LastRoundAt, &s.PendingAgeSeconds, &next)
+		if next > s.LastSeq+1 {
+			s.Lost = sync.SeqRange{From: s.LastSeq + 1, To: next - 1}
+		}
 		s.Lag = max(s.Head-s.LastSeq, 0)
 		s.PendingAgeSeconds = max(s.PendingAgeSeconds, 0)
 		s.PendingAge = time.Duration(s.PendingAgeSeconds * float64(time.Second))
@@ -64,7 +76,7 @@ func (l *EventLog) ConsumerStatuses(ctx context.Context) ([]sync.ConsumerStatus,
 	out := make([]sync.ConsumerStatus, len(sts))
 	for i, s := range sts {
 		out[i] = sync.ConsumerStatus{Name: s.Name, LastSeq: s.LastSeq, Head: s.Head, Lag: s.Lag,
-			PendingAge: s.PendingAge, LastRoundAt: s.LastRoundAt}
+			PendingAge: s.PendingAge, LastRoundAt: s.LastRoundAt, Lost: s.Lost}
 	}
 	return out, nil
 }

@@ -1,0 +1,61 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// TestEventLog_ConsumerStatusesLost: the status names the range retention
+// removed after a consumer's cursor, the one its next round will skip,
+// whether events are left after it or not, and none once it was skipped.
+func TestEventLog_ConsumerStatusesLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	addConsumer(t, b.db, "behind")
+	addConsumer(t, b.db, "partly")
+	appendN(t, b.log, 10)
+	// "partly" reads 1..4 before retention strikes.
+	_, err := productionRounds(t, b.db.Pool, b.log, 4).Run(context.Background(), &recordingConsumer{name: "partly"})
+	require.NoError(t, err)
+	dropAllCurrentPartitions(t, b)
+
+	lost := func() map[string]sync.SeqRange {
+		t.Helper()
+		sts, err := b.log.ConsumerStatuses(context.Background())
+		require.NoError(t, err)
+		out := map[string]sync.SeqRange{}
+		for _, s := range sts {
+			out[s.Name] = s.Lost
+		}
+		return out
+	}
+
+	// Nothing is left after the cursors: retention's low mark tells.
+	got := lost()
+	require.Equal(t, sync.SeqRange{From: 1, To: 10}, got["behind"])
+	require.Equal(t, sync.SeqRange{From: 5, To: 10}, got["partly"])
+	require.Equal(t, sync.SeqRange{From: 1, To: 10}, got["webhooks"])
+
+	appendN(t, b.log, 3) // 11..13 survive
+	got = lost()
+	require.Equal(t, sync.SeqRange{From: 1, To: 10}, got["behind"])
+	require.Equal(t, sync.SeqRange{From: 5, To: 10}, got["partly"])
+
+	res, err := b.rounds.Run(context.Background(), &recordingConsumer{name: "behind"})
+	require.NoError(t, err)
+	require.Equal(t, sync.SeqRange{From: 1, To: 10}, res.Lost, "the round skips what the status named")
+	require.Zero(t, lost()["behind"].Len())
+
+	sts, err := postgres.ConsumerStatuses(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	for _, s := range sts {
+		if s.Name == "partly" {
+			require.EqualValues(t, 9, s.Lag, "lost seqs are lag until a round skips them")
+		}
+	}
+}
