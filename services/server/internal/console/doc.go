@@ -86,7 +86,7 @@
 //   - lag (/console/lag): with scope ops:read, table#consumers with
 //     tr[data-testid=consumer-row][data-name=NAME] and cells data-testid
 //     consumer-last-seq, consumer-head, consumer-lag, consumer-pending-age,
-//     consumer-last-round; without it p#consumers-scope naming the scope
+//     consumer-last-round, consumer-lost; without it p#consumers-scope naming the scope
 //     (neither in portal sessions); then table#lag with
 //     tr[data-testid=lag-row] and cells lag-pending; p#empty-lag.
 //   - push (/console/push[?space=]): table#registrations with
