@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -18,9 +17,9 @@ const ConsumerName = "webhooks"
 
 // Consumer is the webhooks consumer: in each round it records a delivery
 // for every (active matching subscription, event) pair and enqueues one
-// delivery job per subscription that got any and has no live sender
-// (handleSQL). It is also a sync.ConsumerLossHandler: a range lost to
-// retention disables the subscriptions that could have missed events in it.
+// delivery job per subscription that got any (D-M2-26-2). It is also a
+// sync.ConsumerLossHandler: a range lost to retention disables the
+// subscriptions that could have missed events in it.
 type Consumer struct{}
 
 var (
@@ -57,27 +56,9 @@ cand AS (
 // disabled subscription not yet marked with the batch's lowest seq ($5):
 // the events its backlog starts with (migration 0054). An operational event
 // ($6, with the subscription it is about in $7) is not delivered to the
-// subscription it is about. It returns, per subscription that got new
-// deliveries and has no live sender, the lowest new seq.
-//
-// A pending delivery is never left without a sender: it has a job that
-// will run, or a live sender that will see it. A sender gives its claim up
-// only in a transaction that holds the subscription's row FOR NO KEY
-// UPDATE and has looked for pending deliveries after taking that lock
-// (findHead, keepUnordered). The round trusts a live claim (busy) only
-// once it holds the row FOR SHARE, which it then keeps until its
-// deliveries commit, and it reads the claim from the row version the lock
-// returns, the newest committed one (READ COMMITTED). So either the round
-// locks first, and a sender's next look waits for the round's commit and
-// sees its deliveries; or the sender's release commits first, and the
-// round sees the claim free and adds a job. A row that someone else holds
-// (a sender's step, a recover) is skipped rather than waited for, so a
-// round never waits, and gets a job (TestConsumer_RoundAndReleaseRace). A
-// live sender keeps its claim while it runs or snoozes: its job ends only
-// after releasing it or with the subscription disabled, a failing job is
-// retried by River, and the job of a sender whose process died is made
-// available again by the liveness rescuer.
-var handleSQL = `
+// subscription it is about. It returns, per subscription, the lowest new
+// seq.
+const handleSQL = `
 WITH ` + matchSQL + `, ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
     SELECT s.id, hit.seq, hit.id
@@ -86,27 +67,11 @@ WITH ` + matchSQL + `, ins AS (
       AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
-), busy AS (
-    SELECT s.id FROM webhook_subscriptions s
-    WHERE s.id IN (SELECT subscription_id FROM ins) AND ` + sendingSQL + `
-    FOR SHARE OF s SKIP LOCKED
 ), mark AS (
     UPDATE webhook_subscriptions SET backlog_from_seq = $5
     WHERE status = 'disabled' AND backlog_from_seq IS NULL AND NOT probing
 )
-SELECT subscription_id, min(event_seq) FROM ins
-WHERE subscription_id NOT IN (SELECT id FROM busy)
-GROUP BY subscription_id ORDER BY subscription_id`
-
-// sendingSQL is true when subscription s has a live sender, one that will
-// see new deliveries without a job: its claim is unexpired, and the
-// claim's process takes no part in liveness or holds its liveness lock.
-// Unlike liveness.GoneSQL it takes no lock, so the round never keeps a
-// dead process's lock from another judge; it errs towards a free claim,
-// which costs one job that ends at once.
-var sendingSQL = fmt.Sprintf(`(s.pump_job_id IS NOT NULL AND s.pump_until > now() AND (s.pump_owner IS NULL OR EXISTS (
-        SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %d::oid
-          AND l.objid = hashtext(s.pump_owner)::oid AND l.objsubid = 2)))`, liveness.LockClass)
+SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER BY subscription_id`
 
 // Handle implements sync.Consumer.
 func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {

@@ -133,10 +133,7 @@ const leaseMargin = 30 * time.Second
 // transaction, until nothing is pending, a retry has to wait (the job
 // snoozes) or its slice is used up (it snoozes for 0 and is picked up
 // again). Jobs that find another live sender end at once: that sender will
-// see their deliveries. The rounds add no job for a subscription with a
-// live sender (handleSQL), which is why a sender gives its claim up only
-// after looking for pending deliveries under the row's lock (release). No
-// transaction is open during an HTTP request.
+// see their deliveries. No transaction is open during an HTTP request.
 //
 // A claim names the process that wrote it (pump_owner, its River client
 // ID, when the process takes part in package liveness). A claim is live
@@ -152,9 +149,6 @@ type Deliverer struct {
 	client  *http.Client
 	metrics *Metrics
 	cfg     DeliverConfig
-	// afterRelease, if set, runs in the transaction that gave up a claim,
-	// before its commit (tests).
-	afterRelease func(subID uuid.UUID)
 }
 
 // NewDeliverer returns the delivery worker; it reads the events it sends
@@ -688,18 +682,10 @@ func (t *stepTx) hold(ctx context.Context, wait time.Duration, until time.Time) 
 	return next{snooze: &wait}, nil
 }
 
-// release gives up the subscription's sender claim. The transaction holds
-// the subscription's row lock (lockSubSQL), and the caller has looked for
-// pending deliveries after taking it, or the subscription sends nothing
-// now (disabled): a round that added deliveries before that look is seen
-// by it, and one that adds them later finds the claim free once this
-// transaction commits, and adds a job (handleSQL).
+// release gives up the subscription's sender claim.
 func (t *stepTx) release(ctx context.Context) error {
 	if _, err := t.tx.Exec(ctx, setPumpSQL, t.subID, nil, nil, ""); err != nil {
 		return fmt.Errorf("deliver %s: release sender: %w", t.subID, err)
-	}
-	if t.d.afterRelease != nil {
-		t.d.afterRelease(t.subID)
 	}
 	return nil
 }

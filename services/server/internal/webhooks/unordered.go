@@ -187,10 +187,8 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 	if n.snooze != nil {
 		return river.JobSnooze(*n.snooze)
 	}
-	// The pump claim is released, and keepUnordered looked for due
-	// deliveries under the row's lock; a job that ended meanwhile seeing
-	// this pump still live (one that Resend or Enable added) is covered by
-	// that look too, but look once more outside it, as it costs one read.
+	// The pump claim is released: a job a round added meanwhile may have
+	// ended seeing this pump still live, so look once more.
 	if due, err := d.dueNow(ctx, me, subID); err != nil || due {
 		zero := time.Duration(0)
 		return cmpErr(err, river.JobSnooze(zero))
@@ -479,9 +477,6 @@ func (t *stepTx) keepUnordered(ctx context.Context) (next, error) {
 		return next{}, err
 	}
 	if s.mine {
-		// Given up under the row's lock, before nextDueSQL looks: a round
-		// that committed deliveries first is seen by it, a later one adds
-		// a job (handleSQL).
 		if err := t.release(ctx); err != nil {
 			return next{}, err
 		}
