@@ -17,7 +17,7 @@ import (
 
 // EnvScreenshotDir names the variable that keeps screenshots in a fixed
 // place; unset, they go to the test's artifact directory.
-const EnvScreenshotDir = "BOTHY_SCREENSHOT_DIR"
+const EnvScreenshotDir = "BOTHY_TEST_SCREENSHOT_DIR"
 
 // stepTimeout bounds every browser step, so a page that never shows what a
 // test waits for fails that test instead of hanging the package.

@@ -7,7 +7,7 @@
 // skipped elsewhere, saying how to install it (apt-get install chromium).
 //
 // Each test keeps full-page PNG screenshots of the pages it visits: under
-// $BOTHY_SCREENSHOT_DIR/<test name>/ when that is set (CI sets
+// $BOTHY_TEST_SCREENSHOT_DIR/<test name>/ when that is set (CI sets
 // /tmp/bothy-screenshots; a run replaces the test's earlier ones), else in the test's artifact directory, which
 // `go test -artifacts -outputdir DIR` keeps under DIR and a plain `go test`
 // removes. Every screenshot's path is in the test log (-v).
