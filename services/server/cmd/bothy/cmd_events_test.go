@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -35,6 +36,31 @@ func TestEventsEmitThenConsumersStatus(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "CONSUMER")
 	require.Contains(t, out, "never")
+
+	// Retention removes seqs 1..10 before any consumer read them.
+	_, err := db.Pool.Exec(context.Background(), `DELETE FROM event_log WHERE seq <= 10`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `UPDATE event_log_retention SET low_seq = 11`)
+	require.NoError(t, err)
+	code, out, stderr = runCLI(t, environ, "consumers", "status", "--json")
+	require.Equal(t, 0, code, stderr)
+	var lost []struct {
+		Name string `json:"name"`
+		Lost *struct {
+			From int64 `json:"from"`
+			To   int64 `json:"to"`
+		} `json:"lost"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &lost))
+	require.Len(t, lost, 2)
+	for _, s := range lost {
+		require.NotNil(t, s.Lost, s.Name)
+		require.Equal(t, [2]int64{1, 10}, [2]int64{s.Lost.From, s.Lost.To}, s.Name)
+	}
+	code, out, _ = runCLI(t, environ, "consumers", "status")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "LOST")
+	require.Contains(t, out, "1..10")
 
 	code, _, stderr = runCLI(t, environ, "events", "emit", "--space", "s1", "--data", "[1]")
 	require.Equal(t, 2, code)
