@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -203,4 +204,55 @@ func TestConsole_Portal(t *testing.T) {
 		require.NoError(t, authz.RevokeToken(context.Background(), b.db.Pool, subj.TokenID))
 		require.Equal(t, http.StatusSeeOther, br.get("/console/subscriptions").status)
 	})
+}
+
+// TestConsole_PortalOfAnAdminListsItsOwn: a portal session of a space admin
+// lists that principal's own subscriptions, even when a full page of other
+// owners' subscriptions on the space comes first, and no page cursor names
+// another owner's subscription.
+func TestConsole_PortalOfAnAdminListsItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, http.StatusNoContent, "")
+	other := b.principal(t, "other", authz.RightAdmin, "acme")
+	dora := b.principal(t, "dora", authz.RightAdmin, "acme")
+	for i := range 50 { // a full page of the API's default size
+		b.createSubscription(t, other, "acme", fmt.Sprintf("%s/other-%d", rcv.URL, i))
+	}
+	own := b.createSubscription(t, dora, "acme", rcv.URL+"/dora")
+	var link struct {
+		Path string `json:"path"`
+	}
+	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", dora,
+		map[string]any{"principal": "dora", "space": "acme"}, &link))
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.get(link.Path).status)
+	p := br.get("/console/subscriptions")
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	require.Contains(t, p.body, own)
+	require.NotContains(t, p.body, `id="next-page"`)
+}
+
+// TestConsole_PortalEndsWithTheIssuersAdminRight: a portal link an admin
+// issued for another principal opens a session that ends as soon as the
+// issuer is no longer an admin of the space.
+func TestConsole_PortalEndsWithTheIssuersAdminRight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, http.StatusNoContent, "")
+	admin := b.principal(t, "admin", authz.RightAdmin, "acme")
+	erin := b.principal(t, "erin", authz.RightWrite, "acme")
+	b.createSubscription(t, erin, "acme", rcv.URL+"/erin")
+	var link struct {
+		Path string `json:"path"`
+	}
+	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", admin,
+		map[string]any{"principal": "erin", "space": "acme"}, &link))
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.get(link.Path).status)
+	require.Equal(t, http.StatusOK, br.get("/console/subscriptions").status)
+
+	b.grant(t, "admin", authz.RightWrite, "acme") // no longer an admin
+	p := br.get("/console/subscriptions")
+	require.Equal(t, http.StatusSeeOther, p.status, "the session outlived its issuer's right: %s", p.body)
 }

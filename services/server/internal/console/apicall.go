@@ -55,7 +55,12 @@ func (c *Console) call(r *http.Request, s *session, method, path string, body, o
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	if rec.status >= 300 {
+	if rec.status >= 300 && rec.status < 400 {
+		// The API redirects only a path that is not its own (the mux
+		// cleans "..", "."), made of a value that names nothing.
+		return &pageError{status: http.StatusNotFound, detail: "not found"}
+	}
+	if rec.status >= 400 {
 		var p struct {
 			Detail string `json:"detail"`
 		}

@@ -137,7 +137,7 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 			if _, sent := r.Cookie(cookieName); sent == nil {
 				clearCookie(w, r) // only a cookie the browser sent: another site must not sign it out
 			}
-			if r.Method != http.MethodGet {
+			if !safeMethod(r) {
 				c.fail(w, r, nil, errorf(http.StatusForbidden, "your console session has ended; sign in again"))
 				return
 			}
@@ -151,7 +151,7 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 		if s.portalSpace != "" {
 			c.allowFraming(w)
 		}
-		if r.Method != http.MethodGet {
+		if !safeMethod(r) {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			if !sameOrigin(r) || !s.checkCSRF(r) {
 				c.fail(w, r, s, errorf(http.StatusForbidden, "this form is stale or did not come from the console; reload the page and try again"))
@@ -169,7 +169,7 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 // sign a browser in to a session of its choosing.
 func (c *Console) public(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
+		if !safeMethod(r) {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			if !sameOrigin(r) {
 				c.fail(w, r, nil, errorf(http.StatusForbidden, "this form did not come from the console"))
@@ -202,4 +202,10 @@ func sameOrigin(r *http.Request) bool {
 		return true
 	}
 	return false
+}
+
+// safeMethod says whether r reads only: GET, and HEAD, which the GET
+// patterns serve too.
+func safeMethod(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
 }

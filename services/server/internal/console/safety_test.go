@@ -85,3 +85,21 @@ func TestConsole_SecurityHeaders(t *testing.T) {
 	require.NotContains(t, p.body, "<script>", "no inline script")
 	require.NotContains(t, p.body, "style=", "no inline style")
 }
+
+// TestConsole_OddRequests: HEAD reads like GET (it changes nothing and
+// needs no CSRF token), and a space that the API's router would redirect
+// ("..") is a 404 page, not a redirect status without a Location.
+func TestConsole_OddRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	br := b.browser(t)
+	br.signIn(token)
+	req, err := http.NewRequest(http.MethodHead, b.base+"/console/subscriptions", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, br.do(req).status)
+	for _, space := range []string{"..", "."} {
+		p := br.get("/console/push?space=" + url.QueryEscape(space))
+		require.Equal(t, http.StatusNotFound, p.status, "space %q: %s", space, p.body)
+	}
+}

@@ -87,6 +87,10 @@ const loadSessionSQL = `
 SELECT s.principal, coalesce(s.portal_space, ''), s.csrf_secret, s.token_id, t.scopes,
        s.expires_at > now() AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
        AND tp.disabled_at IS NULL AND p.disabled_at IS NULL
+       -- a portal link for another principal needs its issuer to stay an admin of the space
+       AND (s.portal_space IS NULL OR s.principal = t.principal OR EXISTS (
+           SELECT 1 FROM space_members m
+           WHERE m.space = s.portal_space AND m.principal = t.principal AND m."right" >= 'admin'))
 FROM console_sessions s
 JOIN tokens t ON t.id = s.token_id
 JOIN principals tp ON tp.id = t.principal

@@ -24,7 +24,12 @@ type subscriptionsData struct {
 // the session, on space if not "" (a portal session: its own space only).
 func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor string) (*subscriptionsPage, error) {
 	if s.portalSpace != "" {
-		space = s.portalSpace
+		// Without a space the API lists only the principal's own
+		// subscriptions, and the session's scope (webhooks:manage on the
+		// portal's space) keeps them to that space. With the space, an
+		// admin's pages would be filled with other owners' subscriptions,
+		// dropped here, and their cursors would name them.
+		space = ""
 	}
 	q := url.Values{}
 	if space != "" {
