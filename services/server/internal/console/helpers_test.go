@@ -1,9 +1,7 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -22,8 +20,6 @@ import (
 
 // consoleKey signs the portal links of the test servers.
 const consoleKey = "console-key-for-tests-0123456789abcdef"
-
-var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
 
 // testBundle is a running server on a scratch database: role api, so no
 // deliveries are made unless a test asks for role all, and a small pool,
@@ -58,17 +54,10 @@ func startServer(t testing.TB, dbURL string, extra ...string) string {
 // "") and returns a bearer token with scopes (every scope if none given).
 func (b *testBundle) principal(t testing.TB, id string, right authz.Right, space string, scopes ...string) string {
 	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, id, authz.KindUser))
-	if right != "" {
-		require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
-	}
 	if scopes == nil {
-		scopes = allScopes
+		scopes = apptest.AllScopes
 	}
-	_, bearer, err := authz.CreateToken(ctx, b.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: scopes})
-	require.NoError(t, err)
-	return bearer
+	return apptest.Principal(t, b.db.Pool, id, right, space, scopes)
 }
 
 // grant gives principal right on space.
@@ -81,27 +70,7 @@ func (b *testBundle) grant(t testing.TB, principal string, right authz.Right, sp
 // answer into out (if not nil); it returns the status.
 func (b *testBundle) api(t testing.TB, method, path, token string, body, out any) int {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		require.NoError(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, b.base+path, rd)
-	require.NoError(t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	if out != nil && res.StatusCode < 300 {
-		require.NoError(t, json.Unmarshal(raw, out), "%s %s: %s", method, path, raw)
-	}
-	return res.StatusCode
+	return apptest.CallAPI(t, b.base, method, path, token, body, out)
 }
 
 // createSubscription creates a subscription to target on space with token

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 )
 
@@ -25,7 +26,7 @@ func TestConsole_Lag(t *testing.T) {
 	t.Parallel()
 	// Role api: no rounds run, so the cursors stay at 0.
 	b := setup(t)
-	ops := b.principal(t, "ops", authz.RightWrite, "acme", slices.Concat(allScopes, []string{authz.ScopeOpsRead})...)
+	ops := b.principal(t, "ops", authz.RightWrite, "acme", slices.Concat(apptest.AllScopes, []string{authz.ScopeOpsRead})...)
 	plain := b.principal(t, "plain", authz.RightWrite, "acme")
 	sub := b.createSubscription(t, plain, "acme", "http://127.0.0.1:9/hook")
 	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/spaces/acme/events", ops,

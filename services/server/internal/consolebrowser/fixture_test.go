@@ -1,9 +1,6 @@
 package consolebrowser
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,8 +22,6 @@ const maliciousExcerpt = `<script>alert(1)</script><img src=x onerror=alert(2)>`
 
 // consoleKey signs the portal links of the tests' servers.
 const consoleKey = "console-key-for-browser-tests-0123456789"
-
-var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
 
 // fixture is a running server (role all, so deliveries happen) on a
 // scratch database, with two tenants:
@@ -73,39 +68,14 @@ func startServer(t *testing.T, url string) string {
 // token with every scope.
 func (f *fixture) principal(t *testing.T, id string, right authz.Right, space string) string {
 	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, authz.CreatePrincipal(ctx, f.db.Pool, id, authz.KindUser))
-	require.NoError(t, authz.Grant(ctx, f.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
-	_, bearer, err := authz.CreateToken(ctx, f.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: allScopes})
-	require.NoError(t, err)
-	return bearer
+	return apptest.Principal(t, f.db.Pool, id, right, space, apptest.AllScopes)
 }
 
 // api sends a JSON request to the HTTP API and decodes a JSON answer into
 // out (if not nil); it returns the status.
 func (f *fixture) api(t *testing.T, method, path, token string, body, out any) int {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		require.NoError(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, f.base+path, rd)
-	require.NoError(t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	if out != nil && res.StatusCode < 300 {
-		require.NoError(t, json.Unmarshal(raw, out), "%s %s: %s", method, path, raw)
-	}
-	return res.StatusCode
+	return apptest.CallAPI(t, f.base, method, path, token, body, out)
 }
 
 func (f *fixture) createSubscription(t *testing.T, token, space string) string {

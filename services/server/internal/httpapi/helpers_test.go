@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -53,17 +52,7 @@ func startServer(t *testing.T, url, role string, extra ...string) string {
 // bearer token with scopes.
 func (b *testBundle) principal(t *testing.T, id string, right authz.Right, space string, scopes ...string) string {
 	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, authz.CreatePrincipal(ctx, b.db.Pool, id, authz.KindUser))
-	if right != "" {
-		require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: space, Principal: id, Right: right}))
-	}
-	if scopes == nil {
-		scopes = []string{}
-	}
-	_, bearer, err := authz.CreateToken(ctx, b.db.Pool, &authz.CreateTokenParams{Principal: id, Scopes: scopes})
-	require.NoError(t, err)
-	return bearer
+	return apptest.Principal(t, b.db.Pool, id, right, space, scopes)
 }
 
 // response is an answer read whole.

@@ -12,10 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 )
 
-var allScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage}
+var allScopes = apptest.AllScopes
 
 func TestAPI_Authentication(t *testing.T) {
 	t.Parallel()
