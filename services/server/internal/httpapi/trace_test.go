@@ -76,6 +76,27 @@ func startTraced(t *testing.T, db *dbtest.DB, exp sdktrace.SpanExporter, extra .
 	return apptest.Run(t, srv) // registered after tp's cleanup, so it stops first
 }
 
+// appendTraced appends one item.created event to s1 with token, as a
+// client in the trace traceID that sends its span as traceparent, with
+// headers (name, value pairs) on the request too; it returns the client's
+// span.
+func appendTraced(t *testing.T, base, token string, traceID trace.TraceID, headers ...string) trace.SpanContext {
+	t.Helper()
+	client := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: traceID, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
+	req, err := http.NewRequest("POST", base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("traceparent", sync.FormatTraceParent(client))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	r := send(t, req)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	return client
+}
+
 // spansNamed returns the spans of exp called name, in the order they ended.
 func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanStub {
 	var out []tracetest.SpanStub
@@ -116,16 +137,7 @@ func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
-	client := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{0x0b, 0x07, 0x41, 0x17}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
-	req, err := http.NewRequest("POST", base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+owner)
-	req.Header.Set("X-Request-Id", "trace-test-0001")
-	req.Header.Set("traceparent", sync.FormatTraceParent(client))
-	r = send(t, req)
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	client := appendTraced(t, base, owner, trace.TraceID{0x0b, 0x07, 0x41, 0x17}, "X-Request-Id", "trace-test-0001")
 
 	// A job run's span ends after its attempt's: wait for both runs too.
 	deadline := time.Now().Add(30 * time.Second)
@@ -208,15 +220,7 @@ func TestTrace_OffStillForwardsTheProducersTraceparent(t *testing.T) {
 		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
-	client := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{0x0f, 0xf0, 0x41, 0x17}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
-	req, err := http.NewRequest("POST", b.base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+owner)
-	req.Header.Set("traceparent", sync.FormatTraceParent(client))
-	r = send(t, req)
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	client := appendTraced(t, b.base, owner, trace.TraceID{0x0f, 0xf0, 0x41, 0x17})
 
 	deadline := time.Now().Add(30 * time.Second)
 	for len(rv.got()) < 2 { // the first answer is a 500: the retry too
@@ -252,15 +256,7 @@ func TestTrace_PushJobRunsInTheProducersTrace(t *testing.T) {
 		`{"subscription":{"endpoint":%q,"keys":{"p256dh":%q,"auth":%q}}}`, endpoint, dev.P256dh(), dev.Auth()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
-	client := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{0x0b, 0x07, 0x90, 0x54}, SpanID: trace.SpanID{0xc1, 0x1e, 0x47}, TraceFlags: trace.FlagsSampled})
-	req, err := http.NewRequest("POST", base+"/v1/spaces/s1/events", strings.NewReader(`{"events":[{"type":"item.created"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+writer)
-	req.Header.Set("traceparent", sync.FormatTraceParent(client))
-	r = send(t, req)
-	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	client := appendTraced(t, base, writer, trace.TraceID{0x0b, 0x07, 0x90, 0x54})
 
 	deadline := time.Now().Add(30 * time.Second)
 	for len(rcv.Messages()) < 1 || len(spansNamed(exp, "river.work/push.deliver")) < 1 {
