@@ -7,12 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -30,28 +27,12 @@ func (unreadableLog) EventsAfter(context.Context, pgx.Tx, *sync.EventsAfterParam
 // waits attempt⁴ seconds (16 s, 81 s, 256 s).
 func TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupWith(t, &bundleOpts{source: func(src sync.EventSource) sync.EventSource { return unreadableLog{src} }})
 	rv := newReceiver(t, nil)
 	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
 	b.emit(t, "s1", 1)
 	require.Equal(t, 1, b.round(t).Jobs)
-
-	cfg := fastRetries()
-	del, err := webhooks.NewDeliverer(b.db.Pool, unreadableLog{postgres.NewEventLog(b.db.Pool, nil)}, nil, cfg)
-	require.NoError(t, err)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, del)
-	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 2}},
-		Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, Logger: quiet,
-	})
-	require.NoError(t, err)
-	require.NoError(t, rc.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rc.Stop(ctx)
-	})
+	b.start(t)
 
 	var attempt int
 	var last, next time.Time

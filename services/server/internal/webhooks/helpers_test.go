@@ -50,41 +50,71 @@ func fastRetries() *webhooks.DeliverConfig {
 
 func setup(t testing.TB, cfg *webhooks.DeliverConfig) *bundle {
 	t.Helper()
-	return setupConns(t, cfg, 0)
+	return setupWith(t, &bundleOpts{cfg: cfg})
 }
 
 // setupConns is setup with a pool of maxConns connections (0: dbtest's).
 func setupConns(t testing.TB, cfg *webhooks.DeliverConfig, maxConns int32) *bundle {
 	t.Helper()
+	return setupWith(t, &bundleOpts{cfg: cfg, maxConns: maxConns})
+}
+
+// bundleOpts adjusts setupWith; the zero value is setup's.
+type bundleOpts struct {
+	cfg *webhooks.DeliverConfig // nil: fastRetries()
+	// maxConns sizes the pool; 0: dbtest's.
+	maxConns int32
+	// source, if set, wraps the event log the deliverer reads events from
+	// (rounds read the log itself).
+	source func(sync.EventSource) sync.EventSource
+	// workers, if set, adds workers next to the deliverer.
+	workers func(*river.Workers, *postgres.EventLog)
+	// retry, if set, is River's retry policy.
+	retry river.ClientRetryPolicy
+}
+
+// setupWith makes a bundle: a fresh database with alice able to read s1,
+// the deliverer (and o.workers) on River, not started, and the round
+// runner of the webhooks consumer.
+func setupWith(t testing.TB, o *bundleOpts) *bundle {
+	t.Helper()
+	cfg := o.cfg
 	if cfg == nil {
 		cfg = fastRetries()
 	}
 	db := dbtest.NewDB(t)
-	if maxConns > 0 {
+	if o.maxConns > 0 {
 		pc, err := pgxpool.ParseConfig(db.URL)
 		require.NoError(t, err)
-		pc.MaxConns = maxConns
+		pc.MaxConns = o.maxConns
 		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		db = &dbtest.DB{Pool: pool, URL: db.URL, Name: db.Name}
 	}
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	var source sync.EventSource = log
+	if o.source != nil {
+		source = o.source(log)
+	}
 	reg := prometheus.NewRegistry()
-	metrics := webhooks.NewMetrics(reg, db.Pool, quiet)
-	del, err := webhooks.NewDeliverer(db.Pool, postgres.NewEventLog(db.Pool, nil), metrics, cfg)
+	del, err := webhooks.NewDeliverer(db.Pool, source, webhooks.NewMetrics(reg, db.Pool, quiet), cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)
+	if o.workers != nil {
+		o.workers(workers, log)
+	}
 	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 20}},
 		Workers:           workers,
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
+		RetryPolicy:       o.retry,
 		Logger:            quiet,
 	})
 	require.NoError(t, err)
-	log := postgres.NewEventLog(db.Pool, nil)
-	t.Cleanup(log.Close)
 	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(), reg: reg,
 		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
 	t.Cleanup(func() {

@@ -10,14 +10,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -28,42 +25,17 @@ import (
 // append of an operational event.
 func setupNotices(t *testing.T, afterAppend func(job *river.Job[webhooks.NoticeArgs]) error) *bundle {
 	t.Helper()
-	db := dbtest.NewDB(t)
-	log := postgres.NewEventLog(db.Pool, nil)
-	t.Cleanup(log.Close)
-	reg := prometheus.NewRegistry()
-	del, err := webhooks.NewDeliverer(db.Pool, log, webhooks.NewMetrics(reg, db.Pool, quiet), fastRetries())
-	require.NoError(t, err)
-	nw := webhooks.NewNoticeWorker(log)
-	if afterAppend != nil {
-		webhooks.SetNoticeAfterAppend(nw, afterAppend)
-	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, del)
-	river.AddWorker(workers, nw)
-	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 20}},
-		Workers:           workers,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
+	return setupWith(t, &bundleOpts{
+		workers: func(w *river.Workers, log *postgres.EventLog) {
+			nw := webhooks.NewNoticeWorker(log)
+			if afterAppend != nil {
+				webhooks.SetNoticeAfterAppend(nw, afterAppend)
+			}
+			river.AddWorker(w, nw)
+		},
 		// Retries at once, so a failed notice job runs again within the test.
-		RetryPolicy: immediateRetry{},
-		Logger:      quiet,
+		retry: immediateRetry{},
 	})
-	require.NoError(t, err)
-	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(), reg: reg,
-		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
-	t.Cleanup(func() {
-		if b.started {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = rc.Stop(ctx)
-		}
-	})
-	ctx := context.Background()
-	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
-	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
-	return b
 }
 
 type immediateRetry struct{}

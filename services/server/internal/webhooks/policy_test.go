@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
@@ -40,29 +39,7 @@ func quickSchedule(p *webhooks.PolicyParams, budget time.Duration) *webhooks.Pol
 // River client running the delivery worker with workers slots.
 func policyProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, workers int) *liveness.Holder {
 	t.Helper()
-	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Acquire(context.Background()))
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	del, err := webhooks.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
-	require.NoError(t, err)
-	ws := river.NewWorkers()
-	river.AddWorker(ws, del)
-	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
-		ID:                h.ID(),
-		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: workers}},
-		Workers:           ws,
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
-		Logger:            quiet,
-	})
-	require.NoError(t, err)
-	require.NoError(t, rc.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rc.StopAndCancel(ctx)
-	})
+	h, _ := workerProcessWith(t, b, cfg, workers)
 	return h
 }
 

@@ -25,6 +25,12 @@ import (
 // neither explains a takeover within the test.
 func workerProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig) (*liveness.Holder, *river.Client[pgx.Tx]) {
 	t.Helper()
+	return workerProcessWith(t, b, cfg, 1)
+}
+
+// workerProcessWith is workerProcess with slots worker slots.
+func workerProcessWith(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, slots int) (*liveness.Holder, *river.Client[pgx.Tx]) {
+	t.Helper()
 	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Acquire(context.Background()))
@@ -35,7 +41,7 @@ func workerProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig) (*liven
 	river.AddWorker(workers, del)
 	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
 		ID:                   h.ID(),
-		Queues:               map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 1}},
+		Queues:               map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: slots}},
 		Workers:              workers,
 		FetchCooldown:        5 * time.Millisecond,
 		FetchPollInterval:    20 * time.Millisecond,
