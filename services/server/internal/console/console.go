@@ -134,7 +134,7 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, err := c.loadSession(r)
 		if errors.Is(err, errNoSession) {
-			if _, sent := r.Cookie(cookieName); sent == nil {
+			if _, err := r.Cookie(cookieName); err == nil {
 				clearCookie(w, r) // only a cookie the browser sent: another site must not sign it out
 			}
 			if !safeMethod(r) {
