@@ -1,4 +1,4 @@
-// Command push_handoff is the push hand-off load test (build ticket M3-24):
+// Command push_handoff is the push hand-off load test:
 // p95 from a producer's commit to the decrypted push message, judged against
 // perf.push_handoff_p95.
 //

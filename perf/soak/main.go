@@ -1,4 +1,4 @@
-// Command soak is the multi-process fault-injection soak (issue 7): several
+// Command soak is the multi-process fault-injection soak: several
 // real "bothy server" processes on a private PostgreSQL cluster, producers
 // with deliberate rollbacks, and faults at random moments (SIGKILL,
 // terminated connections, a crash of the cluster, a revoked right); at the

@@ -4,8 +4,8 @@
 //
 // Everything is read from the database at each call, through the caller's
 // pool or transaction, so a revoked right, a revoked token or a removed
-// scope takes effect on the very next decision (R-AZ-11: the delivery jobs
-// of webhooks and push call Allowed right before every send). There is no
+// scope takes effect on the very next decision (the delivery jobs of
+// webhooks and push call Allowed right before every send). There is no
 // cache on purpose; one decision is one round trip of indexed reads, which
 // a caller may share with its own queries (Queue).
 package authz

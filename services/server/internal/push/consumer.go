@@ -197,10 +197,10 @@ func (c *Consumer) Name() string { return ConsumerName }
 // statement: the events arrive as arrays, unnested with their position.
 // Membership here is the cheap pre-filter (a current right of at least read,
 // an active principal); the delivery job asks authz again with the rights
-// and token scopes as they are at send time (R-AZ-11), so this query only
+// and token scopes as they are at send time, so this query only
 // has to be no narrower than authz. Each device comes with its push
 // service's origin (scheme and authority of the endpoint, cut at its
-// slashes: a regular expression cost three times as much), which groups
+// slashes, cheaper than a regular expression), which groups
 // devices into jobs.
 const receiversSQL = `
 SELECT e.ord, split_part(r.endpoint, '/', 1) || '//' || split_part(r.endpoint, '/', 3), r.id, r.principal

@@ -1,6 +1,6 @@
-// Package push delivers Web Push notifications (ADR 0031, build ticket
-// M3-24): it keeps a principal's devices as standard push subscriptions
-// with per-space preferences (Registry), turns committed events into
+// Package push delivers Web Push notifications (ADR 0031): it keeps a
+// principal's devices as standard push subscriptions with per-space
+// preferences (Registry), turns committed events into
 // push.deliver jobs in the round of the consumer named "push" (Consumer),
 // one per event, push service and batch of receiving devices, and sends
 // each message encrypted (RFC 8291 aes128gcm) and signed (RFC 8292 VAPID)

@@ -60,8 +60,9 @@ type Consumer interface {
 	// and returns the jobs to enqueue. It may also write rows through tx
 	// (delivery records); everything it writes commits or rolls back with the
 	// round, together with the cursor. It must not call anything outside the
-	// database (R-AR-07) and must not commit tx. It is called by one round at
-	// a time for a given consumer.
+	// database, since no external call may sit inside a database transaction,
+	// and must not commit tx. It is called by one round at a time for a given
+	// consumer.
 	Handle(ctx context.Context, tx pgx.Tx, events []Event) ([]Job, error)
 }
 

@@ -119,12 +119,12 @@ SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER B
 // over a batch of 100 events on a space with 30 subscriptions of filters
 // filters each. With deliveries=30 the last filter of each matches and
 // every variant records the same 3000 deliveries and 30 jobs; with
-// deliveries=0 none matches, as in the incident of issue 13, and the
-// round's work is the matching alone. matching=lookup is the server's
-// consumer, matching=scan the one it replaced. The same filters sit on
-// another space too, so the lookup's table is not tiny. Variants
-// alternate; run the whole benchmark twice or more, with -benchtime 3x (a
-// scan round at 10,000 filters takes seconds).
+// deliveries=0 none matches, as when one tenant's filters face another
+// tenant's events, and the round's work is the matching alone.
+// matching=lookup is the server's consumer, matching=scan the one it
+// replaced. The same filters sit on another space too, so the lookup's
+// table is not tiny. Variants alternate; run the whole benchmark twice or
+// more, with -benchtime 3x (a scan round at 10,000 filters takes seconds).
 func BenchmarkRoundFilters(b *testing.B) {
 	for _, deliveries := range []int{0, 30} {
 		for _, filters := range []int{1, 100, 10_000} {

@@ -17,8 +17,9 @@ const ConsumerName = "webhooks"
 
 // Consumer is the webhooks consumer: in each round it records a delivery
 // for every (active matching subscription, event) pair and enqueues one
-// delivery job per subscription that got any (D-M2-26-2). It is also a
-// sync.ConsumerLossHandler: a range lost to retention disables the
+// delivery job per subscription that got any, not one per delivery: that
+// job becomes the subscription's one sender and sends them in order. It is
+// also a sync.ConsumerLossHandler: a range lost to retention disables the
 // subscriptions that could have missed events in it.
 type Consumer struct{}
 

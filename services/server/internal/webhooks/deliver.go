@@ -36,7 +36,8 @@ const KindDeliver = "webhook_out.deliver"
 
 // DeliverArgs is a delivery job. It asks for the pending deliveries of one
 // subscription to be sent, in seq order; Seq is the lowest seq the round
-// that created the job added, for logs only (D-M2-26-2).
+// that created the job added, for logs only: one job serves every pending
+// delivery of its subscription, not just that seq.
 type DeliverArgs struct {
 	SubscriptionID uuid.UUID `json:"subscription_id"`
 	Seq            int64     `json:"seq"`
@@ -596,7 +597,7 @@ const (
 // A missing event is a gap at the head: order can no longer be kept, so
 // the subscription is disabled (cause gap) and the owner must
 // resynchronize and enable it again. A refused delivery is dead without
-// any request (R-AZ-11).
+// any request: rights apply at send time, not when the event was matched.
 func (t *stepTx) judge(ctx context.Context, s *subRow, h *head) (*sync.Event, verdict, error) {
 	ev, err := t.d.eventAt(ctx, t.tx, h.seq)
 	if err != nil {

@@ -1,5 +1,5 @@
-// Package webhooks sends bothy's events to outside HTTP receivers (build
-// ticket M2-26, docs/adr/0016-outgoing-webhooks.md).
+// Package webhooks sends bothy's events to outside HTTP receivers
+// (docs/adr/0016-outgoing-webhooks.md).
 //
 // The webhooks consumer turns each round of the event log into delivery rows
 // (unique per subscription and seq) and delivery jobs, in the round's

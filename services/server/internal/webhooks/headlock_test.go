@@ -28,7 +28,7 @@ func (c *pausingConsumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.E
 }
 
 // TestCreate_WaitsForTheRoundInFlight shows the ordering that keeps a new
-// subscription from missing an event (D-M2-26-11): while a webhooks round
+// subscription from missing an event: while a webhooks round
 // holds its cursor, creating a subscription waits, and it then starts at or
 // after everything that round consumed. Without the cursor lock the create
 // returns at once, and a round that matched events against a snapshot

@@ -55,12 +55,12 @@ func attack(t testing.TB, b *bundle, oversize, filters int) {
 	b.emit(t, "s2", 1000)
 }
 
-// TestConsumer_TenantIsolation replays the incident of issue 13 at CI
-// size: one tenant's subscriptions, at the limits and beyond them (rows
-// from before the limits), in front of another tenant's events in the
-// log. The other tenant's deliveries must arrive; before filters were
-// matched by lookup, every round timed out on the first batch and they
-// never did.
+// TestConsumer_TenantIsolation checks, at CI size, that one tenant's
+// filters cannot stall the rounds: one tenant's subscriptions, at the
+// limits and beyond them (rows from before the limits), in front of
+// another tenant's events in the log. The other tenant's deliveries must
+// arrive; with filters matched by a scan instead of a lookup, every round
+// times out on the first batch and they never do.
 func TestConsumer_TenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

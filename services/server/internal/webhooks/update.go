@@ -11,8 +11,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 )
 
-// UpdateParams changes a subscription; nil fields stay as they are. Added
-// for the HTTP API's PATCH (issue 8, D-M4-02-4).
+// UpdateParams changes a subscription; nil fields stay as they are. It
+// serves the HTTP API's PATCH.
 type UpdateParams struct {
 	// URL is the new target, validated like Create's.
 	URL *string

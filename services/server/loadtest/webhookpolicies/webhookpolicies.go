@@ -1,5 +1,5 @@
 // Package webhookpolicies is the load test of the webhook delivery
-// policies (issue 15): it measures how many events per second an unordered
+// policies: it measures how many events per second an unordered
 // subscription delivers to a receiver that answers in --latency, and checks
 // that an ordered subscription fed the same events in the same run
 // receives them strictly in seq order. The command perf/webhook_policies
