@@ -80,22 +80,20 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) error 
 	if err != nil {
 		return err
 	}
-	path := "/v1/webhooks/" + url.PathEscape(sub.ID)
 	d := &resultData{Sub: sub}
+	if err := c.doAction(r, s, name, "/v1/webhooks/"+url.PathEscape(sub.ID), d); err != nil {
+		return err
+	}
+	c.render(w, r, s, http.StatusOK, "result", d)
+	return nil
+}
+
+// doAction calls the API for the action name on the subscription at path
+// and says in d what it did.
+func (c *Console) doAction(r *http.Request, s *session, name, path string, d *resultData) error {
 	switch name {
 	case "enable":
-		from := r.PostFormValue("from")
-		if from != "backlog" {
-			from = "head"
-		}
-		var out struct {
-			Created int64 `json:"created"`
-			Skipped int64 `json:"skipped"`
-		}
-		if err := c.call(r, s, http.MethodPost, path+"/enable", map[string]string{"from": from}, &out); err != nil {
-			return err
-		}
-		d.Message = fmt.Sprintf("Enabled from the %s: %d deliveries created, %d events skipped.", from, out.Created, out.Skipped)
+		return c.actEnable(r, s, path, d)
 	case "disable":
 		if err := c.call(r, s, http.MethodPost, path+"/disable", map[string]string{"reason": r.PostFormValue("reason")}, nil); err != nil {
 			return err
@@ -110,24 +108,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) error 
 		}
 		d.Message, d.Secret = "The secret was rotated. Copy the new one now: it is not shown again.", out.Secret
 	case "recover":
-		var out struct {
-			Reset   int64 `json:"reset"`
-			Created int64 `json:"created"`
-		}
-		body := map[string]any{}
-		for _, k := range []string{"from_seq", "to_seq"} {
-			if v := r.PostFormValue(k); v != "" {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return errorf(http.StatusBadRequest, "%s: want a seq", k)
-				}
-				body[k] = n
-			}
-		}
-		if err := c.call(r, s, http.MethodPost, path+"/recover", body, &out); err != nil {
-			return err
-		}
-		d.Message = fmt.Sprintf("Recovery started: %d dead deliveries reset, %d created.", out.Reset, out.Created)
+		return c.actRecover(r, s, path, d)
 	case "test":
 		var out testSendView
 		if err := c.call(r, s, http.MethodPost, path+"/test", map[string]any{}, &out); err != nil {
@@ -140,15 +121,71 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) error 
 		}
 		d.Message, d.Deleted = "The subscription was deleted.", true
 	case "resend":
-		seq, err := seqOf(r)
-		if err != nil {
-			return err
-		}
-		if err := c.call(r, s, http.MethodPost, fmt.Sprintf("%s/deliveries/%d/resend", path, seq), map[string]any{}, nil); err != nil {
-			return err
-		}
-		d.Message = fmt.Sprintf("Delivery %d is queued to be sent again.", seq)
+		return c.actResend(r, s, path, d)
 	}
-	c.render(w, r, s, http.StatusOK, "result", d)
+	return nil
+}
+
+// actEnable enables the subscription from where the form says: the
+// backlog, or else the head.
+func (c *Console) actEnable(r *http.Request, s *session, path string, d *resultData) error {
+	from := r.PostFormValue("from")
+	if from != "backlog" {
+		from = "head"
+	}
+	var out struct {
+		Created int64 `json:"created"`
+		Skipped int64 `json:"skipped"`
+	}
+	if err := c.call(r, s, http.MethodPost, path+"/enable", map[string]string{"from": from}, &out); err != nil {
+		return err
+	}
+	d.Message = fmt.Sprintf("Enabled from the %s: %d deliveries created, %d events skipped.", from, out.Created, out.Skipped)
+	return nil
+}
+
+// actRecover recovers the range of seqs the form gives.
+func (c *Console) actRecover(r *http.Request, s *session, path string, d *resultData) error {
+	body, err := recoverBody(r)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Reset   int64 `json:"reset"`
+		Created int64 `json:"created"`
+	}
+	if err := c.call(r, s, http.MethodPost, path+"/recover", body, &out); err != nil {
+		return err
+	}
+	d.Message = fmt.Sprintf("Recovery started: %d dead deliveries reset, %d created.", out.Reset, out.Created)
+	return nil
+}
+
+// recoverBody is the API request of a recover: the form's from_seq and
+// to_seq, each only if given.
+func recoverBody(r *http.Request) (map[string]any, error) {
+	body := map[string]any{}
+	for _, k := range []string{"from_seq", "to_seq"} {
+		if v := r.PostFormValue(k); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, errorf(http.StatusBadRequest, "%s: want a seq", k)
+			}
+			body[k] = n
+		}
+	}
+	return body, nil
+}
+
+// actResend sends the form's delivery again.
+func (c *Console) actResend(r *http.Request, s *session, path string, d *resultData) error {
+	seq, err := seqOf(r)
+	if err != nil {
+		return err
+	}
+	if err := c.call(r, s, http.MethodPost, fmt.Sprintf("%s/deliveries/%d/resend", path, seq), map[string]any{}, nil); err != nil {
+		return err
+	}
+	d.Message = fmt.Sprintf("Delivery %d is queued to be sent again.", seq)
 	return nil
 }
