@@ -27,7 +27,8 @@ func Features(cfg *config.Config) []module.Factory {
 // ConsoleConfig maps console.* onto the web console.
 func ConsoleConfig(cfg *config.Config) *console.Config {
 	c := cfg.Console
-	return &console.Config{Key: []byte(c.Key), FrameAncestors: c.FrameAncestors, SessionTTL: c.SessionTTL}
+	return &console.Config{Key: []byte(c.Key), FrameAncestors: c.FrameAncestors, SessionTTL: c.SessionTTL,
+		SecureCookies: c.SecureCookies}
 }
 
 // WebhooksConfig maps webhooks.* onto the webhooks module.

@@ -106,6 +106,7 @@ type Console struct {
 	Key            string
 	FrameAncestors string
 	SessionTTL     time.Duration
+	SecureCookies  bool
 }
 
 // Perf holds the performance budgets load tests check.

@@ -18,12 +18,14 @@ func TestLoad_Console(t *testing.T) {
 		"EnabledShortKey":    {"console.enabled": "true", "console.key": key[:31]},
 		"ShortKeyEvenIfOff":  {"console.key": "short"},
 		"FrameAncestorsList": {"console.frame_ancestors": "https://a.example; script-src *"},
+		"SecureCookiesWord":  {"console.secure_cookies": "sometimes"},
 	} {
 		_, err := config.Load("", nil, flags)
 		require.Error(t, err, name)
-		want := "console.key"
-		if name == "FrameAncestorsList" {
-			want = "console.frame_ancestors"
+		want := map[string]string{"FrameAncestorsList": "console.frame_ancestors",
+			"SecureCookiesWord": "console.secure_cookies"}[name]
+		if want == "" {
+			want = "console.key"
 		}
 		require.Contains(t, err.Error(), want, name)
 	}
@@ -31,4 +33,8 @@ func TestLoad_Console(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, cfg.Console.Enabled)
 	require.Equal(t, "'none'", cfg.Console.FrameAncestors)
+	require.False(t, cfg.Console.SecureCookies)
+	cfg, err = config.Load("", nil, map[string]string{"console.secure_cookies": "true"})
+	require.NoError(t, err)
+	require.True(t, cfg.Console.SecureCookies)
 }

@@ -203,6 +203,9 @@ var Keys = []Key{
 	{Name: "console.session_ttl", Default: "12h", Range: "5m..720h",
 		Doc: "How long a console session lasts at most; it ends earlier with its token.",
 		set: func(c *Config, v string) error { return dur(&c.Console.SessionTTL, v, 5*time.Minute, 720*time.Hour) }},
+	{Name: "console.secure_cookies", Default: "false", Range: "true or false",
+		Doc: "Mark the console's cookies Secure on plain-HTTP requests: set it when a TLS-terminating proxy serves the console over HTTPS. Over direct TLS they are Secure anyway; X-Forwarded-Proto is not trusted.",
+		set: func(c *Config, v string) error { return boolean(&c.Console.SecureCookies, v) }},
 
 	{Name: "log.level", Default: "info", Range: "debug, info, warn or error",
 		Doc: "Lowest level logged.",

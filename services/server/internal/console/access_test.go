@@ -182,22 +182,6 @@ func TestConsole_Portal(t *testing.T) {
 		p := b.browser(t).get("/console/portal?" + url.Values{"token": {good}}.Encode())
 		require.Equal(t, http.StatusSeeOther, p.status, "the untouched link still opens")
 	})
-	t.Run("OverTLSTheCookieWorksInACrossSiteFrame", func(t *testing.T) {
-		var link struct {
-			Path string `json:"path"`
-		}
-		require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", owner,
-			map[string]any{"principal": "carol", "space": "acme"}, &link))
-		req, err := http.NewRequest(http.MethodGet, b.base+link.Path, nil)
-		require.NoError(t, err)
-		req.Header.Set("X-Forwarded-Proto", "https")
-		p := b.browser(t).do(req)
-		require.Equal(t, http.StatusSeeOther, p.status, p.body)
-		ck := p.header.Get("Set-Cookie")
-		for _, want := range []string{"HttpOnly", "Secure", "SameSite=None", "Partitioned"} {
-			require.Contains(t, ck, want)
-		}
-	})
 	t.Run("EndsWhenTheIssuingTokenIsRevoked", func(t *testing.T) {
 		subj, err := authz.Authenticate(context.Background(), b.db.Pool, owner)
 		require.NoError(t, err)

@@ -38,6 +38,10 @@ type Config struct {
 	// SessionTTL bounds a signed-in session (console.session_ttl); a
 	// session also ends with its token. Default 12h.
 	SessionTTL time.Duration
+	// SecureCookies marks cookies Secure on plain-HTTP requests
+	// (console.secure_cookies), for a console behind a TLS-terminating
+	// proxy. Requests over TLS get Secure cookies anyway.
+	SecureCookies bool
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -135,7 +139,7 @@ func (c *Console) signedIn(h handlerFunc) http.Handler {
 		s, err := c.loadSession(r)
 		if errors.Is(err, errNoSession) {
 			if _, err := r.Cookie(cookieName); err == nil {
-				clearCookie(w, r) // only a cookie the browser sent: another site must not sign it out
+				c.clearCookie(w, r) // only a cookie the browser sent: another site must not sign it out
 			}
 			if !safeMethod(r) {
 				c.fail(w, r, nil, errorf(http.StatusForbidden, "your console session has ended; sign in again"))

@@ -19,11 +19,12 @@
 // # Sessions
 //
 // POST /console/sign-in exchanges a bearer token for a session cookie
-// (bothy_console: HttpOnly, SameSite=Strict, Secure over TLS, Path
-// /console/; a portal session opened over TLS where
-// console.frame_ancestors allows framing gets SameSite=None, Secure and
-// Partitioned instead, which a cross-site frame can keep). The cookie holds a random id; the console_sessions table
-// keeps its SHA-256, the token it rests on, the principal, the portal
+// (bothy_console: HttpOnly, SameSite=Strict, Path /console/; Secure
+// over TLS or with console.secure_cookies; a portal session with Secure
+// cookies where console.frame_ancestors allows framing gets
+// SameSite=None and Partitioned instead, which a cross-site frame can
+// keep). The cookie holds a random id; the console_sessions table keeps
+// its SHA-256, the token it rests on, the principal, the portal
 // space and a CSRF secret. Every request re-reads the token and the
 // principals: a revoked or expired token or a disabled principal ends the
 // session at once. Every form carries a CSRF token (field csrf); a POST
@@ -43,8 +44,9 @@
 // # Configuration
 //
 // console.enabled=true mounts the console; console.key (at least 32
-// characters) is then required. console.frame_ancestors and
-// console.session_ttl are optional.
+// characters) is then required. console.frame_ancestors,
+// console.session_ttl and console.secure_cookies (for a console behind a
+// TLS-terminating proxy) are optional.
 //
 // # Stable hooks for browser tests
 //

@@ -13,7 +13,7 @@ import (
 // issued it. The link itself is short-lived; the session lasts
 // console.session_ttl, or until the issuing token stops managing webhooks
 // on the space. Where console.frame_ancestors lets another site frame the
-// portal, and over TLS, the cookie is one a cross-site frame can keep
+// portal, and where cookies are Secure, the cookie is one a cross-site frame can keep
 // (setFramedCookie).
 func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session) error {
 	c.allowFraming(w)
@@ -33,10 +33,10 @@ func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session)
 	if err != nil {
 		return err
 	}
-	if c.cfg.FrameAncestors != "'none'" && overTLS(r) {
+	if c.cfg.FrameAncestors != "'none'" && c.secureCookies(r) {
 		setFramedCookie(w, value, expires)
 	} else {
-		setCookie(w, r, value, expires)
+		c.setCookie(w, r, value, expires)
 	}
 	http.Redirect(w, r, Prefix+"subscriptions", http.StatusSeeOther)
 	return nil

@@ -103,3 +103,49 @@ func TestConsole_OddRequests(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, p.status, "space %q: %s", space, p.body)
 	}
 }
+
+// TestConsole_SecureCookies: the session cookie is Secure when
+// console.secure_cookies says a proxy terminates TLS, and then a portal
+// session where framing is allowed gets a cookie a cross-site frame can
+// keep. A client's X-Forwarded-Proto decides nothing: anyone can send it.
+func TestConsole_SecureCookies(t *testing.T) {
+	t.Parallel()
+	plain := setup(t)
+	token := plain.principal(t, "alice", authz.RightWrite, "acme")
+	p := signInWithHeader(t, plain, token, "X-Forwarded-Proto", "https")
+	require.NotContains(t, p.header.Get("Set-Cookie"), "Secure", "X-Forwarded-Proto from the client")
+
+	secure := setup(t, "console.secure_cookies", "true", "console.frame_ancestors", "https://app.example")
+	token = secure.principal(t, "alice", authz.RightAdmin, "acme")
+	p = signInWithHeader(t, secure, token, "", "")
+	ck := p.header.Get("Set-Cookie")
+	require.Contains(t, ck, "Secure")
+	require.Contains(t, ck, "SameSite=Strict")
+
+	var link struct {
+		Path string `json:"path"`
+	}
+	require.Equal(t, http.StatusCreated, secure.api(t, http.MethodPost, "/v1/portal-links", token,
+		map[string]any{"principal": "alice", "space": "acme"}, &link))
+	p = secure.browser(t).get(link.Path)
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	ck = p.header.Get("Set-Cookie")
+	for _, want := range []string{"HttpOnly", "Secure", "SameSite=None", "Partitioned"} {
+		require.Contains(t, ck, want)
+	}
+}
+
+// signInWithHeader posts the sign-in form with one more header (none if
+// name is "") and returns the answer.
+func signInWithHeader(t *testing.T, b *testBundle, token, name, value string) *page {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.base+"/console/sign-in", stringsReader(url.Values{"token": {token}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if name != "" {
+		req.Header.Set(name, value)
+	}
+	p := b.browser(t).do(req)
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	return p
+}

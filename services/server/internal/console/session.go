@@ -156,11 +156,11 @@ func (s *session) checkCSRF(r *http.Request) bool {
 }
 
 // setCookie sets the session cookie: HttpOnly, SameSite=Strict, Secure
-// when the request came over TLS (directly or through a proxy that says
-// so), limited to the console's paths.
-func setCookie(w http.ResponseWriter, r *http.Request, value string, expires time.Time) {
+// when the request came over TLS or console.secure_cookies says a proxy
+// terminates TLS, limited to the console's paths.
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, value string, expires time.Time) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: Prefix, Expires: expires,
-		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: c.secureCookies(r), SameSite: http.SameSiteStrictMode})
 }
 
 // setFramedCookie sets the cookie of a portal session that another site
@@ -173,11 +173,14 @@ func setFramedCookie(w http.ResponseWriter, value string, expires time.Time) {
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteNoneMode, Partitioned: true})
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request) {
+func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: c.secureCookies(r), SameSite: http.SameSiteStrictMode})
 }
 
-func overTLS(r *http.Request) bool {
-	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+// secureCookies says whether cookies get the Secure flag: the request
+// came over TLS, or the configuration says a proxy in front terminates
+// it. A client's X-Forwarded-Proto is not asked: anyone can send it.
+func (c *Console) secureCookies(r *http.Request) bool {
+	return r.TLS != nil || c.cfg.SecureCookies
 }

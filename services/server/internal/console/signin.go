@@ -45,7 +45,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request, _ *session) err
 	if err != nil {
 		return err
 	}
-	setCookie(w, r, value, expires)
+	c.setCookie(w, r, value, expires)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil
 }
@@ -54,7 +54,7 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) er
 	if err := c.deleteSession(r.Context(), s); err != nil {
 		return err
 	}
-	clearCookie(w, r)
+	c.clearCookie(w, r)
 	http.Redirect(w, r, Prefix+"sign-in", http.StatusSeeOther)
 	return nil
 }
