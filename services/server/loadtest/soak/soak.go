@@ -284,76 +284,119 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
-	h := &harness{opts: o, out: stdout, rng: mrand.New(mrand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now(),
-		acked: map[uuid.UUID]int64{}, doubt: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}, killed: map[*proc]bool{},
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), httpc: &http.Client{Timeout: 20 * time.Second}}
-	external := ""
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "BOTHY_DATABASE_URL="); ok && v != "" {
-			external = v
-		}
-	}
+	h := newHarness(o, stdout)
+	external := externalURL(environ)
 	if external != "" && o.pgCrash == "on" {
 		return errors.New("--pg-crash on: the soak crashes only its own private cluster; unset BOTHY_DATABASE_URL")
 	}
-	mode := "full"
-	if o.short {
-		mode = "short"
-	}
-	fmt.Fprintf(stdout, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d\n",
-		mode, o.workers, o.producers, o.rate, o.duration, o.seed)
-
+	h.printHeader()
 	if h.tmp, err = os.MkdirTemp("", "bothy-soak-"); err != nil {
 		return err
 	}
-	defer func() {
-		if o.keep {
-			fmt.Fprintf(stdout, "kept: process logs in %s\n", h.tmp)
-		} else {
-			_ = os.RemoveAll(h.tmp)
-		}
-	}()
-	if external == "" {
-		defer h.stopCluster()
-		if err := h.startCluster(ctx); err != nil {
-			return fmt.Errorf("private cluster (set BOTHY_DATABASE_URL to run on another server, without the crash): %w", err)
-		}
-		fmt.Fprintf(stdout, "database: private cluster in %s, port %d (wal_writer_delay %s)\n",
-			h.clusterDir, h.cluster.Port(), crashSettings["wal_writer_delay"])
-	} else {
-		if h.dbURL, err = dburl.NewURL(external, "bothy_soak"); err != nil {
-			return fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
-		}
-		fmt.Fprintf(stdout, "database: scratch database %s on BOTHY_DATABASE_URL's server\n", dburl.Name(h.dbURL))
-		if !o.keep {
-			defer func() {
-				if err := dburl.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
-					fmt.Fprintf(stdout, "soak: could not drop the scratch database: %v\n", err)
-				}
-			}()
-		} else {
-			defer fmt.Fprintf(stdout, "kept: database %s\n", dburl.Name(h.dbURL))
-		}
+	defer h.removeTmp()
+	closeDB, err := h.openDatabase(ctx, external)
+	defer closeDB()
+	if err != nil {
+		return err
 	}
 	defer h.stopAll()
 
 	if err := h.setup(ctx); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	defer h.pool.Close()
-	defer h.log.Close()
-	defer h.wh.srv.Close()
-	defer h.pr.rcv.Close()
-
+	defer h.closeSetup()
 	if err := h.startProcs(ctx); err != nil {
 		return err
 	}
 	h.logf("processes up: %s", h.procList())
+	h.load(ctx)
+	if ctx.Err() != nil {
+		h.measures.Wait()
+		return ctx.Err()
+	}
+	return h.drainAndVerify(ctx)
+}
 
-	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
+// newHarness is the state of a run with options o that writes to out.
+func newHarness(o *options, out io.Writer) *harness {
+	return &harness{opts: o, out: out, rng: mrand.New(mrand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now(),
+		acked: map[uuid.UUID]int64{}, doubt: map[uuid.UUID]bool{}, rolledBack: map[uuid.UUID]bool{}, killed: map[*proc]bool{},
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), httpc: &http.Client{Timeout: 20 * time.Second}}
+}
+
+// externalURL is the last non-empty BOTHY_DATABASE_URL of environ, or "".
+func externalURL(environ []string) string {
+	external := ""
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "BOTHY_DATABASE_URL="); ok && v != "" {
+			external = v
+		}
+	}
+	return external
+}
+
+// printHeader writes the line that names the run's mode and figures.
+func (h *harness) printHeader() {
+	o := h.opts
+	mode := "full"
+	if o.short {
+		mode = "short"
+	}
+	fmt.Fprintf(h.out, "soak (%s mode): %d workers + 1 api, %d producers at %.0f tx/s, load %s, seed %d\n",
+		mode, o.workers, o.producers, o.rate, o.duration, o.seed)
+}
+
+// removeTmp removes the process logs' directory, or names it with --keep.
+func (h *harness) removeTmp() {
+	if h.opts.keep {
+		fmt.Fprintf(h.out, "kept: process logs in %s\n", h.tmp)
+	} else {
+		_ = os.RemoveAll(h.tmp)
+	}
+}
+
+// openDatabase starts the private cluster, or with external (the server
+// BOTHY_DATABASE_URL names) picks a scratch database on it. The caller
+// defers closeDB even when err is not nil: it stops the cluster, or drops
+// the scratch database unless --keep.
+func (h *harness) openDatabase(ctx context.Context, external string) (closeDB func(), err error) {
+	if external == "" {
+		if err := h.startCluster(ctx); err != nil {
+			return h.stopCluster, fmt.Errorf("private cluster (set BOTHY_DATABASE_URL to run on another server, without the crash): %w", err)
+		}
+		fmt.Fprintf(h.out, "database: private cluster in %s, port %d (wal_writer_delay %s)\n",
+			h.clusterDir, h.cluster.Port(), crashSettings["wal_writer_delay"])
+		return h.stopCluster, nil
+	}
+	if h.dbURL, err = dburl.NewURL(external, "bothy_soak"); err != nil {
+		return func() {}, fmt.Errorf("BOTHY_DATABASE_URL: %w", err)
+	}
+	fmt.Fprintf(h.out, "database: scratch database %s on BOTHY_DATABASE_URL's server\n", dburl.Name(h.dbURL))
+	if h.opts.keep {
+		return func() { fmt.Fprintf(h.out, "kept: database %s\n", dburl.Name(h.dbURL)) }, nil
+	}
+	return func() {
+		if err := dburl.Drop(context.WithoutCancel(ctx), h.dbURL); err != nil {
+			fmt.Fprintf(h.out, "soak: could not drop the scratch database: %v\n", err)
+		}
+	}, nil
+}
+
+// closeSetup closes what setup opened, in the reverse order.
+func (h *harness) closeSetup() {
+	h.pr.rcv.Close()
+	h.wh.srv.Close()
+	h.log.Close()
+	h.pool.Close()
+}
+
+// load runs the producers and the fault schedule for --duration and waits
+// for both.
+func (h *harness) load(ctx context.Context) {
+	loadCtx, stopLoad := context.WithTimeout(ctx, h.opts.duration)
 	defer stopLoad()
 	var wg gosync.WaitGroup
-	for i := range o.producers {
+	for i := range h.opts.producers {
 		wg.Add(1)
 		go func() { defer wg.Done(); h.produce(loadCtx, i) }()
 	}
@@ -361,10 +404,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	go func() { defer close(faultsDone); h.injectFaults(loadCtx) }()
 	wg.Wait()
 	<-faultsDone
-	if ctx.Err() != nil {
-		h.measures.Wait()
-		return ctx.Err()
-	}
+}
+
+// drainAndVerify waits for the backlog to drain, stops every process
+// cleanly (part of the check), verifies and prints the table.
+func (h *harness) drainAndVerify(ctx context.Context) error {
 	h.logf("load done: %d acknowledged events; draining", len(h.acked))
 	h.ensureWorkers(ctx)
 	drained, drainTook := h.drain(ctx)
@@ -380,7 +424,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	fmt.Fprint(stdout, rep.String())
+	fmt.Fprint(h.out, rep.String())
 	if n := len(rep.violations); n > 0 {
 		return fmt.Errorf("%w: %d", ErrViolations, n)
 	}
@@ -390,6 +434,32 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 // setup creates and migrates the scratch database, connects, starts the
 // receivers and seeds principals, rights, subscriptions and devices.
 func (h *harness) setup(ctx context.Context) error {
+	if err := h.openPool(ctx); err != nil {
+		return err
+	}
+	h.log = postgres.NewEventLog(h.pool, nil)
+	var err error
+	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
+		return err
+	}
+	h.wh = newWebhookReceivers()
+	h.pr = newPushReceiver(h.vapid.Public)
+
+	if err := h.seedRights(ctx); err != nil {
+		return err
+	}
+	if err := h.createTargets(ctx); err != nil {
+		return err
+	}
+	if err := h.registerDevices(ctx); err != nil {
+		return err
+	}
+	return h.prepareProcesses(ctx)
+}
+
+// openPool migrates the scratch database, connects the soak's own pool and
+// creates the table whose deferred foreign key fails commits on purpose.
+func (h *harness) openPool(ctx context.Context) error {
 	cfg, err := config.Load("", nil, map[string]string{"database.url": h.dbURL})
 	if err != nil {
 		return err
@@ -409,18 +479,15 @@ func (h *harness) setup(ctx context.Context) error {
 	// A table with a deferred foreign key: a producer that inserts a
 	// dangling row fails at COMMIT, after its events were appended, so the
 	// counter increment and the events roll back with it.
-	if _, err := h.pool.Exec(ctx, `
+	_, err = h.pool.Exec(ctx, `
 CREATE TABLE soak_parent (id int PRIMARY KEY);
-CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		return err
-	}
-	h.log = postgres.NewEventLog(h.pool, nil)
-	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
-		return err
-	}
-	h.wh = newWebhookReceivers()
-	h.pr = newPushReceiver(h.vapid.Public)
+CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY DEFERRED)`)
+	return err
+}
 
+// seedRights creates the principals, grants their rights and creates the
+// producers' bearer token.
+func (h *harness) seedRights(ctx context.Context) error {
 	for _, p := range []struct {
 		id   string
 		kind authz.PrincipalKind
@@ -444,10 +511,14 @@ CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY
 			return err
 		}
 	}
-	if _, h.token, err = authz.CreateToken(ctx, h.pool, &authz.CreateTokenParams{Principal: actor,
-		Scopes: []string{authz.ScopeEventsWrite}, Name: "soak producers"}); err != nil {
-		return err
-	}
+	var err error
+	_, h.token, err = authz.CreateToken(ctx, h.pool, &authz.CreateTokenParams{Principal: actor,
+		Scopes: []string{authz.ScopeEventsWrite}, Name: "soak producers"})
+	return err
+}
+
+// createTargets creates the webhook subscriptions the soak starts with.
+func (h *harness) createTargets(ctx context.Context) error {
 	for _, t := range []struct{ name, space, owner string }{
 		{"healthy-a", spaceA, "owner-a"}, {"healthy-b", spaceB, "owner-a"},
 		{"flaky-5xx", spaceA, "owner-a"}, {"slow-timeout", spaceB, "owner-a"},
@@ -457,6 +528,12 @@ CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY
 			return err
 		}
 	}
+	return nil
+}
+
+// registerDevices adds the push devices to the local push service and
+// registers them.
+func (h *harness) registerDevices(ctx context.Context) error {
 	reg := push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true})
 	for _, d := range []*device{
 		{name: "pu-1-phone", principal: "pu-1", spaces: []string{spaceA, spaceB}},
@@ -481,11 +558,17 @@ CREATE TABLE soak_doomed (parent int REFERENCES soak_parent DEFERRABLE INITIALLY
 		h.pr.mu.Unlock()
 		h.devices = append(h.devices, d)
 	}
+	return nil
+}
 
+// prepareProcesses builds the bothy binary unless --bin names one, and
+// sets the bothy processes' environment.
+func (h *harness) prepareProcesses(ctx context.Context) error {
 	bin := h.opts.bin
 	if bin == "" {
 		h.logf("building bothy")
 		wd, _ := os.Getwd()
+		var err error
 		if bin, err = buildBinary(ctx, wd, h.tmp); err != nil {
 			return err
 		}
@@ -669,7 +752,6 @@ func indent(s string) string { return "      " + strings.ReplaceAll(s, "\n", "\n
 func (h *harness) produce(ctx context.Context, n int) {
 	interval := time.Duration(float64(time.Second) * float64(h.opts.producers) / h.opts.rate)
 	next := time.Now()
-	errDeliberate := errors.New("deliberate rollback")
 	for i := 0; ; i++ {
 		next = next.Add(interval)
 		select {
@@ -677,86 +759,122 @@ func (h *harness) produce(ctx context.Context, n int) {
 			return
 		case <-time.After(time.Until(next)):
 		}
-		count := 1 + h.randN(3)
-		space := spaceA
-		if h.randN(2) == 1 {
-			space = spaceB
-		}
-		news := make([]sync.NewEvent, count)
-		ids := make([]uuid.UUID, count)
-		for j := range news {
-			ids[j] = uuid.Must(uuid.NewV7())
-			news[j] = sync.NewEvent{ID: ids[j], Space: space, Type: "item.updated", Actor: actor,
-				Data: []byte(fmt.Sprintf(`{"producer":%d,"tx":%d,"n":%d}`, n, i, j))}
-		}
-		roll := h.randN(20) // 0: before the append, 1: at commit
-		viaHTTP := roll > 1 && h.randN(4) == 0
+		tx := h.newProducerTx(n, i)
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		var evs []sync.Event
-		var err error
-		if viaHTTP {
-			evs, err = h.appendHTTP(wctx, space, news)
-		} else {
-			evs, err = h.log.Write(wctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
-				switch roll {
-				case 0:
-					return nil, errDeliberate
-				case 1:
-					if _, err := tx.Exec(ctx, `INSERT INTO soak_doomed VALUES (-1)`); err != nil {
-						return nil, err
-					}
-				}
-				return news, nil
-			})
-		}
+		evs, err := h.appendTx(wctx, tx)
 		cancel()
-		if err == nil && len(evs) != len(ids) {
-			err = fmt.Errorf("append of %d events answered %d", len(ids), len(evs))
-		}
-		for k := range evs {
-			if err == nil && evs[k].ID != ids[k] {
-				err = fmt.Errorf("append answered event %s for %s", evs[k].ID, ids[k])
-			}
-		}
-		var pgErr *pgconn.PgError
+		err = checkAppended(tx.ids, evs, err)
+		h.recordTx(tx, evs, err)
 		var refused *refusedError
-		h.prodMu.Lock()
-		switch {
-		case err == nil:
-			for _, e := range evs {
-				h.acked[e.ID] = e.Seq
-			}
-			if viaHTTP {
-				h.ackedHTTP += len(evs)
-			}
-		case errors.Is(err, errDeliberate):
-			h.rbBefore++
-			for _, id := range ids {
-				h.rolledBack[id] = true
-			}
-		case roll == 1 && errors.As(err, &pgErr) && pgErr.Code == "23503":
-			h.rbAtCommit++
-			for _, id := range ids {
-				h.rolledBack[id] = true
-			}
-		default:
-			// A fault hit the write: it may or may not have committed.
-			h.errsOther++
-			for _, id := range ids {
-				h.doubt[id] = true
-			}
-		}
-		h.prodMu.Unlock()
 		if errors.As(err, &refused) {
 			h.note("producer %d: %v", n, err)
 		}
-		if err != nil && roll > 1 {
+		if err != nil && tx.roll > 1 {
 			select { // the database is away: do not spin
 			case <-ctx.Done():
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
 			next = time.Now()
+		}
+	}
+}
+
+// errDeliberate is the error a producer's transaction returns to roll back
+// before its append.
+var errDeliberate = errors.New("deliberate rollback")
+
+// producerTx is one transaction of a producer: its events, and how it is
+// sent. roll 0 rolls back before the append, roll 1 at commit; viaHTTP
+// sends it through the api process.
+type producerTx struct {
+	space   string
+	news    []sync.NewEvent
+	ids     []uuid.UUID
+	roll    int
+	viaHTTP bool
+}
+
+// newProducerTx draws transaction i of producer n: one to three events in
+// a random space, and whether it rolls back or goes through the api.
+func (h *harness) newProducerTx(n, i int) *producerTx {
+	count := 1 + h.randN(3)
+	space := spaceA
+	if h.randN(2) == 1 {
+		space = spaceB
+	}
+	tx := &producerTx{space: space, news: make([]sync.NewEvent, count), ids: make([]uuid.UUID, count)}
+	for j := range tx.news {
+		tx.ids[j] = uuid.Must(uuid.NewV7())
+		tx.news[j] = sync.NewEvent{ID: tx.ids[j], Space: space, Type: "item.updated", Actor: actor,
+			Data: []byte(fmt.Sprintf(`{"producer":%d,"tx":%d,"n":%d}`, n, i, j))}
+	}
+	tx.roll = h.randN(20) // 0: before the append, 1: at commit
+	tx.viaHTTP = tx.roll > 1 && h.randN(4) == 0
+	return tx
+}
+
+// appendTx sends tx through the api process or the producer API.
+func (h *harness) appendTx(ctx context.Context, ptx *producerTx) ([]sync.Event, error) {
+	if ptx.viaHTTP {
+		return h.appendHTTP(ctx, ptx.space, ptx.news)
+	}
+	return h.log.Write(ctx, func(ctx context.Context, tx pgx.Tx) ([]sync.NewEvent, error) {
+		switch ptx.roll {
+		case 0:
+			return nil, errDeliberate
+		case 1:
+			if _, err := tx.Exec(ctx, `INSERT INTO soak_doomed VALUES (-1)`); err != nil {
+				return nil, err
+			}
+		}
+		return ptx.news, nil
+	})
+}
+
+// checkAppended turns an answer that does not list the events ids in order
+// into an error; it returns err unchanged otherwise.
+func checkAppended(ids []uuid.UUID, evs []sync.Event, err error) error {
+	if err == nil && len(evs) != len(ids) {
+		err = fmt.Errorf("append of %d events answered %d", len(ids), len(evs))
+	}
+	for k := range evs {
+		if err == nil && evs[k].ID != ids[k] {
+			err = fmt.Errorf("append answered event %s for %s", evs[k].ID, ids[k])
+		}
+	}
+	return err
+}
+
+// recordTx records tx's outcome: its events acknowledged, rolled back on
+// purpose, or in doubt after a fault.
+func (h *harness) recordTx(tx *producerTx, evs []sync.Event, err error) {
+	var pgErr *pgconn.PgError
+	h.prodMu.Lock()
+	defer h.prodMu.Unlock()
+	switch {
+	case err == nil:
+		for _, e := range evs {
+			h.acked[e.ID] = e.Seq
+		}
+		if tx.viaHTTP {
+			h.ackedHTTP += len(evs)
+		}
+	case errors.Is(err, errDeliberate):
+		h.rbBefore++
+		for _, id := range tx.ids {
+			h.rolledBack[id] = true
+		}
+	case tx.roll == 1 && errors.As(err, &pgErr) && pgErr.Code == "23503":
+		h.rbAtCommit++
+		for _, id := range tx.ids {
+			h.rolledBack[id] = true
+		}
+	default:
+		// A fault hit the write: it may or may not have committed.
+		h.errsOther++
+		for _, id := range tx.ids {
+			h.doubt[id] = true
 		}
 	}
 }
