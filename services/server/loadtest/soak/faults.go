@@ -51,7 +51,27 @@ func (h *harness) injectFaults(ctx context.Context) {
 	if h.opts.short {
 		killLo, killHi, winHi = 0.2, 0.35, 0.15
 	}
-	plan := []action{
+	var windows gosync.WaitGroup
+	defer windows.Wait()
+	plan := h.everyFaultOnce(killLo, killHi)
+	plan = append(plan, h.receiverWindows(winHi, &windows)...)
+	plan = append(plan, h.pgCrashes()...)
+	plan = append(plan, h.moreProcessFaults(killLo, killHi)...)
+	slices.SortStableFunc(plan, func(a, b action) int { return int(a.at - b.at) })
+	for _, a := range plan {
+		select {
+		case <-ctx.Done():
+			return // open windows close themselves
+		case <-time.After(time.Until(start.Add(a.at))):
+		}
+		a.fn(ctx)
+	}
+}
+
+// everyFaultOnce plans one fault of each process and rights kind at a
+// random moment; the kill between killLo and killHi of the load.
+func (h *harness) everyFaultOnce(killLo, killHi float64) []action {
+	return []action{
 		{h.randDur(killLo, killHi), "kill", h.killWorker},
 		{h.randDur(0.1, 0.6), "terminate pool", h.terminatePool},
 		{h.randDur(0.1, 0.6), "terminate listen", h.terminateListen},
@@ -59,26 +79,24 @@ func (h *harness) injectFaults(ctx context.Context) {
 		{h.randDur(0.3, 0.7), "revoke push", h.revokePush},
 		{h.randDur(0.2, 0.5), "late subscription", h.lateSubscription},
 	}
-	// A receiver window opens at a random moment and closes after its
-	// length once the receiver has answered with the fault at least
-	// `least` times; a sender stalled by a killed worker may reach it late,
-	// so the window may outlast the load, by at most a minute.
-	var windows gosync.WaitGroup
-	defer windows.Wait()
-	window := func(lo, hi float64, length time.Duration, least int64, answered func() int64, on, off func(ctx context.Context)) {
-		plan = append(plan, action{h.randDur(lo, hi), "window", func(ctx context.Context) {
-			on(ctx)
-			windows.Add(1)
-			go func() {
-				defer windows.Done()
-				until, limit := time.Now().Add(length), time.Now().Add(length+time.Minute)
-				for time.Now().Before(limit) && (time.Now().Before(until) || answered() < least) {
-					time.Sleep(100 * time.Millisecond)
-				}
-				off(context.WithoutCancel(ctx))
-			}()
-		}})
-	}
+}
+
+// receiverWindow is a time a receiver answers with a fault. It opens at a
+// random moment between lo and hi of the load and closes after length
+// once the receiver has answered with the fault at least least times; a
+// sender stalled by a killed worker may reach it late, so the window may
+// outlast the load, by at most a minute.
+type receiverWindow struct {
+	lo, hi   float64
+	length   time.Duration
+	least    int64
+	answered func() int64
+	on, off  func(ctx context.Context)
+}
+
+// receiverWindows plans a window of each receiver fault; open waits for
+// the windows still open. winHi, when not 0, is the latest any opens.
+func (h *harness) receiverWindows(winHi float64, open *gosync.WaitGroup) []action {
 	d := h.opts.duration
 	answers := func(name string) func() int64 { return func() int64 { return h.target(name).faultResp.Load() } }
 	pushAnswers := func() int64 {
@@ -91,23 +109,53 @@ func (h *harness) injectFaults(ctx context.Context) {
 		return n
 	}
 	hi := func(x float64) float64 { return cmp.Or(winHi, x) }
-	window(0.05, hi(0.3), min(6*time.Second, d/5), 2, answers("flaky-5xx"), h.set5xx(true), h.set5xx(false))
-	window(0.05, hi(0.3), min(4*time.Second, d/6), 1, answers("slow-timeout"), h.setTimeout(true), h.setTimeout(false))
-	window(0.05, hi(0.4), 3*time.Second, 1, answers("gone-410"), h.set410(true), h.set410(false))
-	window(0.05, hi(0.4), 3*time.Second, 2, pushAnswers, h.setPush5xx(true), h.setPush5xx(false))
-	// Both crashes are an immediate stop and a start of the private
-	// cluster (crashPG); the one amid all traffic is left out of short mode.
-	if ok, why := h.pgCrashPlanned(); ok {
-		if h.opts.short {
-			plan = append(plan, action{h.randDur(0.35, 0.6), "pg crash", h.crashPG(true)})
-		} else {
-			plan = append(plan, action{h.randDur(0.3, 0.45), "pg crash", h.crashPG(true)},
-				action{h.randDur(0.55, 0.7), "pg crash", h.crashPG(false)})
-		}
-	} else {
-		h.logf("PostgreSQL crash skipped: %s", why)
+	return []action{
+		h.windowAction(receiverWindow{0.05, hi(0.3), min(6*time.Second, d/5), 2, answers("flaky-5xx"), h.set5xx(true), h.set5xx(false)}, open),
+		h.windowAction(receiverWindow{0.05, hi(0.3), min(4*time.Second, d/6), 1, answers("slow-timeout"), h.setTimeout(true), h.setTimeout(false)}, open),
+		h.windowAction(receiverWindow{0.05, hi(0.4), 3 * time.Second, 1, answers("gone-410"), h.set410(true), h.set410(false)}, open),
+		h.windowAction(receiverWindow{0.05, hi(0.4), 3 * time.Second, 2, pushAnswers, h.setPush5xx(true), h.setPush5xx(false)}, open),
 	}
-	// More of the process faults at random moments: about one every d/8.
+}
+
+// windowAction is the action that opens w and closes it in the background;
+// open counts it while it is open.
+func (h *harness) windowAction(w receiverWindow, open *gosync.WaitGroup) action {
+	return action{h.randDur(w.lo, w.hi), "window", func(ctx context.Context) {
+		w.on(ctx)
+		open.Add(1)
+		go func() {
+			defer open.Done()
+			until, limit := time.Now().Add(w.length), time.Now().Add(w.length+time.Minute)
+			for time.Now().Before(limit) && (time.Now().Before(until) || w.answered() < w.least) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			w.off(context.WithoutCancel(ctx))
+		}()
+	}}
+}
+
+// pgCrashes plans the crashes of the private cluster, or says why there
+// are none. Both are an immediate stop and a start (crashPG); the one amid
+// all traffic is left out of short mode.
+func (h *harness) pgCrashes() []action {
+	ok, why := h.pgCrashPlanned()
+	switch {
+	case !ok:
+		h.logf("PostgreSQL crash skipped: %s", why)
+		return nil
+	case h.opts.short:
+		return []action{{h.randDur(0.35, 0.6), "pg crash", h.crashPG(true)}}
+	}
+	return []action{{h.randDur(0.3, 0.45), "pg crash", h.crashPG(true)},
+		{h.randDur(0.55, 0.7), "pg crash", h.crashPG(false)}}
+}
+
+// moreProcessFaults plans more of the process faults at random moments,
+// about one every d/8 up to three quarters of the load; kills only before
+// killHi of it.
+func (h *harness) moreProcessFaults(killLo, killHi float64) []action {
+	d := h.opts.duration
+	var plan []action
 	for t := h.randDur(killLo, 0.2+killLo); t < time.Duration(float64(d)*0.75); t += h.randDur(0.08, 0.16) {
 		switch h.randN(3) {
 		case 0:
@@ -120,15 +168,7 @@ func (h *harness) injectFaults(ctx context.Context) {
 			plan = append(plan, action{t, "terminate listen", h.terminateListen})
 		}
 	}
-	slices.SortStableFunc(plan, func(a, b action) int { return int(a.at - b.at) })
-	for _, a := range plan {
-		select {
-		case <-ctx.Done():
-			return // open windows close themselves
-		case <-time.After(time.Until(start.Add(a.at))):
-		}
-		a.fn(ctx)
-	}
+	return plan
 }
 
 // killWorker SIGKILLs a random live worker and starts a replacement.
