@@ -110,27 +110,8 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 			kind, frozen = faultPGCrashQuiet, h.liveWorkers()
 		}
 		h.recordFault(kind)
-		frozeAt := time.Now()
-		for _, p := range frozen {
-			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		}
-		h.quiet.Store(quiet)
-		thawed := false
-		thaw := func() {
-			if !thawed {
-				thawed = true
-				for _, p := range frozen {
-					_ = p.cmd.Process.Signal(syscall.SIGCONT)
-				}
-				h.quiet.Store(false)
-				if len(frozen) > 0 {
-					h.faultLogMu.Lock()
-					h.freezes = append(h.freezes, freeze{from: frozeAt, to: time.Now()})
-					h.faultLogMu.Unlock()
-				}
-			}
-		}
-		defer thaw()
+		fz := h.freezeWorkers(frozen, quiet)
+		defer fz.thaw()
 		before := h.ackCount()
 		if quiet {
 			select {
@@ -142,42 +123,96 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		t0 := time.Now()
-		if err := h.cluster.Crash(rctx); err != nil {
-			h.note("postgresql crash: %v", err)
+		acked, ok := h.crashAndStart(rctx)
+		if !ok {
 			return
 		}
-		acked := h.ackedSnapshot()
+		took := time.Since(t0)
+		fz.thaw()
 		res := crashResult{kind: kind, acked: len(acked)}
 		if quiet {
 			res.quiet = len(acked) - before
 		}
-		port := h.cluster.Port()
-		if err := h.cluster.Start(rctx); err != nil {
-			h.note("postgresql start after the crash: %v", err)
-			return
-		}
-		if h.cluster.Port() != port {
-			h.note("postgresql came back on port %d instead of %d", h.cluster.Port(), port)
-		}
-		took := time.Since(t0)
-		thaw()
-		missing, err := h.missingAcked(rctx, acked)
-		if err != nil {
-			h.note("postgresql after the crash: read the log: %v", err)
-			return
-		}
-		res.missing = missing
-		h.faultMu.add(kind, 1)
-		h.prodMu.Lock()
-		h.crashes = append(h.crashes, res)
-		h.prodMu.Unlock()
-		how := "amid all traffic"
-		if quiet {
-			how = fmt.Sprintf("after %s with the %d workers frozen (%d events acknowledged meanwhile)", quietWindow, len(frozen), res.quiet)
-		}
-		h.logf("fault: PostgreSQL crashed (pg_ctl -m immediate stop) %s, restarted in %.1fs; acknowledged: %d, missing after recovery: %d",
-			how, took.Seconds(), res.acked, res.missing)
+		h.checkCrash(rctx, res, acked, len(frozen), took)
 	}
+}
+
+// workerFreeze is the workers a quiet crash stopped (SIGSTOP), and since
+// when.
+type workerFreeze struct {
+	h      *harness
+	procs  []*proc
+	at     time.Time
+	thawed bool
+}
+
+// freezeWorkers stops procs and sets h.quiet to quiet until thaw.
+func (h *harness) freezeWorkers(procs []*proc, quiet bool) *workerFreeze {
+	f := &workerFreeze{h: h, procs: procs, at: time.Now()}
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+	h.quiet.Store(quiet)
+	return f
+}
+
+// thaw resumes the frozen workers and records the freeze; calls after the
+// first do nothing.
+func (f *workerFreeze) thaw() {
+	if f.thawed {
+		return
+	}
+	f.thawed = true
+	for _, p := range f.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	f.h.quiet.Store(false)
+	if len(f.procs) > 0 {
+		f.h.faultLogMu.Lock()
+		f.h.freezes = append(f.h.freezes, freeze{from: f.at, to: time.Now()})
+		f.h.faultLogMu.Unlock()
+	}
+}
+
+// crashAndStart crashes the private cluster and starts it again. It
+// returns the events acknowledged before the crash, or false when the
+// crash or the start failed (a noted problem).
+func (h *harness) crashAndStart(ctx context.Context) ([]ackedEvent, bool) {
+	if err := h.cluster.Crash(ctx); err != nil {
+		h.note("postgresql crash: %v", err)
+		return nil, false
+	}
+	acked := h.ackedSnapshot()
+	port := h.cluster.Port()
+	if err := h.cluster.Start(ctx); err != nil {
+		h.note("postgresql start after the crash: %v", err)
+		return nil, false
+	}
+	if h.cluster.Port() != port {
+		h.note("postgresql came back on port %d instead of %d", h.cluster.Port(), port)
+	}
+	return acked, true
+}
+
+// checkCrash counts the acknowledged events the crash lost, records res
+// with them and logs the crash; nFrozen workers were frozen before it.
+func (h *harness) checkCrash(ctx context.Context, res crashResult, acked []ackedEvent, nFrozen int, took time.Duration) {
+	missing, err := h.missingAcked(ctx, acked)
+	if err != nil {
+		h.note("postgresql after the crash: read the log: %v", err)
+		return
+	}
+	res.missing = missing
+	h.faultMu.add(res.kind, 1)
+	h.prodMu.Lock()
+	h.crashes = append(h.crashes, res)
+	h.prodMu.Unlock()
+	how := "amid all traffic"
+	if res.kind == faultPGCrashQuiet {
+		how = fmt.Sprintf("after %s with the %d workers frozen (%d events acknowledged meanwhile)", quietWindow, nFrozen, res.quiet)
+	}
+	h.logf("fault: PostgreSQL crashed (pg_ctl -m immediate stop) %s, restarted in %.1fs; acknowledged: %d, missing after recovery: %d",
+		how, took.Seconds(), res.acked, res.missing)
 }
 
 // ackedEvent is an event a producer was told is committed.
