@@ -127,70 +127,106 @@ func (h *harness) takeoverFigures() (jobs, nextDelivery []time.Duration, never i
 	tos := slices.Clone(h.takeovers)
 	h.faultLogMu.Unlock()
 	slices.SortFunc(tos, func(a, b takeover) int { return a.at.Compare(b.at) })
+	byID := h.targetsByID()
+	for _, to := range tos {
+		k := countHeld(to)
+		k.nextDeliveries(to, byID)
+		never += k.never
+		jobs = append(jobs, k.took...)
+		nextDelivery = append(nextDelivery, k.next...)
+		rows = append(rows, k.row(to, h.start))
+	}
+	return jobs, nextDelivery, never, rows
+}
+
+// targetsByID is the webhook targets by subscription id.
+func (h *harness) targetsByID() map[string]*target {
 	byID := map[string]*target{}
 	h.procMu.Lock()
+	defer h.procMu.Unlock()
 	for _, t := range h.targets {
 		byID[t.id.String()] = t
 	}
-	h.procMu.Unlock()
-	for _, to := range tos {
-		var took, next []time.Duration
-		nWH, nPush, nClaims := 0, 0, 0
-		subs := map[string]bool{}
-		for i, j := range to.jobs {
-			if to.took[i] < 0 {
-				never++
-			} else {
-				took = append(took, to.took[i])
-			}
-			switch j.kind {
-			case webhooks.KindDeliver:
-				nWH++
-				subs[j.sub.String()] = true
-			case kindClaim:
-				nClaims++
-				subs[j.sub.String()] = true
-			case "push.deliver":
-				nPush++
-			}
+	return byID
+}
+
+// killFigures is what one kill left and how it was taken over.
+type killFigures struct {
+	took  []time.Duration // per job or claim taken over
+	never int             // jobs and claims not taken over within takeoverLimit
+	// nWH, nPush and nClaims count the webhook jobs, push jobs and sender
+	// claims held; subs are the webhook subscriptions among them.
+	nWH, nPush, nClaims int
+	subs                map[string]bool
+	// next is how soon each always-healthy subscription got its next 2xx;
+	// others the same for the other subscriptions, as text.
+	next   []time.Duration
+	others []string
+}
+
+// countHeld counts what the killed worker held and how soon it was taken
+// over.
+func countHeld(to takeover) *killFigures {
+	k := &killFigures{subs: map[string]bool{}}
+	for i, j := range to.jobs {
+		if to.took[i] < 0 {
+			k.never++
+		} else {
+			k.took = append(k.took, to.took[i])
 		}
-		var others []string
-		for sub := range subs {
-			t := byID[sub]
-			if t == nil {
-				continue
-			}
-			arrivals, _ := t.snapshot()
-			for _, a := range arrivals {
-				if a.at.After(to.at) && a.status >= 200 && a.status < 300 {
-					d := a.at.Sub(to.at)
-					switch {
-					case !strings.HasPrefix(t.name, "healthy-"):
-						others = append(others, fmt.Sprintf("%s %s", t.name, fmtTook(d)))
-					case d < takeoverLimit:
-						next = append(next, d)
-					}
-					break
-				}
-			}
+		switch j.kind {
+		case webhooks.KindDeliver:
+			k.nWH++
+			k.subs[j.sub.String()] = true
+		case kindClaim:
+			k.nClaims++
+			k.subs[j.sub.String()] = true
+		case "push.deliver":
+			k.nPush++
 		}
-		slices.Sort(others)
-		jobs = append(jobs, took...)
-		nextDelivery = append(nextDelivery, next...)
-		worst, worstNext := "-", "-"
-		if len(took) > 0 {
-			worst = fmtTook(slices.Max(took))
-		}
-		if len(took) < len(to.jobs) {
-			worst = fmtTook(-1)
-		}
-		if len(next) > 0 {
-			worstNext = fmtTook(slices.Max(next))
-		}
-		rows = append(rows, []string{to.victim, fmt.Sprintf("t+%.1fs", to.at.Sub(h.start).Seconds()),
-			itoa(nWH), itoa(nPush), itoa(nClaims), worst, worstNext, strings.Join(others, ", ")})
 	}
-	return jobs, nextDelivery, never, rows
+	return k
+}
+
+// nextDeliveries finds, for every subscription the killed worker held,
+// how soon after the kill its receiver answered a request with a 2xx.
+func (k *killFigures) nextDeliveries(to takeover, byID map[string]*target) {
+	for sub := range k.subs {
+		t := byID[sub]
+		if t == nil {
+			continue
+		}
+		arrivals, _ := t.snapshot()
+		for _, a := range arrivals {
+			if a.at.After(to.at) && a.status >= 200 && a.status < 300 {
+				d := a.at.Sub(to.at)
+				switch {
+				case !strings.HasPrefix(t.name, "healthy-"):
+					k.others = append(k.others, fmt.Sprintf("%s %s", t.name, fmtTook(d)))
+				case d < takeoverLimit:
+					k.next = append(k.next, d)
+				}
+				break
+			}
+		}
+	}
+	slices.Sort(k.others)
+}
+
+// row is the kill's line of the takeover table; start is the run's start.
+func (k *killFigures) row(to takeover, start time.Time) []string {
+	worst, worstNext := "-", "-"
+	if len(k.took) > 0 {
+		worst = fmtTook(slices.Max(k.took))
+	}
+	if len(k.took) < len(to.jobs) {
+		worst = fmtTook(-1)
+	}
+	if len(k.next) > 0 {
+		worstNext = fmtTook(slices.Max(k.next))
+	}
+	return []string{to.victim, fmt.Sprintf("t+%.1fs", to.at.Sub(start).Seconds()),
+		itoa(k.nWH), itoa(k.nPush), itoa(k.nClaims), worst, worstNext, strings.Join(k.others, ", ")}
 }
 
 // arrivalsReport adds the tables of arrivals, duplicates and takeovers and
