@@ -1,4 +1,4 @@
--- 0002 consumer cursors (docs/adr/0010-consumers-with-cursor.md, build ticket M2-01).
+-- 0002 consumer cursors (docs/adr/0010-consumers-with-cursor.md).
 --
 -- One row per consumer name. A round locks its row FOR UPDATE SKIP LOCKED,
 -- so one worker at a time processes a consumer and a second one ends its

@@ -1,7 +1,7 @@
--- 0003 the webhooks consumer (build ticket M2-26).
+-- 0003 the webhooks consumer.
 --
 -- A new consumer starts at the head of the log at the moment its migration
--- runs (D-M2-01-2): events committed before it existed had no receivers of
+-- runs: events committed before it existed had no receivers of
 -- its kind, and replaying the whole retained history would flood receivers.
 INSERT INTO event_consumer_cursors (name, last_seq)
 SELECT 'webhooks', last_seq FROM event_seq;

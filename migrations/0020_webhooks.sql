@@ -1,11 +1,11 @@
--- 0020 outgoing webhooks (build ticket M2-26, docs/adr/0016-outgoing-webhooks.md).
+-- 0020 outgoing webhooks (docs/adr/0016-outgoing-webhooks.md).
 --
 -- webhook_subscriptions: one target URL of an owner on one space. The
 -- signing secret is kept in its whsec_ form because HMAC needs the key
 -- itself; it is never logged and never exported. resume_after_seq is the
 -- head at creation (and at every enable): older events are not delivered.
 -- pump_job_id/pump_until say which River job currently sends for the
--- subscription and until when that claim holds (D-M2-26-2): one sender per
+-- subscription and until when that claim holds: one sender per
 -- subscription keeps deliveries in seq order without holding a transaction
 -- or a connection during the HTTP call.
 CREATE TABLE webhook_subscriptions (

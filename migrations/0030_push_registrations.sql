@@ -1,4 +1,4 @@
--- 0030 push registrations and notification preferences (ADR 0031, build ticket M3-24).
+-- 0030 push registrations and notification preferences (ADR 0031).
 --
 -- A registration is one device of a principal as a standard Web Push
 -- subscription: the push service's endpoint URL and the browser's keys

@@ -1,4 +1,4 @@
--- 0050 event ids (issue 13): an event id is appended to the log once.
+-- 0050 event ids: an event id is appended to the log once.
 --
 -- A client that retries a request, or a producer that retries its
 -- transaction, sends the same event id again. Receivers deduplicate by it

@@ -1,5 +1,4 @@
--- 0051 fast takeover of a dead process's work, and the record of push sends
--- (issue 13).
+-- 0051 fast takeover of a dead process's work, and the record of push sends.
 --
 -- webhook_subscriptions.pump_owner is the River client ID of the process
 -- whose job wrote the sender claim (pump_job_id, pump_until), when that

@@ -1,4 +1,4 @@
--- 0052 webhook event-type filters as rows (issue 13, docs/adr/0016-outgoing-webhooks.md).
+-- 0052 webhook event-type filters as rows (docs/adr/0016-outgoing-webhooks.md).
 --
 -- Why: the webhooks round compared every event of its batch with every filter of every active subscription on
 -- the event's space. One tenant with a few subscriptions of thousands of filters made every round time out,

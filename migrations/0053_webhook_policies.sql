@@ -1,5 +1,5 @@
--- 0053 failure policies, throttling and retry schedules per webhook subscription (issue 15 items 3 and 4,
--- docs/adr/0016-outgoing-webhooks.md, "Policies").
+-- 0053 failure policies, throttling and retry schedules per webhook subscription
+-- (docs/adr/0016-outgoing-webhooks.md).
 --
 -- Why: one order and one retry schedule for every receiver made a receiver that dedupes by webhook-id as slow
 -- as one request at a time allows, and made one bad event stop a whole subscription after its budget. Owners

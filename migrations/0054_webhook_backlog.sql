@@ -1,4 +1,4 @@
--- 0054 where a disabled webhook subscription's backlog starts (issue 15, docs/adr/0016-outgoing-webhooks.md).
+-- 0054 where a disabled webhook subscription's backlog starts (docs/adr/0016-outgoing-webhooks.md).
 --
 -- Why: `enable --from backlog` delivers the events a subscription missed while it was disabled. Rounds make no
 -- delivery rows for a disabled subscription, and nothing recorded where they stopped making them: not the

@@ -1,5 +1,5 @@
 -- 0055 custom request headers and delivery health of webhook subscriptions
--- (issue 15, docs/adr/0016-outgoing-webhooks.md, "Headers, deletion, test sends, pages and operational events").
+-- (docs/adr/0016-outgoing-webhooks.md).
 --
 -- headers: the owner's own request headers ({"Authorization": "Bearer ..."}), sent with every delivery and test
 -- send. Receivers often authenticate with them, so the values are secrets in the same sense as the signing

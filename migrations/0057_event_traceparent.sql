@@ -1,4 +1,4 @@
--- 0057 trace context of events (issue 17, docs/adr/0063-observability.md).
+-- 0057 trace context of events (docs/adr/0063-observability.md).
 --
 -- traceparent is the W3C trace context (version 00, 55 characters) of the producer's span that committed the
 -- event, or NULL when the producer was not traced. Rounds read it with the event, link their span to it, carry it

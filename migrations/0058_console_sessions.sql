@@ -1,4 +1,4 @@
--- 0058 sessions of the web console (issue 18, docs/adr/0065-web-console.md).
+-- 0058 sessions of the web console (docs/adr/0065-web-console.md).
 --
 -- A browser signs in to the console with a bearer token (or opens a portal link an API caller issued) and gets
 -- a cookie holding a random session id. Only the SHA-256 of that id is stored, so a copy of this table does not
