@@ -27,7 +27,8 @@
 // its SHA-256, the token it rests on, the principal, the portal
 // space and a CSRF secret. Every request re-reads the token and the
 // principals: a revoked or expired token or a disabled principal ends the
-// session at once. Every form carries a CSRF token (field csrf); a POST
+// session at once. Signing in again (or opening a portal link) deletes
+// the session the browser's cookie held before. Every form carries a CSRF token (field csrf); a POST
 // without the session's token, or from another origin, is refused with
 // 403 before anything is done. GET /console/portal?token=... exchanges a
 // portal link (package portallink; issued by POST /v1/portal-links) for a

@@ -142,6 +142,18 @@ func (c *Console) deleteSession(ctx context.Context, s *session) error {
 	return nil
 }
 
+// endPreviousSession deletes the session whose cookie the request
+// carries, if any: a browser that signs in again or opens a portal link
+// gets a new cookie, and the id it replaces must not stay valid.
+func (c *Console) endPreviousSession(ctx context.Context, r *http.Request) error {
+	ck, err := r.Cookie(cookieName)
+	if err != nil || ck.Value == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(ck.Value))
+	return c.deleteSession(ctx, &session{idHash: sum[:]})
+}
+
 // csrfToken is the token every form of the session carries.
 func (s *session) csrfToken() string {
 	m := hmac.New(sha256.New, s.csrfSecret)

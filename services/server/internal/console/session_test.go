@@ -21,14 +21,7 @@ func TestConsole_Sessions(t *testing.T) {
 	b := setup(t)
 	token := b.principal(t, "alice", authz.RightWrite, "acme")
 	br := b.browser(t)
-	p := br.signIn(token)
-	var id string
-	for _, ck := range p.header.Values("Set-Cookie") {
-		if v, ok := strings.CutPrefix(ck, "bothy_console="); ok {
-			id, _, _ = strings.Cut(v, ";")
-		}
-	}
-	require.NotEmpty(t, id)
+	id := sessionID(t, br.signIn(token))
 
 	t.Run("OnlyTheHashIsStored", func(t *testing.T) {
 		sum := sha256.Sum256([]byte(id))
@@ -46,12 +39,50 @@ func TestConsole_Sessions(t *testing.T) {
 		csrf := br.csrf("/console/subscriptions")
 		p := br.post("/console/sign-out", url.Values{"csrf": {csrf}})
 		require.Equal(t, http.StatusSeeOther, p.status, p.body)
-		// The old cookie, sent again, is no session.
-		req, err := http.NewRequest(http.MethodGet, b.base+"/console/subscriptions", nil)
-		require.NoError(t, err)
-		req.AddCookie(&http.Cookie{Name: "bothy_console", Value: id})
-		res := b.browser(t).do(req)
-		require.Equal(t, http.StatusSeeOther, res.status)
-		require.True(t, strings.HasPrefix(res.header.Get("Location"), "/console/sign-in"))
+		require.False(t, b.sessionValid(t, id), "the old cookie, sent again, is no session")
 	})
+}
+
+// TestConsole_SignInAgainEndsThePreviousSession: a browser that signs in
+// again gets a new session id, and the one its cookie held before stops
+// being valid (someone who copied it cannot go on using it).
+func TestConsole_SignInAgainEndsThePreviousSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	br := b.browser(t)
+	first := sessionID(t, br.signIn(token))
+	second := sessionID(t, br.signIn(token))
+	require.NotEqual(t, first, second)
+	require.False(t, b.sessionValid(t, first), "the replaced session still works")
+	require.True(t, b.sessionValid(t, second))
+}
+
+// sessionID returns the session id a sign-in's answer sets as a cookie.
+func sessionID(t *testing.T, p *page) string {
+	t.Helper()
+	var id string
+	for _, ck := range p.header.Values("Set-Cookie") {
+		if v, ok := strings.CutPrefix(ck, "bothy_console="); ok {
+			id, _, _ = strings.Cut(v, ";")
+		}
+	}
+	require.NotEmpty(t, id)
+	return id
+}
+
+// sessionValid says whether a fresh browser holding only the session id
+// reaches the subscriptions page (rather than being sent to sign in).
+func (b *testBundle) sessionValid(t *testing.T, id string) bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.base+"/console/subscriptions", nil)
+	require.NoError(t, err)
+	req.AddCookie(&http.Cookie{Name: "bothy_console", Value: id})
+	res := b.browser(t).do(req)
+	if res.status == http.StatusOK {
+		return true
+	}
+	require.Equal(t, http.StatusSeeOther, res.status, res.body)
+	require.True(t, strings.HasPrefix(res.header.Get("Location"), "/console/sign-in"))
+	return false
 }

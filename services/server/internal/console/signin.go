@@ -45,6 +45,9 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request, _ *session) err
 	if err != nil {
 		return err
 	}
+	if err := c.endPreviousSession(r.Context(), r); err != nil {
+		return err
+	}
 	c.setCookie(w, r, value, expires)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil
