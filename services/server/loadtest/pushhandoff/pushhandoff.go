@@ -115,6 +115,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := o.applyMode(set); err != nil {
+		return nil, err
+	}
+	if err := o.parseRate(*rate); err != nil {
+		return nil, err
+	}
+	if err := o.checkCounts(); err != nil {
+		return nil, err
+	}
+	if err := o.parseVariants(*vs); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// applyMode sets the defaults of the mode (and of --short in it) for the
+// flags not given, set naming those given, and checks the mode's flags.
+func (o *options) applyMode(set map[string]bool) error {
 	switch o.mode {
 	case "handoff":
 		if o.short {
@@ -136,35 +154,52 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.events = 2
 		}
 		if o.events < 1 {
-			return nil, fmt.Errorf("--events %d: want at least 1", o.events)
+			return fmt.Errorf("--events %d: want at least 1", o.events)
 		}
 		o.fanout = o.devices
 	default:
-		return nil, fmt.Errorf("--mode %q: want handoff or fanout", o.mode)
+		return fmt.Errorf("--mode %q: want handoff or fanout", o.mode)
 	}
-	r, err := strconv.ParseFloat(strings.TrimSuffix(*rate, "/s"), 64)
+	return nil
+}
+
+// parseRate sets the rate from --rate, such as 500/s.
+func (o *options) parseRate(rate string) error {
+	r, err := strconv.ParseFloat(strings.TrimSuffix(rate, "/s"), 64)
 	if err != nil || r <= 0 || r > 20000 {
-		return nil, fmt.Errorf("--rate %q: want events per second such as 500/s", *rate)
+		return fmt.Errorf("--rate %q: want events per second such as 500/s", rate)
 	}
 	o.rate = r
+	return nil
+}
+
+// checkCounts checks the devices, fanout, durations and producers.
+func (o *options) checkCounts() error {
 	if o.devices < 1 || o.fanout < 1 || o.fanout > o.devices {
-		return nil, fmt.Errorf("--devices %d --fanout %d: want 1 <= fanout <= devices", o.devices, o.fanout)
+		return fmt.Errorf("--devices %d --fanout %d: want 1 <= fanout <= devices", o.devices, o.fanout)
 	}
 	if o.duration <= 0 || o.segment <= 0 || o.producers < 1 {
-		return nil, errors.New("--duration, --segment and --producers must be positive")
+		return errors.New("--duration, --segment and --producers must be positive")
 	}
-	if *vs != "" {
-		for _, p := range strings.Split(*vs, ",") {
-			c, pi, ok := strings.Cut(strings.TrimSpace(p), "/")
-			cd, err1 := time.ParseDuration(c)
-			pd, err2 := time.ParseDuration(pi)
-			if !ok || err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("--variants %q: want COOLDOWN/POLL pairs such as 5ms/50ms", p)
-			}
-			o.variants = append(o.variants, variant{Cooldown: cd, Poll: pd})
+	return nil
+}
+
+// parseVariants sets the variants from --variants, COOLDOWN/POLL pairs
+// separated by commas; none when vs is "".
+func (o *options) parseVariants(vs string) error {
+	if vs == "" {
+		return nil
+	}
+	for _, p := range strings.Split(vs, ",") {
+		c, pi, ok := strings.Cut(strings.TrimSpace(p), "/")
+		cd, err1 := time.ParseDuration(c)
+		pd, err2 := time.ParseDuration(pi)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("--variants %q: want COOLDOWN/POLL pairs such as 5ms/50ms", p)
 		}
+		o.variants = append(o.variants, variant{Cooldown: cd, Poll: pd})
 	}
-	return o, nil
+	return nil
 }
 
 // harness is one run's shared state.
@@ -203,64 +238,98 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	h := &harness{opts: o, logger: logger, commits: map[uuid.UUID]time.Time{}, arrivals: map[uuid.UUID][]time.Time{}}
+	if err := h.openScratch(ctx, environ, stdout); err != nil {
+		return err
+	}
+	defer h.scratch.Close(ctx)
+	defer h.log.Close()
+	if o.mode == "fanout" {
+		return h.fanout(ctx, stdout)
+	}
+	return h.handoff(ctx, stdout, budget)
+}
+
+// openScratch makes the VAPID keys, opens the scratch database with them
+// in the workers' configuration, and the event log on it.
+func (h *harness) openScratch(ctx context.Context, environ []string, stdout io.Writer) error {
+	o := h.opts
+	var err error
 	if h.vapid, err = push.GenerateVAPIDKeys(); err != nil {
 		return err
 	}
 	if h.scratch, err = shared.OpenScratch(ctx, &shared.ScratchParams{
 		Tool: "push_handoff", ConfigFile: o.config, Environ: environ, MaxConns: o.producers + 4, Keep: o.keep,
-		Logger: logger, Stdout: stdout,
+		Logger: h.logger, Stdout: stdout,
 		Keys: map[string]string{"push.vapid_public_key": h.vapid.Public, "push.vapid_private_key": h.vapid.Private},
 	}); err != nil {
 		return err
 	}
-	defer h.scratch.Close(ctx)
 	h.pool = h.scratch.Pool
 	h.log = postgres.NewEventLog(h.pool, nil)
-	defer h.log.Close()
-	if o.mode == "fanout" {
-		return h.fanout(ctx, stdout)
-	}
+	return nil
+}
+
+// handoff runs the hand-off mode: it seeds the devices, measures every
+// variant, and writes and judges the summary.
+func (h *harness) handoff(ctx context.Context, stdout io.Writer, budget time.Duration) error {
 	h.rcv = pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: h.vapid.Public, OnMessage: h.arrived})
 	defer h.rcv.Close()
 	if err := h.seed(ctx); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
-
-	// Slices alternate the variants; each variant gets duration/len(variants).
-	// A single variant runs as one slice: restarting the worker between
-	// slices would only add its warm-up (new connections, statement
-	// preparation) to the measured tail.
-	per := o.duration / time.Duration(len(o.variants))
-	slices := max(1, int((per+o.segment-1)/o.segment))
-	if len(o.variants) == 1 {
-		slices = 1
+	stopProfile, err := startProfile(h.opts.profile)
+	if err != nil {
+		return err
 	}
-	slice := per / time.Duration(slices)
+	defer stopProfile()
+	start := time.Now()
+	results, cpu, err := h.measure(ctx)
+	if err != nil {
+		return err
+	}
+	return report(stdout, &summaryParams{opts: h.opts, results: results, budget: budget,
+		decryptErrors: h.rcv.Errors(), wall: time.Since(start), cpu: cpu})
+}
+
+// startProfile writes a CPU profile to path until stop, when path is not
+// "".
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
+
+// measure runs the slices, alternating the variants, and reads where each
+// variant's time went; it returns the results and the machine's CPU
+// summary of the load.
+func (h *harness) measure(ctx context.Context) ([]*result, string, error) {
+	o := h.opts
+	n, slice := sliceCount(o)
 	results := make([]*result, len(o.variants))
 	for i, v := range o.variants {
 		results[i] = &result{Variant: v}
 	}
-	if o.profile != "" {
-		f, err := os.Create(o.profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	start := time.Now()
 	cpu0 := sampleCPU()
-	for s := range slices {
+	for s := range n {
 		for i, v := range o.variants {
 			if err := ctx.Err(); err != nil {
-				return err
+				return nil, "", err
 			}
 			ids, err := h.segment(ctx, v, slice)
 			if err != nil {
-				return fmt.Errorf("variant %s slice %d: %w", v, s+1, err)
+				return nil, "", fmt.Errorf("variant %s slice %d: %w", v, s+1, err)
 			}
 			results[i].add(h, ids, slice)
 		}
@@ -269,23 +338,45 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	for _, r := range results {
 		r.finish()
 		if err := r.stages(ctx, h); err != nil {
-			return fmt.Errorf("read stages: %w", err)
+			return nil, "", fmt.Errorf("read stages: %w", err)
 		}
 	}
-	verdict, onlyP95 := judge(results[0], budget, len(h.rcv.Errors()))
-	sum := summary(&summaryParams{opts: o, results: results, budget: budget, verdict: verdict,
-		decryptErrors: h.rcv.Errors(), wall: time.Since(start), cpu: cpu})
+	return results, cpu, nil
+}
+
+// sliceCount is how many slices every variant gets and how long one is.
+// Slices alternate the variants; each variant gets duration/len(variants).
+// A single variant runs as one slice: restarting the worker between
+// slices would only add its warm-up (new connections, statement
+// preparation) to the measured tail.
+func sliceCount(o *options) (int, time.Duration) {
+	per := o.duration / time.Duration(len(o.variants))
+	n := max(1, int((per+o.segment-1)/o.segment))
+	if len(o.variants) == 1 {
+		n = 1
+	}
+	return n, per / time.Duration(n)
+}
+
+// report judges the first variant, prints the summary and writes it and
+// the histograms into --out. Its error says why the judged variant failed.
+func report(stdout io.Writer, p *summaryParams) error {
+	out := p.opts.out
+	verdict, onlyP95 := judge(p.results[0], p.budget, len(p.decryptErrors))
+	p.verdict = verdict
+	sum := summary(p)
 	fmt.Fprint(stdout, sum)
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.out, "push_handoff.txt"), []byte(sum), 0o644); err != nil {
+	txt, png := filepath.Join(out, "push_handoff.txt"), filepath.Join(out, "push_handoff.png")
+	if err := os.WriteFile(txt, []byte(sum), 0o644); err != nil {
 		return err
 	}
-	if err := writeHistogram(filepath.Join(o.out, "push_handoff.png"), results, budget); err != nil {
+	if err := writeHistogram(png, p.results, p.budget); err != nil {
 		return fmt.Errorf("histogram: %w", err)
 	}
-	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(o.out, "push_handoff.txt"), filepath.Join(o.out, "push_handoff.png"))
+	fmt.Fprintf(stdout, "wrote %s and %s\n", txt, png)
 	if onlyP95 {
 		return fmt.Errorf("%w: %s", ErrP95OverBudget, verdict)
 	}
