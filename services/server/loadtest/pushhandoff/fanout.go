@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -46,16 +45,8 @@ type fanoutEvent struct {
 
 // fanout runs the fan-out mode and writes push_handoff_fanout.txt.
 func (h *harness) fanout(ctx context.Context, stdout io.Writer) error {
-	o := h.opts
-	names := make([]string, o.devices)
-	for i := range names {
-		names[i] = fmt.Sprintf("user-%05d", i)
-	}
-	rp, err := startReceiverProc(ctx, h.vapid.Public, names, func(id uuid.UUID, at time.Time) {
-		h.mu.Lock()
-		h.arrivals[id] = append(h.arrivals[id], at)
-		h.mu.Unlock()
-	})
+	names := deviceNames(h.opts.devices)
+	rp, err := startReceiverProc(ctx, h.vapid.Public, names, h.arrivedAt)
 	if err != nil {
 		return err
 	}
@@ -72,48 +63,77 @@ func (h *harness) fanout(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("seed: %w", err)
 	}
 	h.spaces = []string{fanoutSpace}
-
-	cfg, err := h.config(o.variants[0])
-	if err != nil {
-		return err
-	}
-	done, stop, err := h.startWorker(ctx, cfg)
+	done, stop, err := h.startFanoutWorker(ctx)
 	if err != nil {
 		return err
 	}
 	defer stop()
 
 	start := time.Now()
-	var machine0 cpuSample
-	var events []fanoutEvent
-	for i := range o.events + 1 { // the first is warm-up
-		if i == 1 {
-			machine0 = sampleCPU()
-			if o.profile != "" {
-				f, err := os.Create(o.profile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
-			}
-		}
-		ev, err := h.fanoutOne(ctx, i, rp, done)
-		if err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
-		}
-		if i > 0 {
-			events = append(events, ev)
-		}
+	if _, err := h.fanoutOne(ctx, 0, rp, done); err != nil { // warm-up
+		return fmt.Errorf("event %d: %w", 0, err)
+	}
+	machine0 := sampleCPU()
+	stopProfile, err := startProfile(h.opts.profile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	events, err := h.fanoutMeasured(ctx, rp, done)
+	if err != nil {
+		return err
 	}
 	machine := cpuSummary(machine0, sampleCPU())
 	stop()
 	stopReceiver()
+	return writeFanout(stdout, h.opts, events, machine, decryptErrors, time.Since(start))
+}
 
-	sum := fanoutSummary(o, events, machine, decryptErrors, time.Since(start))
+// deviceNames names n devices, one per principal.
+func deviceNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("user-%05d", i)
+	}
+	return names
+}
+
+// arrivedAt records a message of event id that the receiver process
+// decrypted at at.
+func (h *harness) arrivedAt(id uuid.UUID, at time.Time) {
+	h.mu.Lock()
+	h.arrivals[id] = append(h.arrivals[id], at)
+	h.mu.Unlock()
+}
+
+// startFanoutWorker starts the worker with the first variant's River
+// settings.
+func (h *harness) startFanoutWorker(ctx context.Context) (done <-chan error, stop func(), err error) {
+	cfg, err := h.config(h.opts.variants[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.startWorker(ctx, cfg)
+}
+
+// fanoutMeasured writes the measured events one after another, each once
+// the one before was delivered.
+func (h *harness) fanoutMeasured(ctx context.Context, rp *receiverProc, done <-chan error) ([]fanoutEvent, error) {
+	var events []fanoutEvent
+	for i := 1; i <= h.opts.events; i++ {
+		ev, err := h.fanoutOne(ctx, i, rp, done)
+		if err != nil {
+			return nil, fmt.Errorf("event %d: %w", i, err)
+		}
+		events = append(events, ev)
+	}
+	return events, nil
+}
+
+// writeFanout prints the summary and writes it into --out; its error says
+// how many messages were lost or failed to decrypt.
+func writeFanout(stdout io.Writer, o *options, events []fanoutEvent, machine string, decryptErrors []string, wall time.Duration) error {
+	sum := fanoutSummary(o, events, machine, decryptErrors, wall)
 	fmt.Fprint(stdout, sum)
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -182,17 +202,32 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 	if err != nil {
 		return ev, err
 	}
-	pg0 := h.pgBackendCPU(ctx)
-	self0 := selfCPU()
-	rcv0, rcvErr := procCPU(rp.pid())
-	wall0 := time.Now()
-
+	mark := h.markCPU(ctx, rp)
 	id, err := h.write(ctx, i)
 	if err != nil {
 		return ev, err
 	}
-	// Every message, then every job finished: the database is asked only
-	// once all messages are in, so the polling costs it nothing meanwhile.
+	if ev.lost, err = h.awaitFanout(ctx, id, done); err != nil {
+		return ev, err
+	}
+	drainedAt := time.Now()
+	if err := mark.spent(ctx, h, rp, drainedAt, &ev); err != nil {
+		return ev, err
+	}
+	jobs, err := h.queryInt(ctx, pushJobsSinceSQL, jobs0)
+	if err != nil {
+		return ev, err
+	}
+	ev.jobs = int(jobs)
+	h.latencies(id, drainedAt, &ev)
+	return ev, nil
+}
+
+// awaitFanout waits until event id has a message at every device and then
+// until every job finished, at most 2 minutes; lost is the messages
+// missing then. The database is asked only once all messages are in, so
+// the polling costs it nothing meanwhile.
+func (h *harness) awaitFanout(ctx context.Context, id uuid.UUID, done <-chan error) (lost int, err error) {
 	n := h.opts.devices
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -202,51 +237,74 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 		if got >= n {
 			unfinished, err := h.queryInt(ctx, unfinishedJobsSQL)
 			if err != nil {
-				return ev, err
+				return 0, err
 			}
 			if unfinished == 0 {
-				break
+				return 0, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			ev.lost = n - got
-			break
+			return n - got, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ev, ctx.Err()
+			return 0, ctx.Err()
 		case err := <-done:
-			return ev, fmt.Errorf("worker stopped: %v", err)
+			return 0, fmt.Errorf("worker stopped: %v", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	drainedAt := time.Now()
-	ev.wall = drainedAt.Sub(wall0)
-	ev.self = selfCPU() - self0
-	rcv1, err := procCPU(rp.pid())
-	if err = errors.Join(rcvErr, err); err != nil {
-		return ev, fmt.Errorf("receiver CPU: %w", err)
-	}
-	ev.receiver = rcv1 - rcv0
-	pg1 := h.pgBackendCPU(ctx)
-	if pg0 == nil || pg1 == nil {
-		ev.pgUnknown = true
-	} else {
-		for pid, c := range pg1 {
-			ev.pg += c - pg0[pid] // a backend born during the event counts whole
-		}
-		for pid := range pg0 {
-			if _, ok := pg1[pid]; !ok {
-				ev.pgVanished++
-			}
-		}
-	}
-	jobs, err := h.queryInt(ctx, pushJobsSinceSQL, jobs0)
-	if err != nil {
-		return ev, err
-	}
-	ev.jobs = int(jobs)
+}
 
+// cpuMark is the CPU times and the clock at the start of a fan-out event.
+type cpuMark struct {
+	pg     map[int]time.Duration // nil when PostgreSQL's processes cannot be read
+	self   time.Duration
+	rcv    time.Duration
+	rcvErr error
+	wall   time.Time
+}
+
+// markCPU reads the CPU times of the PostgreSQL backends, this process and
+// the receiver process, and the clock.
+func (h *harness) markCPU(ctx context.Context, rp *receiverProc) cpuMark {
+	var m cpuMark
+	m.pg = h.pgBackendCPU(ctx)
+	m.self = selfCPU()
+	m.rcv, m.rcvErr = procCPU(rp.pid())
+	m.wall = time.Now()
+	return m
+}
+
+// spent sets ev's wall time up to drainedAt and the CPU time each process
+// spent since the mark.
+func (m cpuMark) spent(ctx context.Context, h *harness, rp *receiverProc, drainedAt time.Time, ev *fanoutEvent) error {
+	ev.wall = drainedAt.Sub(m.wall)
+	ev.self = selfCPU() - m.self
+	rcv1, err := procCPU(rp.pid())
+	if err = errors.Join(m.rcvErr, err); err != nil {
+		return fmt.Errorf("receiver CPU: %w", err)
+	}
+	ev.receiver = rcv1 - m.rcv
+	pg1 := h.pgBackendCPU(ctx)
+	if m.pg == nil || pg1 == nil {
+		ev.pgUnknown = true
+		return nil
+	}
+	for pid, c := range pg1 {
+		ev.pg += c - m.pg[pid] // a backend born during the event counts whole
+	}
+	for pid := range m.pg {
+		if _, ok := pg1[pid]; !ok {
+			ev.pgVanished++
+		}
+	}
+	return nil
+}
+
+// latencies sets ev's message count and its latencies from the commit of
+// event id to each message, and to drainedAt.
+func (h *harness) latencies(id uuid.UUID, drainedAt time.Time, ev *fanoutEvent) {
 	h.mu.Lock()
 	commit := h.commits[id]
 	lat := make([]time.Duration, 0, len(h.arrivals[id]))
@@ -260,7 +318,6 @@ func (h *harness) fanoutOne(ctx context.Context, i int, rp *receiverProc, done <
 		ev.first, ev.p50, ev.p95, ev.last = lat[0], shared.Quantile(lat, .5), shared.Quantile(lat, .95), lat[len(lat)-1]
 	}
 	ev.drained = drainedAt.Sub(commit)
-	return ev, nil
 }
 
 func (h *harness) queryInt(ctx context.Context, sql string, args ...any) (int64, error) {
