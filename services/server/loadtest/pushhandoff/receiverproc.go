@@ -130,23 +130,9 @@ type receiverProc struct {
 // startReceiverProc starts this binary again as the receiver with the
 // devices named, and calls arrived for every decrypted message.
 func startReceiverProc(ctx context.Context, vapidPublicKey string, names []string, arrived func(uuid.UUID, time.Time)) (*receiverProc, error) {
-	exe, err := os.Executable()
+	cmd, stdin, stdout, err := startReceiverChild(ctx)
 	if err != nil {
 		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), receiverEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start receiver process: %w", err)
 	}
 	p := &receiverProc{cmd: cmd, stdin: stdin, devices: make(map[string]deviceKeys, len(names)), done: make(chan struct{})}
 	if err := json.NewEncoder(stdin).Encode(receiverSpec{VAPIDPublicKey: vapidPublicKey, Devices: names}); err != nil {
@@ -155,48 +141,84 @@ func startReceiverProc(ctx context.Context, vapidPublicKey string, names []strin
 	}
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	if err := p.readDevices(sc, len(names)); err != nil {
+		p.abort()
+		return nil, err
+	}
+	go p.readReports(sc, arrived)
+	return p, nil
+}
+
+// startReceiverChild starts this binary with receiverEnv set, its input and
+// output piped.
+func startReceiverChild(ctx context.Context) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), receiverEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, fmt.Errorf("start receiver process: %w", err)
+	}
+	return cmd, stdin, stdout, nil
+}
+
+// readDevices reads the child's "D" lines up to its "R" and requires n
+// devices.
+func (p *receiverProc) readDevices(sc *bufio.Scanner, n int) error {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 1 && f[0] == "R" {
 			break
 		}
 		if len(f) != 5 || f[0] != "D" {
-			p.abort()
-			return nil, fmt.Errorf("receiver process: unexpected line %q", sc.Text())
+			return fmt.Errorf("receiver process: unexpected line %q", sc.Text())
 		}
 		p.devices[f[1]] = deviceKeys{endpoint: f[2], p256dh: f[3], auth: f[4]}
 	}
-	if len(p.devices) != len(names) {
-		p.abort()
-		return nil, errors.Join(errors.New("receiver process ended before it served"), sc.Err())
+	if len(p.devices) != n {
+		return errors.Join(errors.New("receiver process ended before it served"), sc.Err())
 	}
-	go func() {
-		defer close(p.done)
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "M "):
-				f := strings.Fields(line)
-				if len(f) != 3 {
-					continue
-				}
-				id, err1 := uuid.Parse(f[1])
-				ns, err2 := strconv.ParseInt(f[2], 10, 64)
-				if err1 == nil && err2 == nil {
-					arrived(id, time.Unix(0, ns))
-				}
-			case strings.HasPrefix(line, "E "):
-				s, err := strconv.Unquote(line[2:])
-				if err != nil {
-					s = line[2:]
-				}
-				p.mu.Lock()
-				p.errs = append(p.errs, s)
-				p.mu.Unlock()
+	return nil
+}
+
+// readReports reads the child's "M" lines, calling arrived for each, and
+// its "E" lines until its output ends, then closes p.done.
+func (p *receiverProc) readReports(sc *bufio.Scanner, arrived func(uuid.UUID, time.Time)) {
+	defer close(p.done)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "M "):
+			f := strings.Fields(line)
+			if len(f) != 3 {
+				continue
 			}
+			id, err1 := uuid.Parse(f[1])
+			ns, err2 := strconv.ParseInt(f[2], 10, 64)
+			if err1 == nil && err2 == nil {
+				arrived(id, time.Unix(0, ns))
+			}
+		case strings.HasPrefix(line, "E "):
+			s, err := strconv.Unquote(line[2:])
+			if err != nil {
+				s = line[2:]
+			}
+			p.mu.Lock()
+			p.errs = append(p.errs, s)
+			p.mu.Unlock()
 		}
-	}()
-	return p, nil
+	}
 }
 
 // pid is the child's process id, for its CPU time.
