@@ -1,4 +1,4 @@
-// Package pushhandoff is the load test of build ticket M3-24: it measures
+// Package pushhandoff is the load test of the push hand-off: it measures
 // the time from a producer's commit to the decrypted push message arriving
 // at the device, and fails when its p95 is above perf.push_handoff_p95.
 // The command perf/push_handoff only calls Run; the code lives here because

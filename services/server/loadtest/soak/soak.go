@@ -1,4 +1,4 @@
-// Package soak is the multi-process fault-injection soak of issue 7: it
+// Package soak is the multi-process fault-injection soak: it
 // proves that every committed event becomes exactly one job per consumer and
 // target, that every event a producer was told is committed survives, and
 // that nothing is lost, while worker processes are killed, their
