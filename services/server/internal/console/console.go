@@ -105,14 +105,16 @@ func (c *Console) Routes(mux *http.ServeMux) {
 
 // secure sets the headers of every console answer: a Content-Security-
 // Policy that allows no inline script or style and no framing (portal
-// pages: console.frame_ancestors), no caching, no referrer (a portal
-// link's token is in its URL) and no content sniffing.
+// pages: console.frame_ancestors), no caching, a referrer for the
+// console's own requests only (a portal link's token is in its URL, and
+// browsers then send the console's forms with their real Origin, which
+// sameOrigin checks) and no content sniffing.
 func (c *Console) secure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", csp("'none'"))
 		h.Set("Cache-Control", "no-store")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("X-Content-Type-Options", "nosniff")
 		next.ServeHTTP(w, r)
 	})
@@ -189,9 +191,10 @@ func (c *Console) public(h handlerFunc) http.Handler {
 // sameOrigin reports whether a browser's request came from a page of this
 // host: Origin (or, without it, Sec-Fetch-Site) must not name another
 // site. Clients that send neither are not browsers and are let through.
-// Browsers send Origin "null" for the console's own forms, because its
-// pages have Referrer-Policy no-referrer; then only Sec-Fetch-Site
-// same-origin is accepted.
+// With the console's Referrer-Policy (same-origin) browsers send the
+// console's own forms with its origin; Origin "null" (an opaque origin,
+// or a browser set to hide it) is accepted only with Sec-Fetch-Site
+// same-origin.
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "null" {

@@ -75,6 +75,9 @@ func TestConsole_SecurityHeaders(t *testing.T) {
 		require.Equal(t, "default-src 'self'; base-uri 'none'; form-action 'self'; object-src 'none'; frame-ancestors 'none'",
 			p.header.Get("Content-Security-Policy"), path)
 		require.Equal(t, "no-store", p.header.Get("Cache-Control"), path)
+		// Not no-referrer: then browsers send the console's own forms with
+		// Origin "null", and the origin check depends on Fetch Metadata.
+		require.Equal(t, "same-origin", p.header.Get("Referrer-Policy"), path)
 	}
 	require.Equal(t, http.StatusOK, br.get("/console/static/time.js").status)
 	require.NotEqual(t, http.StatusOK, br.get("/console/static/").status, "no directory listing")

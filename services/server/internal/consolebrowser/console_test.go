@@ -3,12 +3,15 @@ package consolebrowser
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
@@ -281,7 +284,14 @@ func TestConsole_CSRFIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	b := New(t)
+	// The console's own forms send its origin, not "null": with its
+	// Referrer-Policy the origin check does not depend on the browser
+	// sending Fetch Metadata (Sec-Fetch-Site), which older ones do not.
+	origins := recordPostOrigins(t, b)
 	signIn(f, b, f.aliceToken)
+	require.Eventually(t, func() bool { return origins()[f.base+"/console/sign-in"] != "" }, 10*time.Second, 10*time.Millisecond,
+		"the sign-in POST was not seen")
+	require.Equal(t, f.base, origins()[f.base+"/console/sign-in"], "Origin of the sign-in form's POST")
 	sessionCSRF := Run(b, chromedp.Evaluate[string](`document.querySelector('#sign-out-form input[name="csrf"]').value`))
 	require.NotEmpty(t, sessionCSRF)
 
@@ -364,4 +374,40 @@ func TestConsole_OtherSpaceIsNotReachable(t *testing.T) {
 	// Nor does the list show it when asked for bob's space.
 	b.Do(chromedp.Navigate(f.base+"/console/subscriptions?space=globex"), chromedp.WaitVisible(chromedp.ID("main")))
 	require.Zero(t, count(b, `[data-testid="subscription-row"]`))
+}
+
+// recordPostOrigins records, from now on, the Origin header of every POST
+// the tab sends, by URL; the function it returns reads them. A POST sent
+// without Origin is recorded as "(none)".
+func recordPostOrigins(t *testing.T, b *Browser) func() map[string]string {
+	t.Helper()
+	var mu gosync.Mutex
+	origins := map[string]string{}
+	ctx, cancel := context.WithCancel(b.Context())
+	t.Cleanup(cancel)
+	events := chromedp.Events(ctx, network.RequestWillBeSent)
+	go func() {
+		for ev, err := range events {
+			if err != nil {
+				return // the tab is gone
+			}
+			if ev.Request.Method != http.MethodPost {
+				continue
+			}
+			o, _ := ev.Request.Headers["Origin"].(string)
+			if o == "" {
+				o = "(none)"
+			}
+			mu.Lock()
+			origins[ev.Request.URL] = o
+			mu.Unlock()
+		}
+	}()
+	_, err := chromedp.Call(b.Context(), network.Enable, network.EnableParams{})
+	require.NoError(t, err)
+	return func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(origins)
+	}
 }
