@@ -210,12 +210,8 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 		committed = true
 		return nil, nil
 	}
-	now := l.cfg.Now()
-	news = slices.Clone(news) // Normalize fills defaults; leave the caller's slice alone
-	for i := range news {
-		if err := news[i].Normalize(now); err != nil {
-			return nil, &sync.EventError{Index: i, Err: err}
-		}
+	if news, err = normalized(news, l.cfg.Now()); err != nil {
+		return nil, err
 	}
 	p, err := planAppend(ctx, tx, news)
 	if err != nil {
@@ -223,29 +219,55 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 	}
 	out = make([]sync.Event, len(news))
 	if len(p.fresh) == 0 {
-		// Every event is in the log already: no counter, and a commit that
-		// is synchronous like any other. What the answer shows (the logged
-		// events) is made durable first, as a read would.
-		if err := tx.Commit(ctx); err != nil {
-			return nil, fmt.Errorf("append: commit: %w", err)
-		}
-		committed = true
-		if _, err := conn.Exec(ctx, durableSQL); err != nil {
-			return nil, fmt.Errorf("append: committed, flush the log: %w", err)
+		committed, err = commitLoggedOnly(ctx, conn, tx)
+		if err != nil {
+			return nil, err
 		}
 		p.fill(out, nil)
 		return out, nil
 	}
-	n := len(p.fresh)
-	ids := make([]uuid.UUID, n)
-	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
-	occurred := make([]time.Time, n)
-	datas := make([]json.RawMessage, n)
-	for j, i := range p.fresh {
-		e := &news[i]
-		ids[j], spaces[j], types[j], actors[j], occurred[j], datas[j] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
+	appended, committed, err := l.appendAndCommit(ctx, conn, news, p.fresh, sync.FormatTraceParent(span.SpanContext()))
+	if err != nil {
+		return nil, err
 	}
+	if l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx {
+		l.notifier.signal()
+	}
+	p.fill(out, appended)
+	return out, nil
+}
 
+// normalized returns a copy of news with defaults filled in, so the
+// caller's slice is left alone.
+func normalized(news []sync.NewEvent, now time.Time) ([]sync.NewEvent, error) {
+	news = slices.Clone(news)
+	for i := range news {
+		if err := news[i].Normalize(now); err != nil {
+			return nil, &sync.EventError{Index: i, Err: err}
+		}
+	}
+	return news, nil
+}
+
+// commitLoggedOnly commits a Write whose every event is in the log already:
+// no counter, and a commit that is synchronous like any other. What the
+// answer shows (the logged events) is made durable first, as a read would.
+func commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (committed bool, err error) {
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("append: commit: %w", err)
+	}
+	if _, err := conn.Exec(ctx, durableSQL); err != nil {
+		return true, fmt.Errorf("append: committed, flush the log: %w", err)
+	}
+	return true, nil
+}
+
+// appendAndCommit appends the events of news at the positions fresh and
+// commits, in one pipeline: the counter's window holds no client round trip.
+// committed reports whether the server committed, also when err says the
+// flush after it was not confirmed.
+func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, news []sync.NewEvent, fresh []int,
+	traceParent string) (appended []sync.Event, committed bool, err error) {
 	b := &pgx.Batch{}
 	if !l.variant.flushInLock {
 		b.Queue(`SET LOCAL synchronous_commit = off`)
@@ -253,27 +275,8 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 	if l.variant.advisoryLock {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
-	appended := make([]sync.Event, 0, n)
-	traceParent := sync.FormatTraceParent(span.SpanContext())
-	var storedTraceParent *string // NULL when not traced
-	if traceParent != "" {
-		storedTraceParent = &traceParent
-	}
-	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas, storedTraceParent).Query(func(rows pgx.Rows) error {
-		j := 0
-		for rows.Next() {
-			var seq int64
-			var at time.Time
-			if err := rows.Scan(&seq, &at); err != nil {
-				return err
-			}
-			e := news[p.fresh[j]]
-			appended = append(appended, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
-				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data, TraceParent: traceParent})
-			j++
-		}
-		return rows.Err()
-	})
+	appended = make([]sync.Event, 0, len(fresh))
+	queueAppend(b, news, fresh, traceParent, &appended)
 	if l.variant.notifyInTx {
 		b.Queue(`SELECT pg_notify($1, '')`, Channel)
 	}
@@ -283,27 +286,54 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 		b.Queue(flushSQL)
 	}
 	err = conn.SendBatch(ctx, b).Close()
-	if tag == "COMMIT" {
-		committed = true
-	}
-	if err != nil {
-		if committed {
-			// The commit is visible but its flush was not confirmed, as when a
-			// connection drops during a plain COMMIT: the outcome is unknown.
-			return nil, fmt.Errorf("append %d events: committed, durability unconfirmed: %w", n, err)
-		}
-		return nil, fmt.Errorf("append %d events: %w", n, mapAppendErr(err))
-	}
-	if tag != "COMMIT" {
+	committed = tag == "COMMIT"
+	n := len(fresh)
+	switch {
+	case err != nil && committed:
+		// The commit is visible but its flush was not confirmed, as when a
+		// connection drops during a plain COMMIT: the outcome is unknown.
+		return nil, true, fmt.Errorf("append %d events: committed, durability unconfirmed: %w", n, err)
+	case err != nil:
+		return nil, false, fmt.Errorf("append %d events: %w", n, mapAppendErr(err))
+	case !committed:
 		// The transaction had failed before (an error fn swallowed); the
 		// server answered COMMIT with ROLLBACK.
-		return nil, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
+		return nil, false, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
 	}
-	if l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx {
-		l.notifier.signal()
+	return appended, true, nil
+}
+
+// queueAppend queues the INSERT of the events of news at the positions
+// fresh, in that order, with traceParent stored (NULL when empty); the rows
+// it returns are added to *appended as the events with their seq and commit
+// time.
+func queueAppend(b *pgx.Batch, news []sync.NewEvent, fresh []int, traceParent string, appended *[]sync.Event) {
+	n := len(fresh)
+	ids := make([]uuid.UUID, n)
+	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
+	occurred := make([]time.Time, n)
+	datas := make([]json.RawMessage, n)
+	for j, i := range fresh {
+		e := &news[i]
+		ids[j], spaces[j], types[j], actors[j], occurred[j], datas[j] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
 	}
-	p.fill(out, appended)
-	return out, nil
+	var stored *string
+	if traceParent != "" {
+		stored = &traceParent
+	}
+	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas, stored).Query(func(rows pgx.Rows) error {
+		for j := 0; rows.Next(); j++ {
+			var seq int64
+			var at time.Time
+			if err := rows.Scan(&seq, &at); err != nil {
+				return err
+			}
+			e := news[fresh[j]]
+			*appended = append(*appended, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
+				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data, TraceParent: traceParent})
+		}
+		return rows.Err()
+	})
 }
 
 // appendPlan says what becomes of each event of a Write.
