@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -110,52 +111,15 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 	}
 	res.From, res.To = cur.LastSeq, cur.LastSeq
 
-	events, err := r.events.EventsAfter(ctx, tx, &EventsAfterParams{AfterSeq: cur.LastSeq, Limit: r.cfg.BatchSize})
+	events, err := r.readBatch(ctx, tx, c, name, &res)
 	if err != nil {
-		return res, fmt.Errorf("round %q: read events: %w", name, err)
+		return res, err
 	}
-	// A gap below the first event read, or below the retention mark when
-	// nothing is left, was removed by retention: the log has no other gaps.
-	// Reading the events first holds the log's partitions, so no detach can
-	// commit between that read and LowSeq.
-	nextSeq := int64(0)
-	if len(events) > 0 {
-		nextSeq = events[0].Seq
-	} else {
-		if nextSeq, err = r.events.LowSeq(ctx, tx); err != nil {
-			return res, fmt.Errorf("round %q: read retention mark: %w", name, err)
-		}
-	}
-	if nextSeq > cur.LastSeq+1 {
-		res.Lost = SeqRange{From: cur.LastSeq + 1, To: nextSeq - 1}
-		if h, ok := c.(ConsumerLossHandler); ok {
-			if err := h.HandleLost(ctx, tx, name, res.Lost); err != nil {
-				return res, fmt.Errorf("round %q: handle lost %s: %w", name, res.Lost, err)
-			}
-		} else {
-			r.cfg.Logger.WarnContext(ctx, "consumer lost events to retention",
-				slog.String("consumer", name), slog.Int64("from", res.Lost.From), slog.Int64("to", res.Lost.To))
-		}
-		res.To = res.Lost.To
-	}
-
 	if len(events) > 0 {
 		ctx, span = r.startSpan(ctx, name, start, events)
-		jobs, err := c.Handle(ctx, tx, events)
-		if err != nil {
-			return res, fmt.Errorf("round %q: handle %d events: %w", name, len(events), err)
+		if err := r.handle(ctx, tx, c, name, events, &res); err != nil {
+			return res, err
 		}
-		if err := carryTraceParents(jobs, events); err != nil {
-			return res, fmt.Errorf("round %q: trace context of jobs: %w", name, err)
-		}
-		if len(jobs) > 0 {
-			if res.Jobs, err = r.jobs.InsertJobs(ctx, tx, jobs); err != nil {
-				return res, fmt.Errorf("round %q: insert %d jobs: %w", name, len(jobs), err)
-			}
-		}
-		res.Events = len(events)
-		res.To = events[len(events)-1].Seq
-		res.Full = len(events) == r.cfg.BatchSize
 	}
 
 	if err := r.cursors.Advance(ctx, tx, name, res.To); err != nil {
@@ -165,6 +129,75 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 		return res, fmt.Errorf("round %q: commit: %w", name, err)
 	}
 	return res, nil
+}
+
+// readBatch reads up to BatchSize events after the cursor (res.From) and
+// reports the range retention removed before them (reportLost).
+func (r *RoundRunner) readBatch(ctx context.Context, tx pgx.Tx, c Consumer, name string, res *RoundResult) ([]Event, error) {
+	events, err := r.events.EventsAfter(ctx, tx, &EventsAfterParams{AfterSeq: res.From, Limit: r.cfg.BatchSize})
+	if err != nil {
+		return nil, fmt.Errorf("round %q: read events: %w", name, err)
+	}
+	if err := r.reportLost(ctx, tx, c, name, events, res); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// reportLost reports the range retention removed between the cursor
+// (res.From) and the events read, if any: to the consumer if it is a
+// ConsumerLossHandler, in the same transaction, else to the log. It moves
+// res.To past that range.
+func (r *RoundRunner) reportLost(ctx context.Context, tx pgx.Tx, c Consumer, name string, events []Event, res *RoundResult) error {
+	// A gap below the first event read, or below the retention mark when
+	// nothing is left, was removed by retention: the log has no other gaps.
+	// Reading the events first holds the log's partitions, so no detach can
+	// commit between that read and LowSeq.
+	nextSeq := int64(0)
+	if len(events) > 0 {
+		nextSeq = events[0].Seq
+	} else {
+		var err error
+		if nextSeq, err = r.events.LowSeq(ctx, tx); err != nil {
+			return fmt.Errorf("round %q: read retention mark: %w", name, err)
+		}
+	}
+	if nextSeq <= res.From+1 {
+		return nil
+	}
+	res.Lost = SeqRange{From: res.From + 1, To: nextSeq - 1}
+	if h, ok := c.(ConsumerLossHandler); ok {
+		if err := h.HandleLost(ctx, tx, name, res.Lost); err != nil {
+			return fmt.Errorf("round %q: handle lost %s: %w", name, res.Lost, err)
+		}
+	} else {
+		r.cfg.Logger.WarnContext(ctx, "consumer lost events to retention",
+			slog.String("consumer", name), slog.Int64("from", res.Lost.From), slog.Int64("to", res.Lost.To))
+	}
+	res.To = res.Lost.To
+	return nil
+}
+
+// handle lets the consumer create the jobs of the events read, carries
+// each event's trace context to its jobs and inserts them in tx; res then
+// covers the events.
+func (r *RoundRunner) handle(ctx context.Context, tx pgx.Tx, c Consumer, name string, events []Event, res *RoundResult) error {
+	jobs, err := c.Handle(ctx, tx, events)
+	if err != nil {
+		return fmt.Errorf("round %q: handle %d events: %w", name, len(events), err)
+	}
+	if err := carryTraceParents(jobs, events); err != nil {
+		return fmt.Errorf("round %q: trace context of jobs: %w", name, err)
+	}
+	if len(jobs) > 0 {
+		if res.Jobs, err = r.jobs.InsertJobs(ctx, tx, jobs); err != nil {
+			return fmt.Errorf("round %q: insert %d jobs: %w", name, len(jobs), err)
+		}
+	}
+	res.Events = len(events)
+	res.To = events[len(events)-1].Seq
+	res.Full = len(events) == r.cfg.BatchSize
+	return nil
 }
 
 // maxRoundLinks bounds the links of a round's span: one per distinct
