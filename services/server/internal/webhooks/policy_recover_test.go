@@ -187,3 +187,69 @@ func TestPolicy_AutoRecoverOff(t *testing.T) {
 		require.Equal(t, webhooks.DeliveryPending, b.deliveryStatus(t, s.ID, evs[0].Seq), "kept for an enable from the backlog")
 	})
 }
+
+// TestUnordered_ResendRecoverAndEnableFromBacklog: an unordered
+// subscription's sender picks up what resend, recover and an enable from
+// the backlog make pending: a resent delivery, a dead one recovered by
+// seq range and the events committed while it was disabled are each sent
+// once more, verified, with their events' webhook-ids.
+func TestUnordered_ResendRecoverAndEnableFromBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, slowDefaults())
+	ctx := context.Background()
+	var bad atomic.Int64
+	var healed atomic.Bool
+	rv := newReceiver(t, func(r request, _ int) (int, map[string]string) {
+		if !healed.Load() && r.Seq == bad.Load() {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
+		Policy: quickSchedule(&webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, time.Second)})
+	rv.secret = secret
+	evs := b.emit(t, "s1", 6)
+	bad.Store(evs[2].Seq)
+	b.start(t)
+	b.round(t)
+	eventually(t, 20*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[2].Seq) == webhooks.DeliveryDead }, "dead after its budget")
+	b.waitDelivered(t, s.ID, seqs(append(evs[:2:2], evs[3:]...)...)...)
+	healed.Store(true)
+
+	// Each step starts once the sender is idle: its own job must send.
+	idle := func() {
+		eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+	}
+	idle()
+	_, err := b.resend(s.ID, evs[0].Seq)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return len(okSeqs(rv.requests())) == len(evs) }, "the resent delivery is sent")
+	idle()
+	res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: evs[0].Seq, ToSeq: evs[5].Seq})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.Reset)
+	b.waitDelivered(t, s.ID, evs[0].Seq, evs[2].Seq)
+	idle()
+
+	require.NoError(t, webhooks.Disable(ctx, b.db.Pool, s.ID, ""))
+	missed := b.emit(t, "s1", 3)
+	b.round(t)
+	require.Equal(t, int64(3), b.enableFromBacklog(t, s.ID).Created)
+	b.waitDelivered(t, s.ID, seqs(missed...)...)
+
+	want := map[int64]int{evs[0].Seq: 2}
+	ids := map[int64]string{}
+	for _, e := range append(evs, missed...) {
+		want[e.Seq] = max(want[e.Seq], 1)
+		ids[e.Seq] = e.ID.String()
+	}
+	got := map[int64]int{}
+	for _, r := range rv.requests() {
+		require.NoError(t, r.Verified, "seq %d", r.Seq)
+		require.Equal(t, ids[r.Seq], r.ID, "seq %d", r.Seq)
+		if r.Status == http.StatusOK {
+			got[r.Seq]++
+		}
+	}
+	require.Equal(t, want, got, "2xx answers per seq: the resent one twice, every other once")
+}
