@@ -384,63 +384,14 @@ func Recover(ctx context.Context, q authz.Querier, p *RecoverParams) (*RecoverRe
 			return err
 		}
 		if p.FromSeq > 0 {
-			if p.FromSeq > r.head {
-				return fmt.Errorf("%w: from_seq %d is after the head of the log (%d)", ErrInvalid, p.FromSeq, r.head)
-			}
-			to := r.head
-			if p.ToSeq > 0 {
-				to = min(p.ToSeq, r.head)
-			}
-			if p.FromSeq < r.low {
-				res.Lost = sync.SeqRange{From: p.FromSeq, To: min(to, r.low-1)}
-			}
-			res.Range = sync.SeqRange{From: max(p.FromSeq, r.low), To: to}
+			err = p.seqRange(r, res)
 		} else {
-			from, err := firstSeqAtOrAfter(ctx, tx, p.Events, r, p.Since)
-			if err != nil {
-				return err
-			}
-			to := r.head
-			if !p.Until.IsZero() {
-				if to, err = firstSeqAtOrAfter(ctx, tx, p.Events, r, p.Until); err != nil {
-					return err
-				}
-				to--
-			}
-			res.Range = sync.SeqRange{From: from, To: to}
-			// Everything committed before the oldest retained event is
-			// gone, and nothing after it.
-			if r.low > 1 {
-				keptFrom := time.Now()
-				if r.oldest != nil {
-					keptFrom = r.oldest.CommittedAt
-				}
-				if !p.Until.IsZero() && p.Until.Before(keptFrom) {
-					keptFrom = p.Until
-				}
-				if p.Since.Before(keptFrom) {
-					res.LostSince, res.LostUntil = p.Since, keptFrom
-				}
-			}
+			err = p.timeRange(ctx, tx, r, res)
 		}
-		if res.Range.Len() == 0 {
-			res.Range = sync.SeqRange{}
-			return nil
-		}
-		if n := res.Range.Len(); n > MaxRecoverSeqs {
-			return fmt.Errorf("%w: the range holds %d seqs (%s), at most %d per call; recover it in parts",
-				ErrInvalid, n, res.Range, MaxRecoverSeqs)
-		}
-		if res.Reset, res.Created, err = pendingFrom(ctx, tx, p.Events, p.SubscriptionID, s.space, res.Range, true); err != nil {
+		if err != nil {
 			return err
 		}
-		if res.Reset+res.Created == 0 {
-			return nil
-		}
-		if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.SubscriptionID, Seq: res.Range.From}, nil); err != nil {
-			return fmt.Errorf("insert delivery job: %w", err)
-		}
-		return nil
+		return p.makePending(ctx, tx, s.space, res)
 	})
 	if errors.Is(err, ErrInvalid) {
 		return nil, err
@@ -449,6 +400,92 @@ func Recover(ctx context.Context, q authz.Querier, p *RecoverParams) (*RecoverRe
 		return nil, fmt.Errorf("recover %s: %w", p.SubscriptionID, err)
 	}
 	return res, nil
+}
+
+// seqRange sets res.Range to the retained seqs of FromSeq..ToSeq (up to
+// the head when ToSeq is 0 or past it) and res.Lost to the seqs of it that
+// retention removed. A FromSeq after the head is refused (ErrInvalid).
+func (p *RecoverParams) seqRange(r *retention, res *RecoverResult) error {
+	if p.FromSeq > r.head {
+		return fmt.Errorf("%w: from_seq %d is after the head of the log (%d)", ErrInvalid, p.FromSeq, r.head)
+	}
+	to := r.head
+	if p.ToSeq > 0 {
+		to = min(p.ToSeq, r.head)
+	}
+	if p.FromSeq < r.low {
+		res.Lost = sync.SeqRange{From: p.FromSeq, To: min(to, r.low-1)}
+	}
+	res.Range = sync.SeqRange{From: max(p.FromSeq, r.low), To: to}
+	return nil
+}
+
+// timeRange sets res.Range to the retained seqs committed at or after
+// Since and before Until (up to the head when Until is zero), and
+// res.LostSince and res.LostUntil to the part of that time range retention
+// removed (lostTime).
+func (p *RecoverParams) timeRange(ctx context.Context, tx pgx.Tx, r *retention, res *RecoverResult) error {
+	from, err := firstSeqAtOrAfter(ctx, tx, p.Events, r, p.Since)
+	if err != nil {
+		return err
+	}
+	to := r.head
+	if !p.Until.IsZero() {
+		if to, err = firstSeqAtOrAfter(ctx, tx, p.Events, r, p.Until); err != nil {
+			return err
+		}
+		to--
+	}
+	res.Range = sync.SeqRange{From: from, To: to}
+	res.LostSince, res.LostUntil = p.lostTime(r)
+	return nil
+}
+
+// lostTime bounds the part of the time range Since..Until that retention
+// removed, zero if none: everything committed before the oldest retained
+// event is gone, and nothing after it.
+func (p *RecoverParams) lostTime(r *retention) (since, until time.Time) {
+	if r.low <= 1 {
+		return time.Time{}, time.Time{}
+	}
+	keptFrom := time.Now()
+	if r.oldest != nil {
+		keptFrom = r.oldest.CommittedAt
+	}
+	if !p.Until.IsZero() && p.Until.Before(keptFrom) {
+		keptFrom = p.Until
+	}
+	if p.Since.Before(keptFrom) {
+		return p.Since, keptFrom
+	}
+	return time.Time{}, time.Time{}
+}
+
+// makePending makes pending the deliveries of res.Range that Recover
+// recovers, in the subscription's space, and counts them in res; if any
+// became pending it inserts the delivery job. An empty range is reported
+// as the zero range; one of more than MaxRecoverSeqs seqs is refused
+// (ErrInvalid).
+func (p *RecoverParams) makePending(ctx context.Context, tx pgx.Tx, space string, res *RecoverResult) error {
+	if res.Range.Len() == 0 {
+		res.Range = sync.SeqRange{}
+		return nil
+	}
+	if n := res.Range.Len(); n > MaxRecoverSeqs {
+		return fmt.Errorf("%w: the range holds %d seqs (%s), at most %d per call; recover it in parts",
+			ErrInvalid, n, res.Range, MaxRecoverSeqs)
+	}
+	var err error
+	if res.Reset, res.Created, err = pendingFrom(ctx, tx, p.Events, p.SubscriptionID, space, res.Range, true); err != nil {
+		return err
+	}
+	if res.Reset+res.Created == 0 {
+		return nil
+	}
+	if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.SubscriptionID, Seq: res.Range.From}, nil); err != nil {
+		return fmt.Errorf("insert delivery job: %w", err)
+	}
+	return nil
 }
 
 // EnableBacklogParams selects the subscription EnableFromBacklog enables.
