@@ -581,35 +581,9 @@ func EnableFromBacklog(ctx context.Context, q authz.Querier, rounds sync.RoundBa
 	var next int64
 	for done := false; !done; {
 		err := inTx(ctx, q, func(tx pgx.Tx) error {
-			b, err := lockBacklog(ctx, tx, p.ID)
-			if err != nil {
-				return err
-			}
-			from, ok := b.start(next)
-			if b.status != StatusDisabled || !ok {
-				done = true
-				return nil
-			}
-			bctx, cancel := context.WithTimeout(ctx, dbTimeout)
-			defer cancel()
-			evs, err := p.Events.EventsAfter(bctx, tx, &sync.EventsAfterParams{AfterSeq: from - 1, Limit: recoverBatch})
-			if err != nil {
-				return fmt.Errorf("read events after %d: %w", from-1, err)
-			}
-			if len(evs) < recoverBatch {
-				done = true // the rest, committed from now on, is read under the barrier
-			}
-			if len(evs) == 0 {
-				return nil
-			}
-			r := sync.SeqRange{From: evs[0].Seq, To: evs[len(evs)-1].Seq}
-			_, n, err := pendingFrom(ctx, tx, p.Events, p.ID, b.space, r, false)
-			if err != nil {
-				return err
-			}
-			res.Created += n
-			next = r.To + 1
-			return nil
+			var err error
+			next, done, err = p.backlogBatch(ctx, tx, next, res)
+			return err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("enable webhook subscription %s from the backlog: %w", p.ID, err)
@@ -625,45 +599,93 @@ func EnableFromBacklog(ctx context.Context, q authz.Querier, rounds sync.RoundBa
 			res = &EnableResult{}
 			return nil
 		}
-		res.WasCause = b.cause
-		r, err := readRetention(ctx, tx, p.Events)
-		if err != nil {
-			return err
-		}
-		if from := b.startAt(next, read); from <= r.head {
-			_, n, err := pendingFrom(ctx, tx, p.Events, p.ID, b.space, sync.SeqRange{From: max(from, r.low), To: r.head}, false)
-			if err != nil {
-				return err
-			}
-			res.Created += n
-		}
-		ct, err := tx.Exec(ctx, skipLostSQL, p.ID, r.low)
-		if err != nil {
-			return fmt.Errorf("skip deliveries of removed events: %w", err)
-		}
-		res.Skipped = ct.RowsAffected()
-		if _, err := tx.Exec(ctx, activateSQL, p.ID, r.head); err != nil {
-			return fmt.Errorf("activate: %w", err)
-		}
-		res.ResumeAfterSeq = r.head
-		if b.lastDelivered+1 < r.low {
-			res.NotDeliveredFrom, res.NotDeliveredTo = b.lastDelivered+1, r.low-1
-		}
-		var pending bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending')`,
-			p.ID).Scan(&pending); err != nil {
-			return err
-		}
-		if !pending {
-			return nil
-		}
-		if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.ID}, nil); err != nil {
-			return fmt.Errorf("insert delivery job: %w", err)
-		}
-		return nil
+		return p.enableAtHead(ctx, tx, b, b.startAt(next, read), res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("enable webhook subscription %s from the backlog: %w", p.ID, err)
 	}
 	return res, nil
+}
+
+// backlogBatch makes the deliveries of one batch of the backlog, from next
+// on, while the subscription is still disabled, and counts them in res. It
+// returns the seq after the batch (next if it read none), and done once
+// there is nothing more to read before the barrier: the subscription is
+// not disabled, rounds passed nothing while it was, or the batch was short.
+func (p *EnableBacklogParams) backlogBatch(ctx context.Context, tx pgx.Tx, next int64, res *EnableResult) (int64, bool, error) {
+	b, err := lockBacklog(ctx, tx, p.ID)
+	if err != nil {
+		return next, false, err
+	}
+	from, ok := b.start(next)
+	if b.status != StatusDisabled || !ok {
+		return next, true, nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	evs, err := p.Events.EventsAfter(bctx, tx, &sync.EventsAfterParams{AfterSeq: from - 1, Limit: recoverBatch})
+	if err != nil {
+		return next, false, fmt.Errorf("read events after %d: %w", from-1, err)
+	}
+	done := len(evs) < recoverBatch // the rest, committed from now on, is read under the barrier
+	if len(evs) == 0 {
+		return next, done, nil
+	}
+	r := sync.SeqRange{From: evs[0].Seq, To: evs[len(evs)-1].Seq}
+	_, n, err := pendingFrom(ctx, tx, p.Events, p.ID, b.space, r, false)
+	if err != nil {
+		return next, done, err
+	}
+	res.Created += n
+	return r.To + 1, done, nil
+}
+
+// enableAtHead is the part of EnableFromBacklog under the round barrier,
+// with the disabled subscription b locked: it makes the deliveries of the
+// retained backlog from from up to the head, skips the pending deliveries
+// of events retention removed, activates the subscription at the head and
+// inserts a delivery job if any delivery is pending. It fills in res.
+func (p *EnableBacklogParams) enableAtHead(ctx context.Context, tx pgx.Tx, b *backlogRow, from int64, res *EnableResult) error {
+	res.WasCause = b.cause
+	r, err := readRetention(ctx, tx, p.Events)
+	if err != nil {
+		return err
+	}
+	if from <= r.head {
+		_, n, err := pendingFrom(ctx, tx, p.Events, p.ID, b.space, sync.SeqRange{From: max(from, r.low), To: r.head}, false)
+		if err != nil {
+			return err
+		}
+		res.Created += n
+	}
+	ct, err := tx.Exec(ctx, skipLostSQL, p.ID, r.low)
+	if err != nil {
+		return fmt.Errorf("skip deliveries of removed events: %w", err)
+	}
+	res.Skipped = ct.RowsAffected()
+	if _, err := tx.Exec(ctx, activateSQL, p.ID, r.head); err != nil {
+		return fmt.Errorf("activate: %w", err)
+	}
+	res.ResumeAfterSeq = r.head
+	if b.lastDelivered+1 < r.low {
+		res.NotDeliveredFrom, res.NotDeliveredTo = b.lastDelivered+1, r.low-1
+	}
+	return p.jobIfPending(ctx, tx)
+}
+
+// jobIfPending inserts a delivery job if the subscription has a pending
+// delivery.
+func (p *EnableBacklogParams) jobIfPending(ctx context.Context, tx pgx.Tx) error {
+	var pending bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending')`,
+		p.ID).Scan(&pending); err != nil {
+		return err
+	}
+	if !pending {
+		return nil
+	}
+	if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.ID}, nil); err != nil {
+		return fmt.Errorf("insert delivery job: %w", err)
+	}
+	return nil
 }
