@@ -90,6 +90,7 @@ func (c *Console) Routes(mux *http.ServeMux) {
 	mux.Handle("GET "+Prefix+"sign-in", c.secure(c.public(c.signInPage)))
 	mux.Handle("POST "+Prefix+"sign-in", c.secure(c.public(c.signIn)))
 	mux.Handle("GET "+Prefix+"portal", c.secure(c.public(c.openPortal)))
+	mux.Handle("POST "+Prefix+"portal", c.secure(c.public(c.confirmPortal)))
 	mux.Handle("POST "+Prefix+"sign-out", c.secure(c.signedIn(c.signOut)))
 	mux.Handle("GET "+Prefix+"subscriptions", c.secure(c.signedIn(c.subscriptions)))
 	mux.Handle("GET "+Prefix+"subscriptions/{id}", c.secure(c.signedIn(c.subscription)))

@@ -32,7 +32,10 @@
 // without the session's token, or from another origin, is refused with
 // 403 before anything is done. GET /console/portal?token=... exchanges a
 // portal link (package portallink; issued by POST /v1/portal-links) for a
-// portal session.
+// portal session of an hour at most; each link opens once (the hashes of
+// used links are kept until they expire). A browser signed in to the
+// console is asked first, as opening the link ends its session; the
+// confirmation posts the link to POST /console/portal.
 //
 // Every answer has Content-Security-Policy "default-src 'self'; base-uri
 // 'none'; form-action 'self'; object-src 'none'; frame-ancestors 'none'"
@@ -98,5 +101,8 @@
 //     p#preference and form#preference-set-form with
 //     button#preference-toggle (turns notifications of the space on or
 //     off, no confirmation).
+//   - portal link over a signed-in session (/console/portal?token=):
+//     p#portal-question, form#portal-form, button#portal-open,
+//     a#portal-cancel.
 //   - errors: h1#error-title, p#error-detail.
 package console

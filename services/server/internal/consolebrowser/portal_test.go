@@ -84,6 +84,18 @@ func TestConsole_PortalLink(t *testing.T) {
 		})
 	}
 
+	// A browser signed in to the console is asked before a portal link
+	// ends its session; after a click it shows the portal.
+	t.Run("SignedInBrowserIsAskedFirst", func(t *testing.T) {
+		b := New(t)
+		signIn(f, b, f.aliceToken)
+		b.Do(chromedp.Navigate(portalLink(t, f, admin, "carol")), shows("#portal-open"))
+		require.Contains(t, text(b, "#portal-question"), "signed in to the console as alice")
+		b.Screenshot("portal-confirm")
+		b.Do(chromedp.Click(chromedp.ID("portal-open")), shows(`[data-testid="portal-banner"]`))
+		require.Equal(t, "carol", text(b, `[data-testid="principal"]`))
+	})
+
 	t.Run("TamperedLink", func(t *testing.T) {
 		b := b.For(t)
 		link := portalLink(t, f, admin, "carol")

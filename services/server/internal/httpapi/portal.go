@@ -79,7 +79,7 @@ func (a *API) createPortalLink(w http.ResponseWriter, r *http.Request, s *authz.
 	}
 	expires := time.Now().Add(ttl).Truncate(time.Second)
 	token := portallink.Sign(a.cfg.ConsoleKey, &portallink.Claims{Principal: req.Principal, Space: req.Space,
-		TokenID: s.TokenID, Expires: expires.Unix()})
+		TokenID: s.TokenID, Expires: expires.Unix(), Nonce: portallink.NewNonce()})
 	path := "/console/portal?" + url.Values{"token": {token}}.Encode()
 	scheme := "http"
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {

@@ -11,6 +11,7 @@ package portallink
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -36,6 +37,16 @@ type Claims struct {
 	TokenID uuid.UUID `json:"t"`
 	// Expires ends the link's life (Unix seconds).
 	Expires int64 `json:"e"`
+	// Nonce makes each link unique, so that two links with the same
+	// claims issued in the same second are two links: each opens once.
+	Nonce string `json:"n,omitempty"`
+}
+
+// NewNonce returns a random nonce for Claims.Nonce.
+func NewNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // Sign returns the token of c under key.

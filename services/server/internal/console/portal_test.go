@@ -1,0 +1,114 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+)
+
+// portalLink has token issue a portal link for principal on space and
+// returns its path.
+func (b *testBundle) portalLink(t *testing.T, token, principal, space string) string {
+	t.Helper()
+	var link struct {
+		Path string `json:"path"`
+	}
+	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", token,
+		map[string]any{"principal": principal, "space": space}, &link))
+	return link.Path
+}
+
+// TestConsole_PortalLinkOpensOnce: a portal link opens one session; opened
+// again, by any browser, it is refused. A HEAD request (a link preview)
+// does not use it, and two links issued in the same second for the same
+// principal are two links, each good once.
+func TestConsole_PortalLinkOpensOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightAdmin, "acme")
+	link := b.portalLink(t, token, "alice", "acme")
+
+	req, err := http.NewRequest(http.MethodHead, b.base+link, nil)
+	require.NoError(t, err)
+	p := b.browser(t).do(req)
+	require.Equal(t, http.StatusOK, p.status)
+	require.Empty(t, p.header.Get("Set-Cookie"))
+
+	require.Equal(t, http.StatusSeeOther, b.browser(t).get(link).status)
+	for range 2 {
+		p := b.browser(t).get(link)
+		require.Equal(t, http.StatusForbidden, p.status, "a used link opened again")
+		require.Empty(t, p.header.Get("Set-Cookie"))
+	}
+
+	first, second := b.portalLink(t, token, "alice", "acme"), b.portalLink(t, token, "alice", "acme")
+	require.NotEqual(t, first, second)
+	require.Equal(t, http.StatusSeeOther, b.browser(t).get(first).status)
+	require.Equal(t, http.StatusSeeOther, b.browser(t).get(second).status)
+}
+
+// TestConsole_PortalSessionIsShort: a portal session lasts an hour at
+// most, not console.session_ttl (12 hours by default).
+func TestConsole_PortalSessionIsShort(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightAdmin, "acme")
+	p := b.browser(t).get(b.portalLink(t, token, "alice", "acme"))
+	require.Equal(t, http.StatusSeeOther, p.status)
+	res := http.Response{Header: p.header}
+	cookies := res.Cookies()
+	require.Len(t, cookies, 1)
+	require.WithinDuration(t, time.Now().Add(time.Hour), cookies[0].Expires, time.Minute, "the cookie's expiry")
+	var ttl time.Duration
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT extract(epoch FROM max(expires_at) - now()) * interval '1 second' FROM console_sessions`).Scan(&ttl))
+	require.LessOrEqual(t, ttl, time.Hour, "the session's expiry")
+	require.Greater(t, ttl, 50*time.Minute, "the session's expiry")
+}
+
+// TestConsole_PortalAsksBeforeEndingASignedInSession: a browser signed in
+// to the console that opens a portal link is asked first, on a page no
+// other site can frame; the link stays unused until the viewer confirms,
+// a confirmation from another origin is refused, and confirming ends the
+// console session.
+func TestConsole_PortalAsksBeforeEndingASignedInSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "console.frame_ancestors", "https://app.example")
+	token := b.principal(t, "alice", authz.RightAdmin, "acme")
+	b.principal(t, "carol", authz.RightWrite, "acme")
+	link := b.portalLink(t, token, "carol", "acme")
+	br := b.browser(t)
+	consoleSession := sessionID(t, br.signIn(token))
+
+	p := br.get(link)
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	require.Contains(t, p.body, `id="portal-open"`)
+	require.Contains(t, p.body, "carol")
+	require.Empty(t, p.header.Get("Set-Cookie"))
+	require.Contains(t, p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	require.True(t, b.sessionValid(t, consoleSession), "asking changed nothing")
+	require.NotContains(t, br.get("/console/subscriptions").body, `id="portal-banner"`)
+
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	linkToken := u.Query().Get("token")
+	req, err := http.NewRequest(http.MethodPost, b.base+"/console/portal", stringsReader(url.Values{"token": {linkToken}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://evil.example")
+	require.Equal(t, http.StatusForbidden, br.do(req).status)
+	require.True(t, b.sessionValid(t, consoleSession))
+
+	p = br.post("/console/portal", url.Values{"token": {linkToken}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.False(t, b.sessionValid(t, consoleSession), "the console session outlived the portal's confirmation")
+	p = br.get("/console/subscriptions")
+	require.Contains(t, p.body, `id="portal-banner"`)
+	require.Equal(t, http.StatusForbidden, br.get(link).status, "the confirmed link is used")
+}
