@@ -54,6 +54,11 @@ func TestAPI_Authentication(t *testing.T) {
 		r.problem(t, http.StatusMethodNotAllowed)
 		require.Equal(t, "GET, POST", r.header.Get("Allow"))
 	})
+	t.Run("WrongMethodOnAnotherModulesRouteIs405", func(t *testing.T) {
+		r := b.do(t, "POST", "/v1/push/vapid-public-key", good, "")
+		r.problem(t, http.StatusMethodNotAllowed)
+		require.Equal(t, "GET", r.header.Get("Allow"))
+	})
 	t.Run("OpenAPIIsPublic", func(t *testing.T) {
 		r := b.do(t, "GET", "/v1/openapi.json", "", "")
 		require.Equal(t, http.StatusOK, r.status)

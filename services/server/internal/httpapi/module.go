@@ -197,24 +197,30 @@ func (a *API) Patterns() []string {
 	return out
 }
 
+// fallbackPattern catches every /v1 request no route matches.
+const fallbackPattern = "/v1/"
+
+// allowedMethods lists the methods some route of mux serves r's path with.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if _, p := mux.Handler(&http.Request{Method: m, URL: r.URL, Host: r.Host}); p != "" && p != fallbackPattern {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
 // Routes mounts the API on mux, and the River UI if an admin token is set.
 func (a *API) Routes(mux *http.ServeMux) {
 	for _, rt := range a.routes() {
 		mux.Handle(rt.pattern, a.wrap(rt))
 	}
 	// Anything else under /v1 is a problem document too, not the mux's
-	// plain-text 404.
-	probe := http.NewServeMux()
-	for _, rt := range a.routes() {
-		probe.Handle(rt.pattern, http.NotFoundHandler())
-	}
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-			if _, p := probe.Handler(&http.Request{Method: m, URL: r.URL, Host: r.Host}); p != "" {
-				allow = append(allow, m)
-			}
-		}
+	// plain-text 404. The methods allowed are looked up in mux itself when
+	// a request comes, so routes other modules mount count as well.
+	mux.HandleFunc(fallbackPattern, func(w http.ResponseWriter, r *http.Request) {
+		allow := allowedMethods(mux, r)
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			writeProblem(w, r, errorf(http.StatusMethodNotAllowed, kindMethodNotAllowed, "%s %s: allowed methods are %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
