@@ -62,3 +62,34 @@ func TestWebhooksPolicyFlags_CLI(t *testing.T) {
 
 	require.Equal(t, false, updated("--auto-recover=false")["probing"], "turning auto_recover off ends probing")
 }
+
+// TestWebhooksDeliveriesDead_CLI: webhooks deliveries --status dead lists
+// a subscription's dead letters, with why they died, and no other
+// delivery.
+func TestWebhooksDeliveriesDead_CLI(t *testing.T) {
+	t.Parallel()
+	environ, sub := cliWebhook(t, "--policy", "ordered_dead_letter")
+	id := sub["id"].(string)
+	pool, err := pgxpool.New(t.Context(), dbURL(environ))
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
+		SELECT $1, g, gen_random_uuid() FROM generate_series(1, 4) g`, id)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `UPDATE webhook_deliveries SET status = 'dead', finished_at = now(),
+		last_error = 'retry budget 1s exhausted after 3 attempts' WHERE subscription_id = $1 AND event_seq = 2`, id)
+	require.NoError(t, err)
+
+	code, stdout, stderr := runCLI(t, environ, "webhooks", "deliveries", id, "--status", "dead", "--json")
+	require.Equal(t, 0, code, stderr)
+	var dead []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &dead))
+	require.Len(t, dead, 1)
+	require.EqualValues(t, 2, dead[0]["seq"])
+	require.Equal(t, "dead", dead[0]["status"])
+	require.Equal(t, "retry budget 1s exhausted after 3 attempts", dead[0]["last_error"])
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "deliveries", id, "--status", "dead")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "retry budget 1s exhausted")
+	require.Equal(t, 2, strings.Count(stdout, "\n"), "the header and one row: %s", stdout)
+}
