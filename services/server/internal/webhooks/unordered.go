@@ -126,13 +126,25 @@ type pumpStep struct {
 
 // workUnordered runs the job as the pump of an unordered subscription
 // while its slice lasts, then waits for its sends, records them and
-// decides whether it comes back (keepUnordered).
+// decides whether it comes back (keepUnordered). Its senders end when it
+// returns.
 func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUID, start time.Time) error {
 	queue := make(chan *claim, prefetch*MaxMaxInFlight+maxClaimsPerStep)
-	done := make(chan *outcome, cap(queue))
 	var wg gosync.WaitGroup
 	defer wg.Wait()
 	defer close(queue)
+	if err := d.pumpUnordered(ctx, me, subID, start, queue, &wg); err != nil {
+		return err
+	}
+	return d.finishUnordered(ctx, me, subID)
+}
+
+// pumpUnordered runs the pump's steps (unorderedStep) until every claim it
+// took is recorded and it claims no more: the slice is over, the pump was
+// halted, or nothing is due. It feeds the sends to the senders through
+// queue; they start, in wg, at the first step that knows max_in_flight.
+func (d *Deliverer) pumpUnordered(ctx context.Context, me sender, subID uuid.UUID, start time.Time, queue chan *claim, wg *gosync.WaitGroup) error {
+	done := make(chan *outcome, cap(queue))
 	p := pumpStep{}
 	outstanding := 0 // claimed and not yet recorded
 	stopped, halted := false, false
@@ -151,13 +163,7 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 		p.finished, p.unsent = nil, nil
 		if p.senders == 0 && n.maxInFlight > 0 {
 			p.senders = n.maxInFlight
-			for range p.senders {
-				wg.Go(func() {
-					for c := range queue {
-						done <- d.send(ctx, c)
-					}
-				})
-			}
+			d.startSenders(ctx, p.senders, queue, done, wg)
 		}
 		for _, c := range n.sends {
 			queue <- c
@@ -176,10 +182,28 @@ func (d *Deliverer) workUnordered(ctx context.Context, me sender, subID uuid.UUI
 			if !stopped && n.pause > 0 && d.pauseWithin(ctx, start, n.pause) {
 				continue
 			}
-			break
+			return nil
 		}
 		p.finished = collect(done, n.pause)
 	}
+}
+
+// startSenders starts, in wg, n sender goroutines that send the claims of
+// queue until it is closed and hand each outcome to done.
+func (d *Deliverer) startSenders(ctx context.Context, n int, queue <-chan *claim, done chan<- *outcome, wg *gosync.WaitGroup) {
+	for range n {
+		wg.Go(func() {
+			for c := range queue {
+				done <- d.send(ctx, c)
+			}
+		})
+	}
+}
+
+// finishUnordered decides, once the pump's sends are recorded, whether
+// the job comes back (keepUnordered), and looks once more for a delivery
+// due now after the pump claim is released.
+func (d *Deliverer) finishUnordered(ctx context.Context, me sender, subID uuid.UUID) error {
 	n, err := d.inTx(ctx, me, subID, func(t *stepTx) (next, error) { return t.keepUnordered(ctx) })
 	if err != nil {
 		return err
