@@ -364,6 +364,14 @@ func (t *stepTx) unorderedStep(ctx context.Context, p *pumpStep) (next, error) {
 		n.pause = w
 		return n, nil
 	}
+	return t.claimDue(ctx, s, room, n)
+}
+
+// claimDue claims due deliveries for room claims in the queue (at most
+// maxClaimsPerStep; one under a throttle) and returns n with their sends,
+// the throttle's pause after them, and more when it may claim again at
+// once. It stops the pump at a delivery whose event left the log.
+func (t *stepTx) claimDue(ctx context.Context, s *subRow, room int, n next) (next, error) {
 	want := min(room, maxClaimsPerStep)
 	if s.pol.MaxRequestsPerSecond > 0 {
 		want = 1
