@@ -52,6 +52,18 @@ func (b *testBundle) createWith(t *testing.T, token string, rv *idReceiver, url,
 	return "/v1/webhooks/" + sub["id"].(string)
 }
 
+// failingSubscription creates owner's subscription to rv with a one-second
+// retry budget and the extra fields policy, whose receiver fails events of
+// type item.failed while the returned flag is set (it starts set).
+func (b *testBundle) failingSubscription(t *testing.T, owner string, rv *idReceiver, policy string) (string, *atomic.Bool) {
+	t.Helper()
+	failing := new(atomic.Bool)
+	failing.Store(true)
+	sp := b.createWith(t, owner, rv, failingType(t, rv, "item.failed", failing),
+		policy+`,"retry_base_seconds":0.1,"retry_max_seconds":0.2,"retry_budget_seconds":1`)
+	return sp, failing
+}
+
 // TestAPI_DeadLetterListedAndResent: under ordered_dead_letter, a delivery
 // that spent its budget is listed by GET …/deliveries?status=dead while the
 // later events are delivered; a resend sends it, verified, with its
@@ -61,10 +73,7 @@ func TestAPI_DeadLetterListedAndResent(t *testing.T) {
 	b := setup(t)
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	rv := newIDReceiver(t)
-	var failing atomic.Bool
-	failing.Store(true)
-	sp := b.createWith(t, owner, rv, failingType(t, rv, "item.failed", &failing),
-		`"policy":"ordered_dead_letter","retry_base_seconds":0.1,"retry_max_seconds":0.2,"retry_budget_seconds":1`)
+	sp, failing := b.failingSubscription(t, owner, rv, `"policy":"ordered_dead_letter"`)
 
 	seqs := b.appendEvents(t, owner, "item.created", "item.failed", "item.created")
 	require.Equal(t, []int64{seqs[0], seqs[2]}, seqsSent(rv.waitFor(t, 2)), "the dead letter does not hold the others back")
@@ -93,10 +102,7 @@ func TestAPI_AutoRecoverShowsProbingAndResumes(t *testing.T) {
 	b := setup(t)
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	rv := newIDReceiver(t)
-	var failing atomic.Bool
-	failing.Store(true)
-	sp := b.createWith(t, owner, rv, failingType(t, rv, "item.failed", &failing),
-		`"auto_recover":true,"retry_base_seconds":0.1,"retry_max_seconds":0.2,"retry_budget_seconds":1`)
+	sp, failing := b.failingSubscription(t, owner, rv, `"auto_recover":true`)
 
 	seqs := b.appendEvents(t, owner, "item.failed", "item.created")
 	var sub map[string]any
