@@ -40,7 +40,11 @@ func TestVerify(t *testing.T) {
 		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 		last := strings.IndexByte(alphabet, token[len(token)-1])
 		respelled := token[:len(token)-1] + string(alphabet[last^1])
-		for _, bad := range []string{otherBody + "." + sig, body + "." + sig[:len(sig)-1], body, "", "." + sig, body + ".", token + "x", respelled} {
+		// Base64 decoding skips CR and LF, so these decode to the same
+		// signature: a used link would open again under them.
+		withNewlines := []string{token + "\n", body + ".\r\n" + sig, token[:len(token)-1] + "\n" + token[len(token)-1:]}
+		for _, bad := range append([]string{otherBody + "." + sig, body + "." + sig[:len(sig)-1], body, "", "." + sig, body + ".", token + "x", respelled},
+			withNewlines...) {
 			_, err := portallink.Verify(key, bad, now)
 			require.ErrorIs(t, err, portallink.ErrInvalid, bad)
 		}
@@ -52,7 +56,7 @@ func TestVerify(t *testing.T) {
 func FuzzVerify(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	good := portallink.Sign(key, &portallink.Claims{Principal: "carol", Space: "acme", Expires: now.Add(time.Hour).Unix()})
-	for _, s := range []string{good, "", ".", "a.b", good + good, strings.Repeat("A", 3000)} {
+	for _, s := range []string{good, "", ".", "a.b", good + good, strings.Repeat("A", 3000), good + "\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, token string) {
