@@ -16,8 +16,8 @@ import (
 // shown as such by list and list --json.
 func TestWebhooksPolicyFlags_CLI(t *testing.T) {
 	t.Parallel()
-	environ, sub := cliWebhook(t, "--policy", "ordered_dead_letter", "--retry-base", "500ms", "--retry-budget", "2h", "--auto-recover")
-	require.Equal(t, "ordered_dead_letter", sub["policy"])
+	environ, sub := cliWebhook(t, "--policy", "ordered", "--retry-base", "500ms", "--retry-budget", "2h", "--auto-recover")
+	require.Equal(t, "ordered", sub["policy"])
 	require.EqualValues(t, 0.5, sub["retry_base_seconds"])
 	require.EqualValues(t, 7200, sub["retry_budget_seconds"])
 	require.NotContains(t, sub, "retry_max_seconds", "the server's")
@@ -36,7 +36,7 @@ func TestWebhooksPolicyFlags_CLI(t *testing.T) {
 	require.NotContains(t, got, "retry_base_seconds", "0: the server's again")
 	require.EqualValues(t, 7200, got["retry_budget_seconds"], "unchanged")
 	require.Equal(t, false, got["auto_recover"])
-	require.Equal(t, "ordered_dead_letter", got["policy"], "unchanged")
+	require.Equal(t, "ordered", got["policy"], "unchanged")
 
 	// The sender disables a failing subscription and starts probing it;
 	// here the database is set as it would.

@@ -41,11 +41,14 @@ func TestAPI_WebhookPolicy(t *testing.T) {
 	require.EqualValues(t, 3600, got["retry_budget_seconds"])
 	sp := "/v1/webhooks/" + got["id"].(string)
 
-	r = b.do(t, "PATCH", sp, owner, `{"policy":"ordered_dead_letter","auto_recover":true,"max_requests_per_second":0,"retry_base_seconds":0}`)
+	r = b.do(t, "PATCH", sp, owner, `{"policy":"ordered","auto_recover":true}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, true, r.json(t)["auto_recover"])
+	r = b.do(t, "PATCH", sp, owner, `{"policy":"ordered_dead_letter","max_requests_per_second":0,"retry_base_seconds":0}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	got = b.do(t, "GET", sp, owner, "").json(t)
 	require.Equal(t, "ordered_dead_letter", got["policy"])
-	require.Equal(t, true, got["auto_recover"])
+	require.Equal(t, false, got["auto_recover"], "only ordered probes: another policy turns it off")
 	require.NotContains(t, got, "max_in_flight", "only unordered has one")
 	require.NotContains(t, got, "max_requests_per_second", "0 removed the throttle")
 	require.NotContains(t, got, "retry_base_seconds", "0 returned it to the server's")
@@ -58,6 +61,7 @@ func TestAPI_WebhookPolicy(t *testing.T) {
 	for _, tc := range []struct{ method, path, body, detail string }{
 		{"POST", "/v1/webhooks", `{"space":"s1","url":` + url + `,"policy":"fifo"}`, `policy: "fifo", want ordered, ordered_dead_letter or unordered`},
 		{"POST", "/v1/webhooks", `{"space":"s1","url":` + url + `,"max_in_flight":5}`, "max_in_flight: only with policy unordered"},
+		{"POST", "/v1/webhooks", `{"space":"s1","url":` + url + `,"policy":"unordered","auto_recover":true}`, "auto_recover: only with policy ordered (this one is unordered)"},
 		{"POST", "/v1/webhooks", `{"space":"s1","url":` + url + `,"policy":"unordered","max_in_flight":101}`, "max_in_flight: 101, want 1..100"},
 		{"POST", "/v1/webhooks", `{"space":"s1","url":` + url + `,"max_requests_per_second":0.01}`, "max_requests_per_second: 0.01, want 0.1..1000"},
 		{"PATCH", sp, `{"retry_base_seconds":120}`, "retry_base_seconds: 120 is above retry_max_seconds 60"},

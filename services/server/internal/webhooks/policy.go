@@ -144,6 +144,14 @@ func (cur Policy) with(p *PolicyParams) (Policy, error) {
 	if p.AutoRecover != nil {
 		n.AutoRecover = *p.AutoRecover
 	}
+	if n.Name != PolicyOrdered {
+		// Only the ordered policy disables a subscription for failing, so
+		// only it has something to recover from.
+		if p.AutoRecover != nil && *p.AutoRecover {
+			return n, fmt.Errorf("%w: auto_recover: only with policy ordered (this one is %s)", ErrInvalid, n.Name)
+		}
+		n.AutoRecover = false
+	}
 	if p.MaxRequestsPerSecond != nil {
 		n.MaxRequestsPerSecond = *p.MaxRequestsPerSecond
 	}

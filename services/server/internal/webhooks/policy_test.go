@@ -380,6 +380,8 @@ func TestPolicy_Validation(t *testing.T) {
 		{"UnknownPolicy", webhooks.PolicyParams{Name: new("fifo")}, "policy:"},
 		{"MaxInFlightTooHigh", webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(101)}, "max_in_flight:"},
 		{"MaxInFlightWithOrdered", webhooks.PolicyParams{MaxInFlight: new(5)}, "max_in_flight: only with policy unordered"},
+		{"AutoRecoverWithUnordered", webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), AutoRecover: new(true)}, "auto_recover: only with policy ordered"},
+		{"AutoRecoverWithDeadLetter", webhooks.PolicyParams{Name: new(webhooks.PolicyOrderedDeadLetter), AutoRecover: new(true)}, "auto_recover: only with policy ordered"},
 		{"RateTooLow", webhooks.PolicyParams{MaxRequestsPerSecond: new(0.01)}, "max_requests_per_second:"},
 		{"RetryBaseTooShort", webhooks.PolicyParams{RetryBase: new(time.Millisecond)}, "retry_base_seconds:"},
 		{"RetryMaxTooLong", webhooks.PolicyParams{RetryMax: new(48 * time.Hour)}, "retry_max_seconds:"},
