@@ -229,36 +229,16 @@ var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.
 // allowed webhooks.manage on the space (with the token's scopes, if one is
 // given).
 func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *CreateParams) (*Subscription, string, error) {
-	res := p.Resolver
-	if res == nil {
-		res = defaultResolver
-	}
-	u, err := ValidateTarget(ctx, res, p.URL, p.AllowPrivateTargets)
+	url, limits, headers, err := validateCreate(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}
-	limits := p.Limits.withDefaults()
-	if err := validateEventTypes(p.EventTypes, limits); err != nil {
+	if err := allowedToManage(ctx, q, p); err != nil {
 		return nil, "", err
 	}
-	headers, err := normalizeHeaders(p.Headers)
+	secret, err := createSecret(p.Secret)
 	if err != nil {
 		return nil, "", err
-	}
-	d, err := authz.Allowed(ctx, q, &authz.Request{Action: authz.ActionWebhookManage, Principal: p.Owner, Space: p.Space, Token: p.TokenID})
-	if err != nil {
-		return nil, "", err
-	}
-	if !d.Allowed {
-		return nil, "", fmt.Errorf("%w: %s", ErrForbidden, d.Reason)
-	}
-	secret := p.Secret
-	if secret == "" {
-		if secret, err = NewSecret(); err != nil {
-			return nil, "", fmt.Errorf("webhook secret: %w", err)
-		}
-	} else if _, err := base64.StdEncoding.DecodeString(secret[min(len(secret), len("whsec_")):]); err != nil || len(secret) < len("whsec_")+8 || secret[:6] != "whsec_" {
-		return nil, "", fmt.Errorf("%w: secret must be whsec_ followed by base64", ErrInvalid)
 	}
 	pol, err := newPolicy(p.Policy, &limits)
 	if err != nil {
@@ -272,17 +252,13 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if types == nil {
 		types = []string{}
 	}
-	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: u.String(), EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
+	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: url, EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
 		Headers: headers}
 	err = atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `
-INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers)
-SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8 FROM event_seq
-RETURNING resume_after_seq, last_delivered_seq, created_at`,
-			id, p.Owner, p.Space, s.URL, secret, types, p.TokenID, headers).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt); err != nil {
+		if err := insertSubscription(ctx, tx, s, secret); err != nil {
 			return err
 		}
 		return writePolicy(ctx, tx, id, &pol)
@@ -295,6 +271,68 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 	}
 	s.Policy = pol
 	return s, secret, nil
+}
+
+// validateCreate checks the target, the filter and the custom headers of
+// a new subscription, in that order, and returns the target in its
+// normal form, the limits with their defaults and the headers.
+func validateCreate(ctx context.Context, p *CreateParams) (string, Limits, map[string]string, error) {
+	res := p.Resolver
+	if res == nil {
+		res = defaultResolver
+	}
+	u, err := ValidateTarget(ctx, res, p.URL, p.AllowPrivateTargets)
+	if err != nil {
+		return "", Limits{}, nil, err
+	}
+	limits := p.Limits.withDefaults()
+	if err := validateEventTypes(p.EventTypes, limits); err != nil {
+		return "", Limits{}, nil, err
+	}
+	headers, err := normalizeHeaders(p.Headers)
+	if err != nil {
+		return "", Limits{}, nil, err
+	}
+	return u.String(), limits, headers, nil
+}
+
+// allowedToManage refuses with ErrForbidden unless the owner (with the
+// token's scopes, if one is given) may manage webhooks on the space.
+func allowedToManage(ctx context.Context, q authz.Querier, p *CreateParams) error {
+	d, err := authz.Allowed(ctx, q, &authz.Request{Action: authz.ActionWebhookManage, Principal: p.Owner, Space: p.Space, Token: p.TokenID})
+	if err != nil {
+		return err
+	}
+	if !d.Allowed {
+		return fmt.Errorf("%w: %s", ErrForbidden, d.Reason)
+	}
+	return nil
+}
+
+// createSecret returns the given signing secret if it has the whsec_ form,
+// or a fresh one if none is given.
+func createSecret(given string) (string, error) {
+	if given == "" {
+		secret, err := NewSecret()
+		if err != nil {
+			return "", fmt.Errorf("webhook secret: %w", err)
+		}
+		return secret, nil
+	}
+	if _, err := base64.StdEncoding.DecodeString(given[min(len(given), len("whsec_")):]); err != nil || len(given) < len("whsec_")+8 || given[:6] != "whsec_" {
+		return "", fmt.Errorf("%w: secret must be whsec_ followed by base64", ErrInvalid)
+	}
+	return given, nil
+}
+
+// insertSubscription stores s with its secret at the head of the log and
+// fills in the positions and creation time the database gave it.
+func insertSubscription(ctx context.Context, tx pgx.Tx, s *Subscription, secret string) error {
+	return tx.QueryRow(ctx, `
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers)
+SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8 FROM event_seq
+RETURNING resume_after_seq, last_delivered_seq, created_at`,
+		s.ID, s.Owner, s.Space, s.URL, secret, s.EventTypes, s.TokenID, s.Headers).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
 }
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
