@@ -40,39 +40,8 @@ type UpdateParams struct {
 // deliveries go to the new URL, and the filter applies to events read by
 // later rounds. Rights are the caller's to check.
 func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams) (*Subscription, error) {
-	var url *string
-	if p.URL != nil {
-		res := p.Resolver
-		if res == nil {
-			res = defaultResolver
-		}
-		u, err := ValidateTarget(ctx, res, *p.URL, p.AllowPrivateTargets)
-		if err != nil {
-			return nil, err
-		}
-		s := u.String()
-		url = &s
-	}
-	var types []string
-	if p.EventTypes != nil {
-		types = *p.EventTypes
-		if types == nil {
-			types = []string{}
-		}
-		if err := validateEventTypes(types, p.Limits.withDefaults()); err != nil {
-			return nil, err
-		}
-	}
-	var setHeaders any // nil: keep the headers
-	removeHeaders := []string{}
-	if p.Headers != nil {
-		set, remove, err := normalizeHeaderPatch(p.Headers)
-		if err != nil {
-			return nil, err
-		}
-		setHeaders, removeHeaders = set, append(removeHeaders, remove...)
-	}
-	if err := p.Policy.validate(); err != nil {
+	c, err := validateUpdate(ctx, p)
+	if err != nil {
 		return nil, err
 	}
 	db, ok := q.(interface {
@@ -83,21 +52,8 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 	}
 	// The patched headers are checked as a whole before the transaction
 	// commits, so concurrent patches cannot together exceed the bounds.
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var headers map[string]string
-		err := tx.QueryRow(ctx, `
-UPDATE webhook_subscriptions
-SET url = coalesce($2, url), event_types = coalesce($3, event_types),
-    headers = CASE WHEN $4::jsonb IS NULL THEN headers ELSE (headers - $5::text[]) || $4::jsonb END, updated_at = now()
-WHERE id = $1
-RETURNING headers`, id, url, types, setHeaders, removeHeaders).Scan(&headers)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%s: %w", id, ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("update webhook subscription %s: %w", id, err)
-		}
-		if err := checkHeaderTotals(headers); err != nil {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := c.apply(ctx, tx, id); err != nil {
 			return err
 		}
 		return setPolicy(ctx, tx, id, p.Policy, p.Limits)
@@ -106,4 +62,80 @@ RETURNING headers`, id, url, types, setHeaders, removeHeaders).Scan(&headers)
 		return nil, err
 	}
 	return Get(ctx, q, id)
+}
+
+// subscriptionChange is the validated change of an update, in the form the
+// UPDATE takes it.
+type subscriptionChange struct {
+	url           *string  // nil: keep the target
+	types         []string // nil: keep the filter
+	setHeaders    any      // nil: keep the headers
+	removeHeaders []string // names to remove when setHeaders is not nil
+}
+
+// validateUpdate checks the target, the filter, the header patch and the
+// policy of an update, in that order.
+func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, error) {
+	c := &subscriptionChange{removeHeaders: []string{}}
+	var err error
+	if c.url, err = updateTarget(ctx, p); err != nil {
+		return nil, err
+	}
+	if p.EventTypes != nil {
+		c.types = *p.EventTypes
+		if c.types == nil {
+			c.types = []string{}
+		}
+		if err := validateEventTypes(c.types, p.Limits.withDefaults()); err != nil {
+			return nil, err
+		}
+	}
+	if p.Headers != nil {
+		set, remove, err := normalizeHeaderPatch(p.Headers)
+		if err != nil {
+			return nil, err
+		}
+		c.setHeaders, c.removeHeaders = set, append(c.removeHeaders, remove...)
+	}
+	if err := p.Policy.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// updateTarget validates the new target, if one is given, and returns it
+// in its normal form; nil keeps the target.
+func updateTarget(ctx context.Context, p *UpdateParams) (*string, error) {
+	if p.URL == nil {
+		return nil, nil
+	}
+	res := p.Resolver
+	if res == nil {
+		res = defaultResolver
+	}
+	u, err := ValidateTarget(ctx, res, *p.URL, p.AllowPrivateTargets)
+	if err != nil {
+		return nil, err
+	}
+	s := u.String()
+	return &s, nil
+}
+
+// apply writes the change to subscription id in tx and checks the patched
+// headers as a whole.
+func (c *subscriptionChange) apply(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	var headers map[string]string
+	err := tx.QueryRow(ctx, `
+UPDATE webhook_subscriptions
+SET url = coalesce($2, url), event_types = coalesce($3, event_types),
+    headers = CASE WHEN $4::jsonb IS NULL THEN headers ELSE (headers - $5::text[]) || $4::jsonb END, updated_at = now()
+WHERE id = $1
+RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders).Scan(&headers)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("update webhook subscription %s: %w", id, err)
+	}
+	return checkHeaderTotals(headers)
 }
