@@ -109,20 +109,9 @@ func setupWebhooksRecover(fs *flag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		p := &webhooks.RecoverParams{SubscriptionID: id, FromSeq: *fromSeq, ToSeq: *toSeq}
-		for _, f := range []struct {
-			name, v string
-			to      *time.Time
-		}{{"--since", *since, &p.Since}, {"--until", *until, &p.Until}} {
-			if f.v == "" {
-				continue
-			}
-			if *f.to, err = time.Parse(time.RFC3339Nano, f.v); err != nil {
-				return fmt.Errorf("%w: %s %q: want an RFC 3339 time such as 2026-12-01T08:00:00Z", errUsage, f.name, f.v)
-			}
-		}
-		if bySeq, byTime := *fromSeq != 0 || *toSeq != 0, *since != "" || *until != ""; bySeq == byTime {
-			return fmt.Errorf("%w: webhooks recover needs --from-seq (and --to-seq) or --since (and --until)", errUsage)
+		p, err := recoverRange(id, *fromSeq, *toSeq, *since, *until)
+		if err != nil {
+			return err
 		}
 		_, pool, err := c.open(ctx)
 		if err != nil {
@@ -140,34 +129,67 @@ func setupWebhooksRecover(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			out := recoverJSON{ID: id.String(), Reset: res.Reset, Created: res.Created}
-			if res.Range.Len() > 0 {
-				out.Range = &seqJSON{From: res.Range.From, To: res.Range.To}
-			}
-			switch {
-			case res.Lost.Len() > 0:
-				out.Lost = &lostJSON{From: res.Lost.From, To: res.Lost.To}
-			case !res.LostSince.IsZero():
-				s, u := res.LostSince.UTC(), res.LostUntil.UTC()
-				out.Lost = &lostJSON{Since: &s, Until: &u}
-			}
-			return c.printJSON(out)
+			return c.printJSON(newRecoverJSON(id, res))
 		}
-		switch {
-		case res.Lost.Len() > 0:
-			fmt.Fprintf(c.stdout, "events %s left the log (retention) and cannot be recovered; resynchronize the receiver from the source\n", res.Lost)
-		case !res.LostSince.IsZero():
-			fmt.Fprintf(c.stdout, "events committed from %s to %s left the log (retention) and cannot be recovered; resynchronize the receiver from the source\n",
-				res.LostSince.UTC().Format(time.RFC3339Nano), res.LostUntil.UTC().Format(time.RFC3339Nano))
-		}
-		if res.Range.Len() == 0 {
-			fmt.Fprintf(c.stdout, "nothing of the range is in the log; nothing recovered\n")
-			return nil
-		}
-		fmt.Fprintf(c.stdout, "seqs %s of %s: %d dead or skipped deliveries pending again, %d deliveries made for events that had none; they are sent in seq order before newer pending ones\n",
-			res.Range, id, res.Reset, res.Created)
+		printRecovered(c, id, res)
 		return nil
 	}
+}
+
+// recoverRange returns the parameters of recovering subscription id from
+// the range flags: a seq range or a time range, not both.
+func recoverRange(id uuid.UUID, fromSeq, toSeq int64, since, until string) (*webhooks.RecoverParams, error) {
+	p := &webhooks.RecoverParams{SubscriptionID: id, FromSeq: fromSeq, ToSeq: toSeq}
+	for _, f := range []struct {
+		name, v string
+		to      *time.Time
+	}{{"--since", since, &p.Since}, {"--until", until, &p.Until}} {
+		if f.v == "" {
+			continue
+		}
+		var err error
+		if *f.to, err = time.Parse(time.RFC3339Nano, f.v); err != nil {
+			return nil, fmt.Errorf("%w: %s %q: want an RFC 3339 time such as 2026-12-01T08:00:00Z", errUsage, f.name, f.v)
+		}
+	}
+	if bySeq, byTime := fromSeq != 0 || toSeq != 0, since != "" || until != ""; bySeq == byTime {
+		return nil, fmt.Errorf("%w: webhooks recover needs --from-seq (and --to-seq) or --since (and --until)", errUsage)
+	}
+	return p, nil
+}
+
+// newRecoverJSON is the --json form of a recovery of subscription id.
+func newRecoverJSON(id uuid.UUID, res *webhooks.RecoverResult) recoverJSON {
+	out := recoverJSON{ID: id.String(), Reset: res.Reset, Created: res.Created}
+	if res.Range.Len() > 0 {
+		out.Range = &seqJSON{From: res.Range.From, To: res.Range.To}
+	}
+	switch {
+	case res.Lost.Len() > 0:
+		out.Lost = &lostJSON{From: res.Lost.From, To: res.Lost.To}
+	case !res.LostSince.IsZero():
+		s, u := res.LostSince.UTC(), res.LostUntil.UTC()
+		out.Lost = &lostJSON{Since: &s, Until: &u}
+	}
+	return out
+}
+
+// printRecovered tells what a recovery of subscription id lost, if
+// anything, and what it made pending again.
+func printRecovered(c *call, id uuid.UUID, res *webhooks.RecoverResult) {
+	switch {
+	case res.Lost.Len() > 0:
+		fmt.Fprintf(c.stdout, "events %s left the log (retention) and cannot be recovered; resynchronize the receiver from the source\n", res.Lost)
+	case !res.LostSince.IsZero():
+		fmt.Fprintf(c.stdout, "events committed from %s to %s left the log (retention) and cannot be recovered; resynchronize the receiver from the source\n",
+			res.LostSince.UTC().Format(time.RFC3339Nano), res.LostUntil.UTC().Format(time.RFC3339Nano))
+	}
+	if res.Range.Len() == 0 {
+		fmt.Fprintf(c.stdout, "nothing of the range is in the log; nothing recovered\n")
+		return
+	}
+	fmt.Fprintf(c.stdout, "seqs %s of %s: %d dead or skipped deliveries pending again, %d deliveries made for events that had none; they are sent in seq order before newer pending ones\n",
+		res.Range, id, res.Reset, res.Created)
 }
 
 // enableFrom enables subscription id from the head or from its backlog.
