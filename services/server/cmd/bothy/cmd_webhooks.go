@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -322,12 +323,9 @@ func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) erro
 		if err != nil {
 			return err
 		}
-		before, err := page.Decode("deliveries", *cursor) // the HTTP API's cursors of a subscription's deliveries
-		if err == nil && before.Seq != 0 && before.ID != id {
-			err = page.ErrBadCursor
-		}
-		if err != nil || *limit < 1 {
-			return fmt.Errorf("%w: --cursor or --limit: %v", errUsage, cmp.Or(err, errors.New("want 1 or more")))
+		before, err := deliveriesPage(id, *cursor, *limit)
+		if err != nil {
+			return err
 		}
 		_, pool, err := c.open(ctx)
 		if err != nil {
@@ -345,13 +343,9 @@ func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) erro
 		if err := postgres.Durable(ctx, pool); err != nil { // deliveries are made by rounds
 			return err
 		}
-		as := make([][]webhooks.Attempt, len(ds))
-		if *attempts {
-			for i, d := range ds {
-				if as[i], err = webhooks.Attempts(ctx, pool, id, d.Seq); err != nil {
-					return err
-				}
-			}
+		as, err := deliveryAttempts(ctx, pool, id, ds, *attempts)
+		if err != nil {
+			return err
 		}
 		if *asJSON {
 			out := make([]webhooks.DeliveryView, 0, len(ds))
@@ -360,22 +354,58 @@ func setupWebhooksDeliveries(fs *flag.FlagSet) func(context.Context, *call) erro
 			}
 			return c.printJSON(out)
 		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tWEBHOOK-ID\tSTATUS\tATTEMPTS\tCREATED\tNEXT_ATTEMPT\tLAST_ERROR")
-		for i, d := range ds {
-			next := ""
-			if d.NextAttemptAt != nil && d.Status == webhooks.DeliveryPending {
-				next = d.NextAttemptAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.EventID, d.Status, d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), next, d.LastError)
-			for _, a := range as[i] {
-				code := "-"
-				if a.StatusCode != nil {
-					code = fmt.Sprint(*a.StatusCode)
-				}
-				fmt.Fprintf(tw, "\t  attempt\t%s\t%s\t%s\t\t%s\n", code, a.Duration.Round(time.Microsecond), a.At.UTC().Format(time.RFC3339Nano), a.Error)
-			}
-		}
-		return tw.Flush()
+		return printDeliveries(c, ds, as)
 	}
+}
+
+// deliveriesPage checks --cursor and --limit and returns the page the
+// cursor starts after: the HTTP API's cursors of subscription id's
+// deliveries.
+func deliveriesPage(id uuid.UUID, cursor string, limit int) (page.Key, error) {
+	before, err := page.Decode("deliveries", cursor)
+	if err == nil && before.Seq != 0 && before.ID != id {
+		err = page.ErrBadCursor
+	}
+	if err != nil || limit < 1 {
+		return page.Key{}, fmt.Errorf("%w: --cursor or --limit: %v", errUsage, cmp.Or(err, errors.New("want 1 or more")))
+	}
+	return before, nil
+}
+
+// deliveryAttempts returns the attempts of each of the deliveries ds of
+// subscription id if they are wanted, or none for each.
+func deliveryAttempts(ctx context.Context, q authz.Querier, id uuid.UUID, ds []webhooks.Delivery, want bool) ([][]webhooks.Attempt, error) {
+	as := make([][]webhooks.Attempt, len(ds))
+	if !want {
+		return as, nil
+	}
+	for i, d := range ds {
+		var err error
+		if as[i], err = webhooks.Attempts(ctx, q, id, d.Seq); err != nil {
+			return nil, err
+		}
+	}
+	return as, nil
+}
+
+// printDeliveries prints deliveries ds as a table, each followed by its
+// attempts as.
+func printDeliveries(c *call, ds []webhooks.Delivery, as [][]webhooks.Attempt) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tWEBHOOK-ID\tSTATUS\tATTEMPTS\tCREATED\tNEXT_ATTEMPT\tLAST_ERROR")
+	for i, d := range ds {
+		next := ""
+		if d.NextAttemptAt != nil && d.Status == webhooks.DeliveryPending {
+			next = d.NextAttemptAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.EventID, d.Status, d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), next, d.LastError)
+		for _, a := range as[i] {
+			code := "-"
+			if a.StatusCode != nil {
+				code = fmt.Sprint(*a.StatusCode)
+			}
+			fmt.Fprintf(tw, "\t  attempt\t%s\t%s\t%s\t\t%s\n", code, a.Duration.Round(time.Microsecond), a.At.UTC().Format(time.RFC3339Nano), a.Error)
+		}
+	}
+	return tw.Flush()
 }
