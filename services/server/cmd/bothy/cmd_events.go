@@ -93,8 +93,6 @@ func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error
 	log := postgres.NewEventLog(pool, nil)
 	defer log.Close()
 
-	var next atomic.Int64
-	var first, last atomic.Int64
 	var tick <-chan time.Time
 	if p.rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / p.rate))
@@ -102,6 +100,29 @@ func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error
 		tick = t.C
 	}
 	start := time.Now()
+	head, err := emitAll(ctx, log, p, tick)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	el := time.Since(start)
+	if p.asJSON {
+		return c.printJSON(emitJSON{Appended: p.count, Space: p.space, HeadSeq: head,
+			Seconds: el.Seconds(), PerSecond: float64(p.count) / el.Seconds()})
+	}
+	fmt.Fprintf(c.stdout, "appended %d events to space %s (head seq %d) in %s, %.0f/s\n", p.count, p.space, head, el.Round(time.Millisecond), float64(p.count)/el.Seconds())
+	return nil
+}
+
+// emitAll appends p.count events from p.conc writers, each waiting for a
+// tick first if tick is not nil, and returns the highest seq appended and
+// the first error of a writer. A writer stops at its first error or when
+// ctx ends.
+func emitAll(ctx context.Context, log *postgres.EventLog, p *emitParams, tick <-chan time.Time) (int64, error) {
+	var next atomic.Int64
+	var first, last atomic.Int64
 	var wg gosync.WaitGroup
 	errs := make(chan error, p.conc)
 	for range p.conc {
@@ -120,23 +141,15 @@ func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error
 						return
 					}
 				}
-				d := map[string]any{}
-				for k, v := range p.base {
-					d[k] = v
-				}
-				d["n"] = i
-				raw, _ := json.Marshal(d)
-				evs, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
-					return []sync.NewEvent{{Space: p.space, Type: p.typ, Actor: p.actor, Data: raw}}, nil
-				})
+				seq, err := emitOne(ctx, log, p, i)
 				if err != nil {
 					errs <- err
 					return
 				}
-				first.CompareAndSwap(0, evs[0].Seq)
+				first.CompareAndSwap(0, seq)
 				for {
 					cur := last.Load()
-					if evs[0].Seq <= cur || last.CompareAndSwap(cur, evs[0].Seq) {
+					if seq <= cur || last.CompareAndSwap(cur, seq) {
 						break
 					}
 				}
@@ -145,17 +158,23 @@ func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return err
+	return last.Load(), <-errs
+}
+
+// emitOne appends the i-th event, its data p.base with "n": i, and returns
+// its seq.
+func emitOne(ctx context.Context, log *postgres.EventLog, p *emitParams, i int64) (int64, error) {
+	d := map[string]any{}
+	for k, v := range p.base {
+		d[k] = v
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	d["n"] = i
+	raw, _ := json.Marshal(d)
+	evs, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
+		return []sync.NewEvent{{Space: p.space, Type: p.typ, Actor: p.actor, Data: raw}}, nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	el := time.Since(start)
-	if p.asJSON {
-		return c.printJSON(emitJSON{Appended: p.count, Space: p.space, HeadSeq: last.Load(),
-			Seconds: el.Seconds(), PerSecond: float64(p.count) / el.Seconds()})
-	}
-	fmt.Fprintf(c.stdout, "appended %d events to space %s (head seq %d) in %s, %.0f/s\n", p.count, p.space, last.Load(), el.Round(time.Millisecond), float64(p.count)/el.Seconds())
-	return nil
+	return evs[0].Seq, nil
 }
