@@ -35,7 +35,9 @@
 // portal session of an hour at most; each link opens once (the hashes of
 // used links are kept until they expire). A browser signed in to the
 // console is asked first, as opening the link ends its session; the
-// confirmation posts the link to POST /console/portal.
+// confirmation posts the link to POST /console/portal. A link followed
+// from another site (Fetch Metadata) first gets a page that reloads it
+// from the console, so the SameSite=Strict cookie comes with it.
 //
 // Every answer has Content-Security-Policy "default-src 'self'; base-uri
 // 'none'; form-action 'self'; object-src 'none'; frame-ancestors 'none'"
@@ -104,5 +106,7 @@
 //   - portal link over a signed-in session (/console/portal?token=):
 //     p#portal-question, form#portal-form, button#portal-open,
 //     a#portal-cancel.
+//   - portal link followed from another site: p#portal-continue-note,
+//     a#portal-continue (the page reloads itself).
 //   - errors: h1#error-title, p#error-detail.
 package console

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/console/portallink"
@@ -21,10 +22,21 @@ const portalSessionTTL = time.Hour
 // forged, expired or already used: it never says which.
 var errLinkRefused = errorf(http.StatusForbidden, "this portal link is invalid, expired or already used; ask for a new one")
 
+// usedLinkMargin is how long past its expiry a used link's record is
+// kept: Verify judges expiry by the clock of the server that opens the
+// link, so the record must outlive the link on a clock a little behind.
+const usedLinkMargin = 5 * time.Minute
+
 type portalConfirmView struct {
 	Token     string
 	Principal string
 	Space     string
+}
+
+// portalContinueView is the page that reloads a portal link followed
+// from another site.
+type portalContinueView struct {
+	URL string
 }
 
 // openPortal (GET /console/portal?token=...) exchanges a portal link for
@@ -32,7 +44,8 @@ type portalConfirmView struct {
 // first (a page it cannot be framed in): opening the link ends that
 // session. A browser without one, or with a portal session (a framed
 // portal reopened on the next page view), opens it at once. HEAD uses
-// nothing.
+// nothing, and neither does a link followed from another site, which is
+// reloaded from the console first (crossSiteNavigation).
 func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session) error {
 	token := r.URL.Query().Get("token")
 	claims, err := c.checkLink(r.Context(), token)
@@ -42,6 +55,11 @@ func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session)
 	}
 	if r.Method == http.MethodHead {
 		return nil // a look at the link (a link preview, say) does not use it
+	}
+	if crossSiteNavigation(r) {
+		c.render(w, r, nil, http.StatusOK, "portal-continue",
+			&portalContinueView{URL: Prefix + "portal?token=" + url.QueryEscape(token)})
+		return nil
 	}
 	s, err := c.loadSession(r)
 	if err != nil && !errors.Is(err, errNoSession) {
@@ -53,6 +71,24 @@ func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session)
 		return nil
 	}
 	return c.startPortal(w, r, token, claims)
+}
+
+// crossSiteNavigation reports whether r is a top-level navigation that
+// another site started (a link in an e-mail, a chat or another site's
+// page), going by Fetch Metadata. Browsers leave the SameSite=Strict
+// console cookie out of such a navigation and out of the redirects that
+// follow it, so the console would see no session: it would open the link
+// without asking a signed-in browser, and its redirect to the portal
+// would land on the sign-in page. The page answered instead reloads the
+// link from the console's own origin, which sends the cookie. A framed
+// portal (Sec-Fetch-Dest iframe) and browsers without Fetch Metadata
+// open the link as before.
+func crossSiteNavigation(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Dest") != "document" {
+		return false
+	}
+	site := r.Header.Get("Sec-Fetch-Site")
+	return site == "cross-site" || site == "same-site"
 }
 
 // confirmPortal (POST /console/portal) opens the portal from the
@@ -122,9 +158,11 @@ func (c *Console) startPortal(w http.ResponseWriter, r *http.Request, token stri
 
 // useLink records a link as used, or returns errLinkRefused if it was
 // already: of two browsers opening one link at once, one gets a session.
-// Records of links past their expiry are deleted on the way.
+// Records of links past their expiry by usedLinkMargin on this server's
+// clock (the one Verify uses, not the database's) are deleted on the way.
 func (c *Console) useLink(ctx context.Context, token string, claims *portallink.Claims) error {
-	if _, err := c.pool.Exec(ctx, `DELETE FROM console_portal_links_used WHERE expires_at < now()`); err != nil {
+	if _, err := c.pool.Exec(ctx, `DELETE FROM console_portal_links_used WHERE expires_at < $1`,
+		time.Now().Add(-usedLinkMargin)); err != nil {
 		return fmt.Errorf("prune used portal links: %w", err)
 	}
 	ct, err := c.pool.Exec(ctx, `INSERT INTO console_portal_links_used (link_hash, expires_at) VALUES ($1, $2)

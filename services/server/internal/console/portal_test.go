@@ -112,3 +112,70 @@ func TestConsole_PortalAsksBeforeEndingASignedInSession(t *testing.T) {
 	require.Contains(t, p.body, `id="portal-banner"`)
 	require.Equal(t, http.StatusForbidden, br.get(link).status, "the confirmed link is used")
 }
+
+// navigate GETs path as a browser following a link would, with Fetch
+// Metadata site and dest.
+func (br *browser) navigate(path, site, dest string) *page {
+	br.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, br.base+path, nil)
+	require.NoError(br.t, err)
+	req.Header.Set("Sec-Fetch-Site", site)
+	req.Header.Set("Sec-Fetch-Dest", dest)
+	req.Header.Set("Sec-Fetch-Mode", "navigate")
+	return br.do(req)
+}
+
+// TestConsole_PortalLinkFromOtherSiteIsReloaded: a portal link followed
+// from another site (or a sibling subdomain) answers a page that reloads
+// it from the console, and does nothing else: no cookie, the browser's
+// console session intact, the link still unused. Opened from the
+// console's own origin, typed in, or in a frame, it opens at once.
+func TestConsole_PortalLinkFromOtherSiteIsReloaded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "console.frame_ancestors", "https://app.example")
+	token := b.principal(t, "alice", authz.RightAdmin, "acme")
+	br := b.browser(t)
+	consoleSession := sessionID(t, br.signIn(token))
+
+	for _, site := range []string{"cross-site", "same-site"} {
+		link := b.portalLink(t, token, "alice", "acme")
+		for range 2 {
+			p := br.navigate(link, site, "document")
+			require.Equal(t, http.StatusOK, p.status, p.body)
+			require.Contains(t, p.body, `<meta http-equiv="refresh" content="0">`)
+			require.Contains(t, p.body, `id="portal-continue" href="`+link+`"`)
+			require.Empty(t, p.header.Get("Set-Cookie"))
+			require.Contains(t, p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+		}
+		require.True(t, b.sessionValid(t, consoleSession), "the reload page ended the console session")
+		p := br.navigate(link, "same-origin", "document")
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.Contains(t, p.body, `id="portal-open"`, "reloaded from the console, the signed-in browser is asked")
+		require.Equal(t, http.StatusSeeOther, b.browser(t).navigate(link, "same-origin", "document").status,
+			"the link was used by the reload page")
+	}
+
+	for _, meta := range [][2]string{{"none", "document"}, {"cross-site", "iframe"}, {"", ""}} {
+		p := b.browser(t).navigate(b.portalLink(t, token, "alice", "acme"), meta[0], meta[1])
+		require.Equal(t, http.StatusSeeOther, p.status, "Sec-Fetch-Site %q, Sec-Fetch-Dest %q: %s", meta[0], meta[1], p.body)
+		require.Equal(t, "/console/subscriptions", p.header.Get("Location"))
+	}
+}
+
+// TestConsole_UsedLinkOutlivesDatabaseClock: the record of a used link is
+// kept until the link has expired on the server's clock, which judges
+// links, whatever the database's clock says. The record's expiry set a
+// minute into the database's past stands for a database clock ahead of
+// the server's.
+func TestConsole_UsedLinkOutlivesDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightAdmin, "acme")
+	link := b.portalLink(t, token, "alice", "acme")
+	require.Equal(t, http.StatusSeeOther, b.browser(t).get(link).status)
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE console_portal_links_used SET expires_at = now() - interval '1 minute'`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSeeOther, b.browser(t).get(b.portalLink(t, token, "alice", "acme")).status,
+		"another link opens (and prunes the used links)")
+	require.Equal(t, http.StatusForbidden, b.browser(t).get(link).status, "the used link opened again")
+}

@@ -10,7 +10,8 @@ import (
 
 // pageNames are the templates of templates/, one page each; every page
 // fills the blocks of layout.html.
-var pageNames = []string{"error", "sign-in", "subscriptions", "subscription", "confirm", "result", "lag", "push", "portal-confirm"}
+var pageNames = []string{"error", "sign-in", "subscriptions", "subscription", "confirm", "result", "lag", "push", "portal-confirm",
+	"portal-continue"}
 
 type pages struct {
 	byName map[string]*template.Template
@@ -73,5 +74,5 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, sta
 var titles = map[string]string{
 	"error": "Error", "sign-in": "Sign in", "subscriptions": "Webhook subscriptions", "subscription": "Webhook subscription",
 	"confirm": "Confirm", "result": "Done", "lag": "Delivery lag", "push": "Push registrations",
-	"portal-confirm": "Open the portal",
+	"portal-confirm": "Open the portal", "portal-continue": "Open the portal",
 }
