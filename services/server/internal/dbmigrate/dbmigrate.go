@@ -123,6 +123,17 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck
 
 	res := &Result{}
+	if res.RiverApplied, err = upRiver(ctx, pool); err != nil {
+		return nil, err
+	}
+	if res.Applied, err = upOwn(ctx, conn, all); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// upRiver applies River's pending migrations and returns their versions.
+func upRiver(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	rm, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river migrator: %w", err)
@@ -131,11 +142,16 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: river: %w", err)
 	}
+	var applied []int
 	for _, v := range rr.Versions {
-		res.RiverApplied = append(res.RiverApplied, v.Version)
+		applied = append(applied, v.Version)
 	}
+	return applied, nil
+}
 
-	// The project's own migrations apply in one transaction: all or none.
+// upOwn applies the project's migrations of all not yet recorded, in one
+// transaction on conn (all or none), and returns them.
+func upOwn(ctx context.Context, conn *pgxpool.Conn, all []Migration) ([]Migration, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: begin: %w", err)
@@ -149,6 +165,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var done []Migration
 	for _, m := range all {
 		if applied[m.Version] {
 			continue
@@ -159,12 +176,12 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO bothy_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
 		}
-		res.Applied = append(res.Applied, m)
+		done = append(done, m)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("migrate: commit: %w", err)
 	}
-	return res, nil
+	return done, nil
 }
 
 // GetStatus reads which migrations are applied, without changing anything.
