@@ -37,7 +37,15 @@ type portalConfirmView struct {
 // from another site.
 type portalContinueView struct {
 	URL string
+	// ReloadURL is where the page reloads itself to, once: empty when the
+	// request is that reload and still came from another site (a browser
+	// that says so even then), so the page waits for a click instead of
+	// reloading forever.
+	ReloadURL string
 }
+
+// reloadedParam marks the page's own reload of a portal link.
+const reloadedParam = "reloaded"
 
 // openPortal (GET /console/portal?token=...) exchanges a portal link for
 // a portal session. A browser already signed in to the console is asked
@@ -57,8 +65,11 @@ func (c *Console) openPortal(w http.ResponseWriter, r *http.Request, _ *session)
 		return nil // a look at the link (a link preview, say) does not use it
 	}
 	if crossSiteNavigation(r) {
-		c.render(w, r, nil, http.StatusOK, "portal-continue",
-			&portalContinueView{URL: Prefix + "portal?token=" + url.QueryEscape(token)})
+		v := &portalContinueView{URL: Prefix + "portal?token=" + url.QueryEscape(token)}
+		if r.URL.Query().Get(reloadedParam) == "" {
+			v.ReloadURL = v.URL + "&" + reloadedParam + "=1"
+		}
+		c.render(w, r, nil, http.StatusOK, "portal-continue", v)
 		return nil
 	}
 	s, err := c.loadSession(r)

@@ -142,13 +142,19 @@ func TestConsole_PortalLinkFromOtherSiteIsReloaded(t *testing.T) {
 		for range 2 {
 			p := br.navigate(link, site, "document")
 			require.Equal(t, http.StatusOK, p.status, p.body)
-			require.Contains(t, p.body, `<meta http-equiv="refresh" content="0">`)
+			require.Contains(t, p.body, `<meta http-equiv="refresh" content="0; url=`+link+`&amp;reloaded=1">`)
 			require.Contains(t, p.body, `id="portal-continue" href="`+link+`"`)
 			require.Empty(t, p.header.Get("Set-Cookie"))
 			require.Contains(t, p.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
 		}
+		// A browser that calls the page's own reload cross-site too gets
+		// the link to click, not another reload: no loop.
+		p := br.navigate(link+"&reloaded=1", site, "document")
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.NotContains(t, p.body, `http-equiv="refresh"`)
+		require.Contains(t, p.body, `id="portal-continue" href="`+link+`"`)
 		require.True(t, b.sessionValid(t, consoleSession), "the reload page ended the console session")
-		p := br.navigate(link, "same-origin", "document")
+		p = br.navigate(link+"&reloaded=1", "same-origin", "document")
 		require.Equal(t, http.StatusOK, p.status, p.body)
 		require.Contains(t, p.body, `id="portal-open"`, "reloaded from the console, the signed-in browser is asked")
 		require.Equal(t, http.StatusSeeOther, b.browser(t).navigate(link, "same-origin", "document").status,
