@@ -302,51 +302,14 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	if err != nil {
 		return river.JobCancel(err)
 	}
-	now := w.cfg.Now()
 	out := make([]outcome, len(msgs))
-	var live []int // messages not expired
-	for i, m := range msgs {
-		if age := now.Sub(m.ev.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
-			out[i] = outcome{result: resultExpired, counted: true, reason: fmt.Errorf("message for seq %d is %s old, past push.ttl %s", m.ev.Seq, age.Round(time.Second), w.cfg.TTL)}
-			w.count(resultExpired)
-			continue
-		}
-		live = append(live, i)
-	}
+	live := w.expire(job, msgs, out)
 
 	var toSend []int
 	var targets []target
 	if len(live) > 0 {
-		lm := make([]message, len(live))
-		for j, i := range live {
-			lm[j] = msgs[i]
-		}
-		ts, decs, err := w.check(ctx, lm)
-		if err != nil {
-			w.countN(resultRetry, len(live))
+		if targets, toSend, err = w.screen(ctx, msgs, live, out); err != nil {
 			return err
-		}
-		targets = make([]target, len(msgs))
-		for j, i := range live {
-			t, m := ts[j], msgs[i]
-			targets[i] = t
-			switch {
-			case t.recorded != nil && *t.recorded/100 == 2:
-				out[i] = outcome{result: resultAlreadySent}
-			case t.recorded != nil:
-				// Refused for good in an earlier run, and counted then.
-				out[i] = outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service answered %d", *t.recorded)}
-			case !t.found:
-				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("registration %s was removed", m.device.RegistrationID)}
-			case t.principal != m.device.Principal:
-				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("registration %s now belongs to another principal", m.device.RegistrationID)}
-			case !t.wants:
-				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("principal %q muted space %q", m.device.Principal, m.ev.Space)}
-			case !decs[j].Allowed:
-				out[i] = outcome{result: resultDenied, reason: fmt.Errorf("push.deliver denied: %s", decs[j].Reason)}
-			default:
-				toSend = append(toSend, i)
-			}
 		}
 	}
 	for _, o := range out {
@@ -368,6 +331,72 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		recorded.Wait()
 	}
 	return err
+}
+
+// expire gives the messages past push.ttl their outcome in out, counted,
+// and returns the others, by index. With a TTL of 0 only a retry expires
+// them.
+func (w *DeliverWorker) expire(job *river.Job[DeliverArgs], msgs []message, out []outcome) []int {
+	now := w.cfg.Now()
+	var live []int // messages not expired
+	for i, m := range msgs {
+		if age := now.Sub(m.ev.CommittedAt); age > w.cfg.TTL && (w.cfg.TTL > 0 || job.Attempt > 1) {
+			out[i] = outcome{result: resultExpired, counted: true, reason: fmt.Errorf("message for seq %d is %s old, past push.ttl %s", m.ev.Seq, age.Round(time.Second), w.cfg.TTL)}
+			w.count(resultExpired)
+			continue
+		}
+		live = append(live, i)
+	}
+	return live
+}
+
+// screen reads the registrations and rights of the live messages (check)
+// and returns a target per message of the batch and the messages to send;
+// the other live messages get their outcome in out, not yet counted. When
+// the read fails, every live message is counted as a retry.
+func (w *DeliverWorker) screen(ctx context.Context, msgs []message, live []int, out []outcome) ([]target, []int, error) {
+	lm := make([]message, len(live))
+	for j, i := range live {
+		lm[j] = msgs[i]
+	}
+	ts, decs, err := w.check(ctx, lm)
+	if err != nil {
+		w.countN(resultRetry, len(live))
+		return nil, nil, err
+	}
+	targets := make([]target, len(msgs))
+	var toSend []int
+	for j, i := range live {
+		targets[i] = ts[j]
+		if o, send := screenOne(&ts[j], &msgs[i], &decs[j]); send {
+			toSend = append(toSend, i)
+		} else {
+			out[i] = o
+		}
+	}
+	return targets, toSend, nil
+}
+
+// screenOne reports whether message m is to be sent to target t, or else
+// its outcome: already answered in an earlier run, or not to be sent.
+func screenOne(t *target, m *message, dec *authz.Decision) (outcome, bool) {
+	switch {
+	case t.recorded != nil && *t.recorded/100 == 2:
+		return outcome{result: resultAlreadySent}, false
+	case t.recorded != nil:
+		// Refused for good in an earlier run, and counted then.
+		return outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service answered %d", *t.recorded)}, false
+	case !t.found:
+		return outcome{result: resultDenied, reason: fmt.Errorf("registration %s was removed", m.device.RegistrationID)}, false
+	case t.principal != m.device.Principal:
+		return outcome{result: resultDenied, reason: fmt.Errorf("registration %s now belongs to another principal", m.device.RegistrationID)}, false
+	case !t.wants:
+		return outcome{result: resultDenied, reason: fmt.Errorf("principal %q muted space %q", m.device.Principal, m.ev.Space)}, false
+	case !dec.Allowed:
+		return outcome{result: resultDenied, reason: fmt.Errorf("push.deliver denied: %s", dec.Reason)}, false
+	default:
+		return outcome{}, true
+	}
 }
 
 // sendAll sends the messages toSend, at most OriginConcurrency at a time
