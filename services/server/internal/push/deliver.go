@@ -590,6 +590,31 @@ type decisionKey struct {
 func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []authz.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	defer cancel()
+	b := &pgx.Batch{}
+	targets := queueTargets(b, msgs)
+	pending := map[decisionKey]*authz.Pending{}
+	for _, m := range msgs {
+		if err := queueDecision(b, pending, decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, fmt.Errorf("read %d registrations and rights: %w", len(msgs), err)
+	}
+	if err := w.checkTokens(ctx, msgs, targets, pending); err != nil {
+		return nil, nil, err
+	}
+	decs, err := decisions(msgs, targets, pending)
+	if err != nil {
+		return nil, nil, err
+	}
+	return targets, decs, nil
+}
+
+// queueTargets adds the read of msgs' registrations (targetsSQL) to b and
+// returns a target per message, filled in when b's results are read; a
+// message whose registration is gone keeps a target not found.
+func queueTargets(b *pgx.Batch, msgs []message) []target {
 	// uuid.UUID would be encoded through its text form; [16]byte is
 	// copied as it is.
 	regs := make([][16]byte, len(msgs))
@@ -599,7 +624,6 @@ func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []
 		regs[i], spaces[i], seqs[i] = m.device.RegistrationID, m.ev.Space, m.ev.Seq
 	}
 	targets := make([]target, len(msgs))
-	b := &pgx.Batch{}
 	b.Queue(targetsSQL, regs, spaces, seqs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var ord int64
@@ -615,31 +639,34 @@ func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []
 		}
 		return rows.Err()
 	})
-	pending := map[decisionKey]*authz.Pending{}
-	for _, m := range msgs {
-		if err := queueDecision(b, pending, decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, fmt.Errorf("read %d registrations and rights: %w", len(msgs), err)
-	}
+	return targets
+}
 
-	b = &pgx.Batch{}
+// checkTokens reads, in a second round trip, the decisions of the
+// messages whose device was registered through a token, with that
+// token's current scopes; a batch without such devices makes none.
+func (w *DeliverWorker) checkTokens(ctx context.Context, msgs []message, targets []target, pending map[decisionKey]*authz.Pending) error {
+	b := &pgx.Batch{}
 	for i, m := range msgs {
 		if t := targets[i]; t.found && t.tokenID != nil {
 			k := decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type, token: *t.tokenID}
 			if err := queueDecision(b, pending, k); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
 	}
 	if b.Len() > 0 {
 		if err := w.db.SendBatch(ctx, b).Close(); err != nil {
-			return nil, nil, fmt.Errorf("read token scopes: %w", err)
+			return fmt.Errorf("read token scopes: %w", err)
 		}
 	}
+	return nil
+}
 
+// decisions returns each message's decision from the reads pending, with
+// its token's if its device has one; a message whose registration is gone
+// has none.
+func decisions(msgs []message, targets []target, pending map[decisionKey]*authz.Pending) ([]authz.Decision, error) {
 	decs := make([]authz.Decision, len(msgs))
 	for i, m := range msgs {
 		if !targets[i].found {
@@ -651,11 +678,11 @@ func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []
 		}
 		dec, err := pending[k].Decision()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		decs[i] = dec
 	}
-	return targets, decs, nil
+	return decs, nil
 }
 
 // queueDecision adds the reads of k's decision to b unless they are
