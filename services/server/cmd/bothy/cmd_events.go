@@ -122,7 +122,7 @@ func emit(ctx context.Context, c *call, pool *pgxpool.Pool, p *emitParams) error
 // ctx ends.
 func emitAll(ctx context.Context, log *postgres.EventLog, p *emitParams, tick <-chan time.Time) (int64, error) {
 	var next atomic.Int64
-	var first, last atomic.Int64
+	var last atomic.Int64
 	var wg gosync.WaitGroup
 	errs := make(chan error, p.conc)
 	for range p.conc {
@@ -146,7 +146,6 @@ func emitAll(ctx context.Context, log *postgres.EventLog, p *emitParams, tick <-
 					errs <- err
 					return
 				}
-				first.CompareAndSwap(0, seq)
 				for {
 					cur := last.Load()
 					if seq <= cur || last.CompareAndSwap(cur, seq) {
