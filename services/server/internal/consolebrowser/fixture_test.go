@@ -57,7 +57,15 @@ func setup(t *testing.T) *fixture {
 // ends and returns its base URL.
 func startServer(t *testing.T, url string) string {
 	t.Helper()
-	flags := apptest.Flags(url, "all")
+	return startServerAs(t, url, "all")
+}
+
+// startServerAs is startServer in the given role; with role api the server
+// answers the API and serves the console but runs no consumer rounds and
+// no deliveries.
+func startServerAs(t *testing.T, url, role string) string {
+	t.Helper()
+	flags := apptest.Flags(url, role)
 	flags["database.max_conns"] = "6" // the test server is shared; the default is 20
 	flags["console.enabled"] = "true"
 	flags["console.key"] = consoleKey

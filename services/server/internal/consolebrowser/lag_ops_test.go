@@ -27,7 +27,7 @@ func TestConsole_LagWithOpsRead(t *testing.T) {
 	// Role api: no rounds run, so the consumers' cursors stay at 0 and
 	// their lag is the head, which does not move under the test.
 	f := &fixture{db: dbtest.NewDB(t), receiver: newReceiver(t)}
-	f.base = startAPIServer(t, f.db.URL)
+	f.base = startServerAs(t, f.db.URL, "api")
 	ops := apptest.Principal(t, f.db.Pool, "ops", authz.RightWrite, "acme", slices.Concat(apptest.AllScopes, []string{authz.ScopeOpsRead}))
 	plain := f.principal(t, "plain", authz.RightWrite, "acme")
 	// A principal of write sees its own subscriptions: one each.
@@ -53,17 +53,6 @@ func TestConsole_LagWithOpsRead(t *testing.T) {
 	require.Zero(t, count(b, "#consumers-scope"), "the hint naming the scope")
 	require.Equal(t, 1, count(b, `[data-testid="lag-row"]`), "the subscriptions stay")
 	b.Screenshot("lag-ops")
-}
-
-// startAPIServer is startServer with role api: the server answers the API
-// and serves the console but runs no consumer rounds and no deliveries.
-func startAPIServer(t *testing.T, url string) string {
-	t.Helper()
-	flags := apptest.Flags(url, "api")
-	flags["database.max_conns"] = "6" // the test server is shared; the default is 20
-	flags["console.enabled"] = "true"
-	flags["console.key"] = consoleKey
-	return apptest.Start(t, flags)
 }
 
 // apiConsumers is GET /v1/consumers for token, by consumer name.
