@@ -172,6 +172,7 @@ func TestDeliver_BatchRetrySendsOnlyTheFailedDevices(t *testing.T) {
 	require.Len(t, b.rcv.Messages(), 3)
 	require.Empty(t, b.rcv.Errors())
 
+	b.waitRecorded(t, 4) // a completed job does not wait for its records
 	var statuses []int
 	rows, err := b.db.Pool.Query(context.Background(), `SELECT status FROM push_sends ORDER BY status`)
 	require.NoError(t, err)

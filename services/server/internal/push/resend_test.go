@@ -108,6 +108,7 @@ VALUES ($1, 1000001, gen_random_uuid(), 201, now() - interval '2 hours 1 minute'
 	b.write(t, "s1", "alice")
 	b.round(t)
 	b.waitJobs(t, 1, "completed")
+	b.waitRecorded(t, 2)
 
 	var seqs []int64
 	rows, err := b.db.Pool.Query(ctx, `SELECT event_seq FROM push_sends ORDER BY event_seq`)
