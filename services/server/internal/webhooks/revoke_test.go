@@ -1,0 +1,56 @@
+package webhooks_test
+
+import (
+	"context"
+	"net/http"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// TestDeliveryRevokedWhileSendingStopsTheNextSend: a right revoked while a
+// sender's request is out stops the very next send of the same job, not
+// only the sends of later jobs: rights are read again before every send.
+func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Timeout = 10 * time.Second // the first request waits while the right is revoked
+	b := setup(t, cfg)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	held := false // the receiver calls respond under its lock, one at a time
+	rv := newReceiver(t, func(request, int) (int, map[string]string) {
+		if !held {
+			held = true
+			close(arrived)
+			<-release
+		}
+		return http.StatusOK, nil
+	})
+	unblock := gosync.OnceFunc(func() { close(release) })
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	evs := b.emit(t, "s1", 2)
+	b.round(t)
+	b.start(t)
+	t.Cleanup(unblock) // before the workers stop and the receiver closes, which wait for the request
+
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first delivery never arrived")
+	}
+	ctx := context.Background()
+	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
+	unblock()
+
+	eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[1].Seq) == webhooks.DeliveryDead }, "second dead")
+	require.Equal(t, []int64{evs[0].Seq}, seqsOf(rv.requests()), "no request after the revocation")
+	atts, err := webhooks.Attempts(ctx, b.db.Pool, s.ID, evs[1].Seq)
+	require.NoError(t, err)
+	require.Len(t, atts, 1)
+	require.Contains(t, atts[0].Error, "not allowed")
+}
