@@ -58,3 +58,60 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(7), head, "consumers status printed a head that the crash took back")
 }
+
+// TestWebhooksDeliveriesShowsOnlyDurableState: "webhooks deliveries" lists
+// rows that rounds commit asynchronously; it must not print a delivery that
+// a crash then takes back.
+func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	environ := []string{"BOTHY_DATABASE_URL=" + p.URL, "BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=true"}
+	for _, args := range [][]string{
+		{"authz", "principal", "alice"},
+		{"authz", "grant", "--space", "s1", "--principal", "alice", "--right", "admin"},
+	} {
+		code, _, stderr := runCLI(t, environ, args...)
+		require.Equal(t, 0, code, stderr)
+	}
+	code, out, stderr := runCLI(t, environ, "webhooks", "create", "--owner", "alice", "--space", "s1",
+		"--url", "http://127.0.0.1:9/hook", "--json")
+	require.Equal(t, 0, code, stderr)
+	var sub struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &sub))
+	pool, err := pgxpool.New(ctx, p.URL)
+	require.NoError(t, err)
+	defer func() { pool.Close() }()
+
+	// Warm up first (see TestConsumersStatusShowsOnlyDurableState); the
+	// vacuum removes the dead catalog rows the migrations left, which a
+	// new connection's first catalog reads would prune with a full-page
+	// image in the WAL.
+	_, err = pool.Exec(ctx, `VACUUM`)
+	require.NoError(t, err)
+	for range 2 {
+		code, _, stderr := runCLI(t, environ, "webhooks", "deliveries", sub.ID, "--json")
+		require.Equal(t, 0, code, stderr)
+	}
+	// As a round does: a delivery committed with synchronous_commit off.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, sub.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	code, out, stderr = runCLI(t, environ, "webhooks", "deliveries", sub.ID, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "4242")
+
+	pool.Close()
+	p.CrashAndRestart(t)
+	pool, err = pgxpool.New(ctx, p.URL)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
+	require.Equal(t, 1, n, "webhooks deliveries printed a delivery that the crash took back")
+}
