@@ -54,3 +54,28 @@ func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 	require.Len(t, atts, 1)
 	require.Contains(t, atts[0].Error, "not allowed")
 }
+
+// TestUnordered_RevokedRightIsDeadWithoutRequest: an unordered
+// subscription's pump checks rights before every send too; a delivery of
+// a revoked right is dead without a request.
+func TestUnordered_RevokedRightIsDeadWithoutRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	rv := newReceiver(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
+		Policy: &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}})
+	evs := b.emit(t, "s1", 3)
+	b.round(t) // deliveries and jobs exist; the owner still has read
+	ctx := context.Background()
+	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
+	b.start(t)
+
+	for _, e := range evs {
+		eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, e.Seq) == webhooks.DeliveryDead }, "dead")
+	}
+	require.Zero(t, rv.count(), "the receiver saw no request")
+	atts, err := webhooks.Attempts(ctx, b.db.Pool, s.ID, evs[0].Seq)
+	require.NoError(t, err)
+	require.Len(t, atts, 1)
+	require.Contains(t, atts[0].Error, "not allowed")
+}
