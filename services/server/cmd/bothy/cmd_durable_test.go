@@ -59,12 +59,12 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	require.Equal(t, int64(7), head, "consumers status printed a head that the crash took back")
 }
 
-// TestWebhooksDeliveriesShowsOnlyDurableState: "webhooks deliveries" lists
-// rows that rounds commit asynchronously; it must not print a delivery that
-// a crash then takes back.
-func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
+// privateSubscription starts a private cluster and creates in it, through
+// the CLI, principal alice with admin on s1 and a subscription of hers; it
+// returns the cluster, the CLI's environment and the subscription's id.
+func privateSubscription(t *testing.T) (*dbtest.Private, []string, string) {
+	t.Helper()
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
-	ctx := context.Background()
 	environ := []string{"BOTHY_DATABASE_URL=" + p.URL, "BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=true"}
 	for _, args := range [][]string{
 		{"authz", "principal", "alice"},
@@ -80,6 +80,16 @@ func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
 		ID string `json:"id"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &sub))
+	return p, environ, sub.ID
+}
+
+// requireListingDurable runs the CLI with args twice to warm up, commits a
+// pending delivery of subscription subID asynchronously (as a round does),
+// runs args again and checks its output with shows, crashes the cluster and
+// requires the delivery to be there after recovery.
+func requireListingDurable(t *testing.T, p *dbtest.Private, environ []string, subID string, shows func(out string), args ...string) {
+	t.Helper()
+	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, p.URL)
 	require.NoError(t, err)
 	defer func() { pool.Close() }()
@@ -91,21 +101,20 @@ func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
 	_, err = pool.Exec(ctx, `VACUUM`)
 	require.NoError(t, err)
 	for range 2 {
-		code, _, stderr := runCLI(t, environ, "webhooks", "deliveries", sub.ID, "--json")
+		code, _, stderr := runCLI(t, environ, args...)
 		require.Equal(t, 0, code, stderr)
 	}
-	// As a round does: a delivery committed with synchronous_commit off.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, sub.ID)
+	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 
-	code, out, stderr = runCLI(t, environ, "webhooks", "deliveries", sub.ID, "--json")
+	code, out, stderr := runCLI(t, environ, args...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "4242")
+	shows(out)
 
 	pool.Close()
 	p.CrashAndRestart(t)
@@ -113,5 +122,29 @@ func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
-	require.Equal(t, 1, n, "webhooks deliveries printed a delivery that the crash took back")
+	require.Equal(t, 1, n, "%v showed a delivery that the crash took back", args)
+}
+
+// TestWebhooksDeliveriesShowsOnlyDurableState: "webhooks deliveries" lists
+// rows that rounds commit asynchronously; it must not print a delivery that
+// a crash then takes back.
+func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
+	p, environ, subID := privateSubscription(t)
+	requireListingDurable(t, p, environ, subID, func(out string) { require.Contains(t, out, "4242") },
+		"webhooks", "deliveries", subID, "--json")
+}
+
+// TestWebhooksListShowsOnlyDurableState: "webhooks list" counts the pending
+// deliveries that rounds commit asynchronously; it must not count one that a
+// crash then takes back.
+func TestWebhooksListShowsOnlyDurableState(t *testing.T) {
+	p, environ, subID := privateSubscription(t)
+	requireListingDurable(t, p, environ, subID, func(out string) {
+		var subs []struct {
+			Pending int64 `json:"pending"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &subs))
+		require.Len(t, subs, 1)
+		require.Equal(t, int64(1), subs[0].Pending)
+	}, "webhooks", "list", "--json")
 }
