@@ -76,26 +76,11 @@ func setupWebhooksResend(fs *flag.FlagSet) func(context.Context, *call) error {
 	}
 }
 
-// recoverJSON is what "bothy webhooks recover --json" prints, with the
-// field names of the HTTP API; null where nothing is.
+// recoverJSON is what "bothy webhooks recover --json" prints: the HTTP
+// API's answer with the subscription's id first.
 type recoverJSON struct {
-	ID      string    `json:"id"`
-	Range   *seqJSON  `json:"range"`
-	Reset   int64     `json:"reset"`
-	Created int64     `json:"created"`
-	Lost    *lostJSON `json:"lost"`
-}
-
-type seqJSON struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
-}
-
-type lostJSON struct {
-	From  int64      `json:"from,omitempty"`
-	To    int64      `json:"to,omitempty"`
-	Since *time.Time `json:"since,omitempty"`
-	Until *time.Time `json:"until,omitempty"`
+	ID string `json:"id"`
+	webhooks.RecoverView
 }
 
 func setupWebhooksRecover(fs *flag.FlagSet) func(context.Context, *call) error {
@@ -160,18 +145,7 @@ func recoverRange(id uuid.UUID, fromSeq, toSeq int64, since, until string) (*web
 
 // newRecoverJSON is the --json form of a recovery of subscription id.
 func newRecoverJSON(id uuid.UUID, res *webhooks.RecoverResult) recoverJSON {
-	out := recoverJSON{ID: id.String(), Reset: res.Reset, Created: res.Created}
-	if res.Range.Len() > 0 {
-		out.Range = &seqJSON{From: res.Range.From, To: res.Range.To}
-	}
-	switch {
-	case res.Lost.Len() > 0:
-		out.Lost = &lostJSON{From: res.Lost.From, To: res.Lost.To}
-	case !res.LostSince.IsZero():
-		s, u := res.LostSince.UTC(), res.LostUntil.UTC()
-		out.Lost = &lostJSON{Since: &s, Until: &u}
-	}
-	return out
+	return recoverJSON{ID: id.String(), RecoverView: res.View()}
 }
 
 // printRecovered tells what a recovery of subscription id lost, if

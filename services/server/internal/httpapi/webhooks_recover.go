@@ -53,24 +53,6 @@ type recoverWebhookRequest struct {
 	Until   *time.Time `json:"until"`
 }
 
-type recoverWebhookResponse struct {
-	// Range is the retained seqs searched, or null.
-	Range   *seqRange `json:"range"`
-	Reset   int64     `json:"reset"`
-	Created int64     `json:"created"`
-	// Lost is the part of the range retention removed, or null.
-	Lost *lostRange `json:"lost"`
-}
-
-// lostRange is seqs (a seq range asked) or commit times (a time range
-// asked).
-type lostRange struct {
-	From  int64      `json:"from,omitempty"`
-	To    int64      `json:"to,omitempty"`
-	Since *time.Time `json:"since,omitempty"`
-	Until *time.Time `json:"until,omitempty"`
-}
-
 func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	sub, err := a.subscription(r, s)
 	if err != nil {
@@ -108,18 +90,7 @@ func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err != nil {
 		return webhookError(err)
 	}
-	out := recoverWebhookResponse{Reset: res.Reset, Created: res.Created}
-	if res.Range.Len() > 0 {
-		out.Range = &seqRange{From: res.Range.From, To: res.Range.To}
-	}
-	switch {
-	case res.Lost.Len() > 0:
-		out.Lost = &lostRange{From: res.Lost.From, To: res.Lost.To}
-	case !res.LostSince.IsZero():
-		since, until := res.LostSince.UTC(), res.LostUntil.UTC()
-		out.Lost = &lostRange{Since: &since, Until: &until}
-	}
-	writeJSON(w, http.StatusAccepted, out)
+	writeJSON(w, http.StatusAccepted, res.View())
 	return nil
 }
 

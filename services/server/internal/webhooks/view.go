@@ -46,3 +46,44 @@ func NewDeliveryView(d *Delivery, attempts []Attempt, withAttempts bool) Deliver
 	v.AttemptList = &list
 	return v
 }
+
+// RecoverView is a RecoverResult as the HTTP API and the CLI's --json show
+// it: null for an empty range, and the lost part as seqs or, for a time
+// range, as times.
+type RecoverView struct {
+	Range   *SeqRangeView `json:"range"`
+	Reset   int64         `json:"reset"`
+	Created int64         `json:"created"`
+	Lost    *LostView     `json:"lost"`
+}
+
+// SeqRangeView is a range of seqs, both ends included.
+type SeqRangeView struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// LostView is what retention removed of a recovered range: seqs for a seq
+// range, times for a time range.
+type LostView struct {
+	From  int64      `json:"from,omitempty"`
+	To    int64      `json:"to,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// View returns r as the API and the CLI show it.
+func (r *RecoverResult) View() RecoverView {
+	v := RecoverView{Reset: r.Reset, Created: r.Created}
+	if r.Range.Len() > 0 {
+		v.Range = &SeqRangeView{From: r.Range.From, To: r.Range.To}
+	}
+	switch {
+	case r.Lost.Len() > 0:
+		v.Lost = &LostView{From: r.Lost.From, To: r.Lost.To}
+	case !r.LostSince.IsZero():
+		since, until := r.LostSince.UTC(), r.LostUntil.UTC()
+		v.Lost = &LostView{Since: &since, Until: &until}
+	}
+	return v
+}
