@@ -60,11 +60,20 @@ func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 // a revoked right is dead without a request.
 func TestUnordered_RevokedRightIsDeadWithoutRequest(t *testing.T) {
 	t.Parallel()
+	revokedBeforeSend(t, &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, 3)
+}
+
+// revokedBeforeSend: n events of a subscription with policy (nil: the
+// default, ordered) have their deliveries and jobs when the owner's right
+// is revoked and the workers start; every delivery must end dead without a
+// request, the first with one attempt that says the send was not allowed.
+// It returns the bundle, the receiver, the subscription and that attempt.
+func revokedBeforeSend(t *testing.T, policy *webhooks.PolicyParams, n int) (*bundle, *receiver, *webhooks.Subscription, webhooks.Attempt) {
+	t.Helper()
 	b := setup(t, nil)
 	rv := newReceiver(t, nil)
-	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
-		Policy: &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}})
-	evs := b.emit(t, "s1", 3)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: policy})
+	evs := b.emit(t, "s1", n)
 	b.round(t) // deliveries and jobs exist; the owner still has read
 	ctx := context.Background()
 	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
@@ -78,4 +87,5 @@ func TestUnordered_RevokedRightIsDeadWithoutRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, atts, 1)
 	require.Contains(t, atts[0].Error, "not allowed")
+	return b, rv, s, atts[0]
 }

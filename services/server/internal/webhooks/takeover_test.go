@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -64,30 +65,32 @@ func workerProcessWith(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, slo
 // within seconds, although the claim itself would hold for minutes.
 func TestDelivery_TakesOverFromADeadSender(t *testing.T) {
 	t.Parallel()
+	pumpOwner := func(t *testing.T, b *bundle, sub uuid.UUID, _ int64) string {
+		var owner string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, sub).Scan(&owner))
+		return owner
+	}
+	sent, got := deadSenderTakeover(t, nil, pumpOwner)
+	require.Equal(t, sent, got, "the dead sender's delivery first, then the next")
+}
+
+// deadSenderTakeover runs the takeover scenario for a subscription with
+// policy (nil: the default, ordered): the first sender hangs in its
+// request while claimOwner, which reads the process named by the claim on
+// the hung delivery, must name the sender's process; then that process's
+// session ends and a new job, which only a live process can run, must
+// deliver both events within seconds. It returns the two events' sequence
+// numbers and those of the requests the receiver saw, in arrival order.
+func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams,
+	claimOwner func(t *testing.T, b *bundle, sub uuid.UUID, seq int64) string) (sent, got []int64) {
+	t.Helper()
 	b := setup(t, nil) // its River client only inserts the rounds' jobs
-	hung := make(chan struct{})
-	var hangOnce gosync.Once
-	release := make(chan struct{})
-	rv := newReceiver(t, nil)
-	t.Cleanup(func() { close(release) }) // before the server closes
-	rv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		first := false
-		hangOnce.Do(func() { first = true })
-		if first {
-			_, _ = io.Copy(io.Discard, r.Body)
-			close(hung)
-			select { // the dead process's request never ends
-			case <-r.Context().Done():
-			case <-release:
-			}
-			return
-		}
-		rv.serve(w, r)
-	})
-	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	rv, hung := hangingReceiver(t)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: policy})
 
 	cfg := fastRetries()
-	cfg.Timeout = 2 * time.Minute // the claim holds for Timeout + 30 s
+	cfg.Timeout = 2 * time.Minute // a claim holds for Timeout + 30 s
 	cfg.LivenessSettle = time.Millisecond
 	dead, _ := workerProcess(t, b, cfg)
 	evs := b.emit(t, "s1", 1)
@@ -97,10 +100,7 @@ func TestDelivery_TakesOverFromADeadSender(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first sender never sent")
 	}
-	var owner string
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, s.ID).Scan(&owner))
-	require.Equal(t, dead.ID(), owner, "the claim names the sender's process")
+	require.Equal(t, dead.ID(), claimOwner(t, b, s.ID, evs[0].Seq), "the claim names the sender's process")
 
 	workerProcess(t, b, cfg)
 	killedAt := time.Now()
@@ -110,5 +110,32 @@ func TestDelivery_TakesOverFromADeadSender(t *testing.T) {
 
 	eventually(t, 30*time.Second, func() bool { return rv.count() >= 2 }, "the live process delivers both events")
 	t.Logf("delivered after %s", time.Since(killedAt))
-	require.Equal(t, []int64{evs[0].Seq, evs[1].Seq}, seqsOf(rv.requests()), "the dead sender's delivery first, then the next")
+	return seqsOfEvents(evs), seqsOf(rv.requests())
+}
+
+// hangingReceiver is a receiver whose first request never ends (until the
+// test ends), as the request of a process that died while sending; hung is
+// closed once that request has arrived. Later requests are served.
+func hangingReceiver(t *testing.T) (rv *receiver, hung <-chan struct{}) {
+	t.Helper()
+	arrived := make(chan struct{})
+	var hangOnce gosync.Once
+	release := make(chan struct{})
+	rv = newReceiver(t, nil)
+	t.Cleanup(func() { close(release) }) // before the server closes
+	rv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		hangOnce.Do(func() { first = true })
+		if first {
+			_, _ = io.Copy(io.Discard, r.Body)
+			close(arrived)
+			select { // the dead process's request never ends
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		rv.serve(w, r)
+	})
+	return rv, arrived
 }
