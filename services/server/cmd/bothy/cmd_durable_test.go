@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
@@ -20,28 +19,18 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
 	environ := []string{"BOTHY_DATABASE_URL=" + p.URL}
-	pool, err := pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
-	defer func() { pool.Close() }()
+	pool := p.Pool(t)
 
-	// Warm up first: the first touch of a page after a checkpoint and the
-	// first reads write WAL of their own, which the WAL writer then writes
-	// out with the commit below. The test needs that commit to stay in the
-	// buffers until the crash.
-	_, err = pool.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`)
+	// Warm up first (see dbtest.BeginAsync): touch the counter's page and
+	// run the command, so that neither writes WAL after the commit below.
+	_, err := pool.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`)
 	require.NoError(t, err)
 	for range 2 {
 		code, _, stderr := runCLI(t, environ, "consumers", "status", "--json")
 		require.Equal(t, 0, code, stderr)
 	}
 	// As the counter is taken inside a producer's window: asynchronously.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq + 7`)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	dbtest.BumpSeqAsync(t, pool, 7)
 
 	code, out, stderr := runCLI(t, environ, "consumers", "status", "--json")
 	require.Equal(t, 0, code, stderr)
@@ -50,10 +39,7 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	require.NotEmpty(t, sts)
 	require.Equal(t, int64(7), sts[0].Head)
 
-	pool.Close()
-	p.CrashAndRestart(t)
-	pool, err = pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
+	pool = p.CrashAndReopen(t, pool)
 	head, err := postgres.Head(ctx, pool)
 	require.NoError(t, err)
 	require.Equal(t, int64(7), head, "consumers status printed a head that the crash took back")
@@ -90,36 +76,24 @@ func privateSubscription(t *testing.T) (*dbtest.Private, []string, string) {
 func requireListingDurable(t *testing.T, p *dbtest.Private, environ []string, subID string, shows func(out string), args ...string) {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
-	defer func() { pool.Close() }()
+	pool := p.Pool(t)
 
-	// Warm up first (see TestConsumersStatusShowsOnlyDurableState); the
-	// vacuum removes the dead catalog rows the migrations left, which a
-	// new connection's first catalog reads would prune with a full-page
-	// image in the WAL.
-	_, err = pool.Exec(ctx, `VACUUM`)
+	// Warm up first (see dbtest.BeginAsync): the vacuum removes the dead
+	// catalog rows the migrations left, which the CLI's new connections
+	// would prune.
+	_, err := pool.Exec(ctx, `VACUUM`)
 	require.NoError(t, err)
 	for range 2 {
 		code, _, stderr := runCLI(t, environ, args...)
 		require.Equal(t, 0, code, stderr)
 	}
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	dbtest.CommitAsync(t, pool, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
 
 	code, out, stderr := runCLI(t, environ, args...)
 	require.Equal(t, 0, code, stderr)
 	shows(out)
 
-	pool.Close()
-	p.CrashAndRestart(t)
-	pool, err = pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
+	pool = p.CrashAndReopen(t, pool)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
 	require.Equal(t, 1, n, "%v showed a delivery that the crash took back", args)

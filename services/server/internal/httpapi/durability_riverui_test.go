@@ -16,8 +16,7 @@ import (
 func TestRiverUIShowsOnlyDurableState(t *testing.T) {
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
-	pool := openPool(t, p.URL)
-	defer func() { pool.Close() }()
+	pool := p.Pool(t)
 	b := &testBundle{base: startServer(t, p.URL, "api")}
 	const jobs = "/admin/river/api/jobs?state=available&limit=5"
 
@@ -28,21 +27,13 @@ func TestRiverUIShowsOnlyDurableState(t *testing.T) {
 		require.Equal(t, http.StatusOK, b.do(t, "GET", jobs, adminToken, "").status)
 	}
 	// As a round inserts its jobs: committed with synchronous_commit off.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('durability.probe', '{}', 1)`)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	dbtest.CommitAsync(t, pool, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('durability.probe', '{}', 1)`)
 
 	res := b.do(t, "GET", jobs, adminToken, "")
 	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
 	require.Contains(t, string(res.body), "durability.probe")
 
-	pool.Close()
-	p.CrashAndRestart(t)
-	pool = openPool(t, p.URL)
+	pool = p.CrashAndReopen(t, pool)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'durability.probe'`).Scan(&n))
 	require.Equal(t, 1, n, "the River UI showed a job that the crash took back")

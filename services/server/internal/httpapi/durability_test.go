@@ -164,8 +164,7 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 func TestReadsShowOnlyDurableState(t *testing.T) {
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
-	pool := openPool(t, p.URL)
-	defer func() { pool.Close() }()
+	pool := p.Pool(t)
 	require.NoError(t, authz.CreatePrincipal(ctx, pool, "owner", authz.KindUser))
 	require.NoError(t, authz.Grant(ctx, pool, &authz.GrantParams{Space: "s1", Principal: "owner", Right: authz.RightAdmin}))
 	_, token, err := authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: "owner",
@@ -188,21 +187,13 @@ func TestReadsShowOnlyDurableState(t *testing.T) {
 	// out to disk with it.
 	require.Equal(t, http.StatusOK, b.do(t, "GET", "/v1/webhooks/"+subID+"/deliveries", token, "").status)
 	// As a round does: rows committed with synchronous_commit off.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	dbtest.CommitAsync(t, pool, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id) VALUES ($1, 4242, gen_random_uuid())`, subID)
 
 	res = b.do(t, "GET", "/v1/webhooks/"+subID+"/deliveries", token, "")
 	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
 	require.Contains(t, string(res.body), "4242")
 
-	pool.Close()
-	p.CrashAndRestart(t)
-	pool = openPool(t, p.URL)
+	pool = p.CrashAndReopen(t, pool)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
 	require.Equal(t, 1, n, "the API showed a delivery that the crash took back")

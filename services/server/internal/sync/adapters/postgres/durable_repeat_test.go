@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
@@ -22,9 +21,7 @@ import (
 func TestEventLog_RepeatAnswersOnlyDurableEvents(t *testing.T) {
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
-	defer func() { pool.Close() }()
+	pool := p.Pool(t)
 	log := postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyNone})
 	event := func(id uuid.UUID) sync.WriteFunc {
 		return func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
@@ -32,10 +29,9 @@ func TestEventLog_RepeatAnswersOnlyDurableEvents(t *testing.T) {
 		}
 	}
 
-	// Warm up first: dead catalog rows left by the migrations, and the
-	// first reads of the repeat path, would write WAL of their own (pruning,
-	// full-page images) and carry the commit below out to disk with it.
-	_, err = pool.Exec(ctx, `VACUUM`)
+	// Warm up first (see dbtest.BeginAsync): vacuum away the dead catalog
+	// rows the migrations left, then write an event and repeat it.
+	_, err := pool.Exec(ctx, `VACUUM`)
 	require.NoError(t, err)
 	warm := uuid.New()
 	for range 2 {
@@ -46,10 +42,7 @@ func TestEventLog_RepeatAnswersOnlyDurableEvents(t *testing.T) {
 	// As a producer's window commits: the id claimed and the event appended
 	// with synchronous_commit off, its flush not sent yet.
 	id := uuid.New()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = off`)
-	require.NoError(t, err)
+	tx := dbtest.BeginAsync(t, pool)
 	_, err = tx.Exec(ctx, `INSERT INTO event_ids (id, after_seq) SELECT $1, last_seq FROM event_seq`, id)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `
@@ -66,10 +59,7 @@ func TestEventLog_RepeatAnswersOnlyDurableEvents(t *testing.T) {
 	seq := out[0].Seq
 
 	log.Close()
-	pool.Close()
-	p.CrashAndRestart(t)
-	pool, err = pgxpool.New(ctx, p.URL)
-	require.NoError(t, err)
+	pool = p.CrashAndReopen(t, pool)
 	var stored uuid.UUID
 	err = pool.QueryRow(ctx, `SELECT id FROM event_log WHERE seq = $1`, seq).Scan(&stored)
 	require.NoError(t, err, "the repeat answered with seq %d, which the crash took back", seq)
