@@ -10,19 +10,28 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
+// setupRetentionStruck makes two consumers, "behind" at the start and
+// "partly" after reading seqs 1..4 (with the recorder returned), then has
+// retention drop all ten events appended; nothing is appended after that.
+func setupRetentionStruck(t *testing.T) (*bundle, *recordingConsumer) {
+	t.Helper()
+	b := setup(t, 100)
+	addConsumer(t, b.db, "behind")
+	addConsumer(t, b.db, "partly")
+	appendN(t, b.log, 10)
+	partly := &recordingConsumer{name: "partly"}
+	_, err := productionRounds(t, b.db.Pool, b.log, 4).Run(context.Background(), partly)
+	require.NoError(t, err)
+	dropAllCurrentPartitions(t, b)
+	return b, partly
+}
+
 // TestEventLog_ConsumerStatusesLost: the status names the range retention
 // removed after a consumer's cursor, the one its next round will skip,
 // whether events are left after it or not, and none once it was skipped.
 func TestEventLog_ConsumerStatusesLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 100)
-	addConsumer(t, b.db, "behind")
-	addConsumer(t, b.db, "partly")
-	appendN(t, b.log, 10)
-	// "partly" reads 1..4 before retention strikes.
-	_, err := productionRounds(t, b.db.Pool, b.log, 4).Run(context.Background(), &recordingConsumer{name: "partly"})
-	require.NoError(t, err)
-	dropAllCurrentPartitions(t, b)
+	b, _ := setupRetentionStruck(t)
 
 	lost := func() map[string]sync.SeqRange {
 		t.Helper()

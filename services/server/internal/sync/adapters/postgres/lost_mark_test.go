@@ -16,16 +16,7 @@ import (
 // it. TestRoundCallsHandleLost covers the case with events after the gap.
 func TestRoundCallsHandleLostWhenNothingIsLeft(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 100)
-	addConsumer(t, b.db, "behind")
-	addConsumer(t, b.db, "partly")
-	appendN(t, b.log, 10)
-	partly := &recordingConsumer{name: "partly"}
-	// "partly" reads 1..4 before retention strikes.
-	_, err := productionRounds(t, b.db.Pool, b.log, 4).Run(context.Background(), partly)
-	require.NoError(t, err)
-
-	dropAllCurrentPartitions(t, b) // nothing is appended after it
+	b, partly := setupRetentionStruck(t)
 
 	for _, tc := range []struct {
 		c    *recordingConsumer
