@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -30,12 +31,9 @@ func setupConsumersStatus(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			out := make([]consumerStatusJSON, len(sts))
+			out := make([]sync.ConsumerStatusJSON, len(sts))
 			for i, s := range sts {
-				out[i].ConsumerStatus = s
-				if s.Lost.Len() > 0 {
-					out[i].Lost = &seqRangeJSON{From: s.Lost.From, To: s.Lost.To}
-				}
+				out[i] = s.JSON()
 			}
 			return c.printJSON(out)
 		}
@@ -54,18 +52,4 @@ func setupConsumersStatus(fs *flag.FlagSet) func(context.Context, *call) error {
 		}
 		return tw.Flush()
 	}
-}
-
-// consumerStatusJSON is a consumer in "bothy consumers status --json", with
-// the field names of GET /v1/consumers; Lost is null when retention removed
-// nothing ahead of the cursor.
-type consumerStatusJSON struct {
-	postgres.ConsumerStatus
-	Lost *seqRangeJSON `json:"lost"`
-}
-
-// seqRangeJSON is an inclusive range of seqs.
-type seqRangeJSON struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
 }

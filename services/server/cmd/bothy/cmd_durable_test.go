@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
@@ -34,7 +35,7 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 
 	code, out, stderr := runCLI(t, environ, "consumers", "status", "--json")
 	require.Equal(t, 0, code, stderr)
-	var sts []postgres.ConsumerStatus
+	var sts []sync.ConsumerStatusJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &sts))
 	require.NotEmpty(t, sts)
 	require.Equal(t, int64(7), sts[0].Head)

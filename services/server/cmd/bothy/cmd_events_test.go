@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 func TestEventsEmitThenConsumersStatus(t *testing.T) {
@@ -22,7 +22,7 @@ func TestEventsEmitThenConsumersStatus(t *testing.T) {
 
 	code, out, stderr = runCLI(t, environ, "consumers", "status", "--json")
 	require.Equal(t, 0, code, stderr)
-	var sts []postgres.ConsumerStatus
+	var sts []sync.ConsumerStatusJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &sts))
 	require.Len(t, sts, 2)
 	for _, s := range sts {

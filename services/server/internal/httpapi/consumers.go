@@ -3,34 +3,13 @@ package httpapi
 import (
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// consumerJSON is one consumer's status; the names are those of
-// "bothy consumers status --json".
-type consumerJSON struct {
-	Name    string `json:"name"`
-	LastSeq int64  `json:"last_seq"`
-	Head    int64  `json:"head_seq"`
-	Lag     int64  `json:"lag"`
-	// PendingAgeSeconds is the age of the oldest unprocessed event; 0
-	// when the consumer is caught up.
-	PendingAgeSeconds float64    `json:"pending_age_seconds"`
-	LastRoundAt       *time.Time `json:"last_round_at"`
-	// Lost is the range retention removed before the consumer read it,
-	// which its next round skips; null when none.
-	Lost *seqRangeJSON `json:"lost"`
-}
-
-type seqRangeJSON struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
-}
-
 type consumersJSON struct {
-	Consumers []consumerJSON `json:"consumers"`
+	Consumers []sync.ConsumerStatusJSON `json:"consumers"`
 }
 
 // mayReadOps: consumer cursors span every space, so they need the global
@@ -52,14 +31,9 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err != nil {
 		return err
 	}
-	out := consumersJSON{Consumers: make([]consumerJSON, 0, len(sts))}
-	for _, st := range sts {
-		c := consumerJSON{Name: st.Name, LastSeq: st.LastSeq, Head: st.Head, Lag: st.Lag,
-			PendingAgeSeconds: st.PendingAge.Seconds(), LastRoundAt: st.LastRoundAt}
-		if st.Lost.Len() > 0 {
-			c.Lost = &seqRangeJSON{From: st.Lost.From, To: st.Lost.To}
-		}
-		out.Consumers = append(out.Consumers, c)
+	out := consumersJSON{Consumers: make([]sync.ConsumerStatusJSON, len(sts))}
+	for i, st := range sts {
+		out.Consumers[i] = st.JSON()
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

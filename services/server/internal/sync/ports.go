@@ -156,6 +156,35 @@ type ConsumerStatus struct {
 	Lost SeqRange
 }
 
+// ConsumerStatusJSON is a ConsumerStatus as operators read it:
+// GET /v1/consumers and "bothy consumers status --json".
+type ConsumerStatusJSON struct {
+	Name              string     `json:"name"`
+	LastSeq           int64      `json:"last_seq"`
+	Head              int64      `json:"head_seq"`
+	Lag               int64      `json:"lag"`
+	PendingAgeSeconds float64    `json:"pending_age_seconds"`
+	LastRoundAt       *time.Time `json:"last_round_at"`
+	// Lost is null when retention removed nothing ahead of the cursor.
+	Lost *struct {
+		From int64 `json:"from"`
+		To   int64 `json:"to"`
+	} `json:"lost"`
+}
+
+// JSON returns s in its JSON form.
+func (s ConsumerStatus) JSON() ConsumerStatusJSON {
+	j := ConsumerStatusJSON{Name: s.Name, LastSeq: s.LastSeq, Head: s.Head, Lag: s.Lag,
+		PendingAgeSeconds: s.PendingAge.Seconds(), LastRoundAt: s.LastRoundAt}
+	if s.Lost.Len() > 0 {
+		j.Lost = &struct {
+			From int64 `json:"from"`
+			To   int64 `json:"to"`
+		}{s.Lost.From, s.Lost.To}
+	}
+	return j
+}
+
 // ConsumerStatusReader reads every consumer's status, for operators.
 type ConsumerStatusReader interface {
 	// ConsumerStatuses returns every consumer's status in name order, read

@@ -13,23 +13,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// ConsumerStatus is one consumer's position as the database sees it.
-type ConsumerStatus struct {
-	Name    string `json:"name"`
-	LastSeq int64  `json:"last_seq"`
-	Head    int64  `json:"head_seq"`
-	Lag     int64  `json:"lag"`
-	// PendingAge is the age of the oldest event after LastSeq; 0 when none.
-	PendingAge time.Duration `json:"-"`
-	// PendingAgeSeconds is PendingAge for JSON.
-	PendingAgeSeconds float64 `json:"pending_age_seconds"`
-	// LastRoundAt is the last successful round; nil before the first.
-	LastRoundAt *time.Time `json:"last_round_at"`
-	// Lost is what retention removed after LastSeq before the consumer
-	// read it; the next round skips it (Len 0: nothing).
-	Lost sync.SeqRange `json:"-"`
-}
-
 // The first event after the cursor gives the pending age and, like a
 // round, where the consumer goes next: a seq above last_seq+1 (or, when
 // no event is left, retention's low mark above it) means retention
@@ -48,21 +31,21 @@ ORDER BY c.name`
 // ConsumerStatuses reads every consumer's position, head and pending age.
 func ConsumerStatuses(ctx context.Context, db interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]ConsumerStatus, error) {
+}) ([]sync.ConsumerStatus, error) {
 	rows, err := db.Query(ctx, consumerStatusSQL)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConsumerStatus, error) {
-		var s ConsumerStatus
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (sync.ConsumerStatus, error) {
+		var s sync.ConsumerStatus
+		var pendingAge float64
 		var next int64
-		err := row.Scan(&s.Name, &s.LastSeq, &s.Head, &s.LastRoundAt, &s.PendingAgeSeconds, &next)
+		err := row.Scan(&s.Name, &s.LastSeq, &s.Head, &s.LastRoundAt, &pendingAge, &next)
 		if next > s.LastSeq+1 {
 			s.Lost = sync.SeqRange{From: s.LastSeq + 1, To: next - 1}
 		}
 		s.Lag = max(s.Head-s.LastSeq, 0)
-		s.PendingAgeSeconds = max(s.PendingAgeSeconds, 0)
-		s.PendingAge = time.Duration(s.PendingAgeSeconds * float64(time.Second))
+		s.PendingAge = time.Duration(max(pendingAge, 0) * float64(time.Second))
 		return s, err
 	})
 }
@@ -73,12 +56,7 @@ func (l *EventLog) ConsumerStatuses(ctx context.Context) ([]sync.ConsumerStatus,
 	if err != nil {
 		return nil, fmt.Errorf("read consumer status: %w", err)
 	}
-	out := make([]sync.ConsumerStatus, len(sts))
-	for i, s := range sts {
-		out[i] = sync.ConsumerStatus{Name: s.Name, LastSeq: s.LastSeq, Head: s.Head, Lag: s.Lag,
-			PendingAge: s.PendingAge, LastRoundAt: s.LastRoundAt, Lost: s.Lost}
-	}
-	return out, nil
+	return sts, nil
 }
 
 // LagCollector exports the consumer gauges computed from the database at
@@ -141,7 +119,7 @@ func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.head, prometheus.GaugeValue, float64(s.Head))
 		}
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(s.Lag), s.Name)
-		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, s.PendingAgeSeconds, s.Name)
+		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, s.PendingAge.Seconds(), s.Name)
 		var last float64
 		if s.LastRoundAt != nil {
 			last = float64(s.LastRoundAt.UnixNano()) / 1e9
