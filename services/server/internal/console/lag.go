@@ -4,30 +4,17 @@ import (
 	"errors"
 	"net/http"
 	"sort"
-	"time"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// consumerView is one consumer of GET /v1/consumers.
-type consumerView struct {
-	Name              string     `json:"name"`
-	LastSeq           int64      `json:"last_seq"`
-	Head              int64      `json:"head_seq"`
-	Lag               int64      `json:"lag"`
-	PendingAgeSeconds float64    `json:"pending_age_seconds"`
-	LastRoundAt       *time.Time `json:"last_round_at"`
-	Lost              *struct {
-		From int64 `json:"from"`
-		To   int64 `json:"to"`
-	} `json:"lost"`
-}
-
 type consumersPage struct {
-	Consumers []consumerView `json:"consumers"`
+	Consumers []sync.ConsumerStatusJSON `json:"consumers"`
 }
 
 type lagData struct {
 	// Consumers is the event log's consumers, when the API showed them.
-	Consumers []consumerView
+	Consumers []sync.ConsumerStatusJSON
 	// ConsumersRefused is why the API did not show them (it names the
 	// scope they need); empty when it did, or in a portal session.
 	ConsumersRefused string
