@@ -126,13 +126,9 @@ func TestConsole_Portal(t *testing.T) {
 	carolSub := b.createSubscription(t, carol, "acme", rcv.URL+"/carol-acme")
 	carolElsewhere := b.createSubscription(t, carol, "globex", rcv.URL+"/carol-globex")
 
-	var link struct {
-		Path string `json:"path"`
-	}
-	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", owner,
-		map[string]any{"principal": "carol", "space": "acme"}, &link))
+	link := b.portalLink(t, owner, "carol", "acme")
 	br := b.browser(t)
-	p := br.get(link.Path)
+	p := br.get(link)
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
 	require.Contains(t, p.header.Get("Set-Cookie"), "SameSite=Strict")
 
@@ -204,13 +200,9 @@ func TestConsole_PortalOfAnAdminListsItsOwn(t *testing.T) {
 		b.createSubscription(t, other, "acme", fmt.Sprintf("%s/other-%d", rcv.URL, i))
 	}
 	own := b.createSubscription(t, dora, "acme", rcv.URL+"/dora")
-	var link struct {
-		Path string `json:"path"`
-	}
-	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", dora,
-		map[string]any{"principal": "dora", "space": "acme"}, &link))
+	link := b.portalLink(t, dora, "dora", "acme")
 	br := b.browser(t)
-	require.Equal(t, http.StatusSeeOther, br.get(link.Path).status)
+	require.Equal(t, http.StatusSeeOther, br.get(link).status)
 	p := br.get("/console/subscriptions")
 	require.Equal(t, http.StatusOK, p.status, p.body)
 	require.Contains(t, p.body, own)
@@ -227,13 +219,9 @@ func TestConsole_PortalEndsWithTheIssuersAdminRight(t *testing.T) {
 	admin := b.principal(t, "admin", authz.RightAdmin, "acme")
 	erin := b.principal(t, "erin", authz.RightWrite, "acme")
 	b.createSubscription(t, erin, "acme", rcv.URL+"/erin")
-	var link struct {
-		Path string `json:"path"`
-	}
-	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/portal-links", admin,
-		map[string]any{"principal": "erin", "space": "acme"}, &link))
+	link := b.portalLink(t, admin, "erin", "acme")
 	br := b.browser(t)
-	require.Equal(t, http.StatusSeeOther, br.get(link.Path).status)
+	require.Equal(t, http.StatusSeeOther, br.get(link).status)
 	require.Equal(t, http.StatusOK, br.get("/console/subscriptions").status)
 
 	b.grant(t, "admin", authz.RightWrite, "acme") // no longer an admin

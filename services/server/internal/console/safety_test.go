@@ -125,12 +125,8 @@ func TestConsole_SecureCookies(t *testing.T) {
 	require.Contains(t, ck, "Secure")
 	require.Contains(t, ck, "SameSite=Strict")
 
-	var link struct {
-		Path string `json:"path"`
-	}
-	require.Equal(t, http.StatusCreated, secure.api(t, http.MethodPost, "/v1/portal-links", token,
-		map[string]any{"principal": "alice", "space": "acme"}, &link))
-	p = secure.browser(t).get(link.Path)
+	link := secure.portalLink(t, token, "alice", "acme")
+	p = secure.browser(t).get(link)
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
 	ck = p.header.Get("Set-Cookie")
 	for _, want := range []string{"HttpOnly", "Secure", "SameSite=None", "Partitioned"} {
