@@ -17,6 +17,7 @@ import (
 
 	"github.com/bothy/bothy/ops/promtooltest"
 	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -55,25 +56,7 @@ func scrape(t *testing.T, role string) string {
 	require.NoError(t, err)
 	srv := app.NewServer(cfg, slog.New(slog.DiscardHandler),
 		[]module.Factory{func(*module.Deps) (module.Module, error) { return idleModule{}, nil }})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("server (%s): %v", role, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("server (%s) did not stop", role)
-		}
-	})
-
-	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	defer acancel()
-	addr, err := srv.Addr(actx)
-	require.NoError(t, err)
+	base := apptest.Run(t, srv)
 
 	// The worker registers its round metrics after the listener starts and
 	// initializes a consumer's series when its loop starts: wait for them.
@@ -86,7 +69,7 @@ func scrape(t *testing.T, role string) string {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		body, err := get(ctx, "http://"+addr.String()+"/metrics")
+		body, err := get(context.Background(), base+"/metrics")
 		missing := ""
 		for _, w := range want {
 			if err == nil && !strings.Contains(body, w) {
@@ -99,11 +82,7 @@ func scrape(t *testing.T, role string) string {
 		if time.Now().After(deadline) {
 			t.Fatalf("/metrics of role %s: error %v, missing %q", role, err, missing)
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("server (%s) ended: %v", role, err)
-		case <-time.After(20 * time.Millisecond):
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
