@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,9 +28,7 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 		// pg_stat_activity by it.
 		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
 	}
-	if err := postgres.RequireSynchronousCommit(pc); err != nil {
-		return nil, fmt.Errorf("database.url: %w", err)
-	}
+	postgres.RequireSynchronousCommit(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -38,6 +37,9 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
+		if errors.Is(err, postgres.ErrAsyncCommitRequested) {
+			return nil, fmt.Errorf("database.url: %w", err)
+		}
 		return nil, fmt.Errorf("connect to PostgreSQL at %s (database.url): %w", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), err)
 	}
 	return pool, nil

@@ -2,13 +2,18 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// ErrAsyncCommitRequested is returned (wrapped) by a connection of a pool
+// that RequireSynchronousCommit configured when the connection itself asked
+// the server for synchronous_commit off or local.
+var ErrAsyncCommitRequested = errors.New("the connection asks for asynchronous commits")
 
 // RequireSynchronousCommit makes every connection of pc commit
 // synchronously unless its transaction says otherwise.
@@ -22,15 +27,14 @@ import (
 // so each new connection is set to on when it finds such a default.
 // Stronger settings (remote_write, remote_apply) are kept.
 //
-// A connection URL that asks for off or local itself is refused: that is a
-// configuration mistake, not a default to correct.
-func RequireSynchronousCommit(pc *pgxpool.Config) error {
-	if v, ok := pc.ConnConfig.RuntimeParams["synchronous_commit"]; ok && weakSyncCommit(v) {
-		return fmt.Errorf("synchronous_commit=%s in the connection settings: bothy's acknowledgments need synchronous commits (remove it, or use on, remote_write or remote_apply)", v)
-	}
-	if m := optionsSyncCommit.FindStringSubmatch(pc.ConnConfig.RuntimeParams["options"]); m != nil && weakSyncCommit(m[1]) {
-		return fmt.Errorf("synchronous_commit=%s in the connection's options: bothy's acknowledgments need synchronous commits (remove it)", m[1])
-	}
+// A connection that asks for off or local itself is refused with
+// ErrAsyncCommitRequested: that is a configuration mistake, not a default
+// to correct. The server is asked, after connecting, where its setting
+// came from, so every way of asking counts, however PostgreSQL spells or
+// parses it: a synchronous_commit parameter, "-c synchronous-commit=off"
+// or "--synchronous_commit=off" in options, PGOPTIONS
+// (TestOpenPool_SynchronousCommit).
+func RequireSynchronousCommit(pc *pgxpool.Config) {
 	next := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if next != nil {
@@ -40,26 +44,30 @@ func RequireSynchronousCommit(pc *pgxpool.Config) error {
 		}
 		return ensureSyncCommit(ctx, conn)
 	}
-	return nil
 }
 
+// syncCommitSQL reads the session's setting and its source: "client" is a
+// value the connection sent at start (startup parameters and options);
+// others are defaults of the server, database or role.
+const syncCommitSQL = `SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'`
+
 func ensureSyncCommit(ctx context.Context, conn *pgx.Conn) error {
-	var v string
-	if err := conn.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v); err != nil {
+	var v, source string
+	if err := conn.QueryRow(ctx, syncCommitSQL).Scan(&v, &source); err != nil {
 		return fmt.Errorf("read synchronous_commit: %w", err)
 	}
 	if !weakSyncCommit(v) {
 		return nil
 	}
+	if source == "client" {
+		return fmt.Errorf("%w: synchronous_commit=%s, set by the connection's parameters or options (or PGOPTIONS); "+
+			"bothy's acknowledgments need synchronous commits (remove it, or use on, remote_write or remote_apply)", ErrAsyncCommitRequested, v)
+	}
 	if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
-		return fmt.Errorf("set synchronous_commit = on (the role's or database's default is %s): %w", v, err)
+		return fmt.Errorf("set synchronous_commit = on (the %s default is %s): %w", source, v, err)
 	}
 	return nil
 }
-
-// optionsSyncCommit finds "-c synchronous_commit=X" in a libpq options
-// string.
-var optionsSyncCommit = regexp.MustCompile(`synchronous_commit\s*=\s*'?([A-Za-z0-9_]+)`)
 
 func weakSyncCommit(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
