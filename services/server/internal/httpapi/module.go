@@ -20,6 +20,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbfault"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -299,7 +300,7 @@ func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {
 
 // fail writes err as a problem; an error that is not an *apiError is an
 // internal one, logged with the request and answered without its text,
-// unless the database is unavailable (databaseUnavailable): that is 503
+// unless the database is unavailable (dbfault.Unavailable): that is 503
 // with Retry-After, which a client may retry as it is (appending events is
 // idempotent by id).
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -308,7 +309,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 			return // the client left
 		}
-		if databaseUnavailable(err) {
+		if dbfault.Unavailable(err) {
 			a.cfg.Logger.WarnContext(r.Context(), "http api: database unavailable", slog.String("method", r.Method),
 				slog.String("path", r.URL.Path), slog.Any("error", err))
 			w.Header().Set("Retry-After", retryAfterUnavailable)

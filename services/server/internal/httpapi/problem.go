@@ -1,18 +1,13 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/puddle/v2"
 )
 
 // problemType is the base of the problem type URIs. They are relative
@@ -64,31 +59,6 @@ const (
 // database outage: long enough for a restart or a failover to progress,
 // short enough that a retrying client notices the recovery soon.
 const retryAfterUnavailable = "5"
-
-// databaseUnavailable reports whether err says that the database could not
-// be reached or is going away, rather than that it refused the request:
-// no connection could be made (refused, timed out, too many connections,
-// starting up), the pool is closed (shutdown), the server ended the session
-// (SQLSTATE 57P01-57P03 admin, crash and cannot-connect-now shutdowns, class
-// 08 connection exceptions), or the connection broke or timed out under a
-// query.
-func databaseUnavailable(err error) bool {
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || errors.Is(err, puddle.ErrClosedPool) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
-			return true
-		}
-		return strings.HasPrefix(pgErr.Code, "08")
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
-		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
-}
 
 func writeProblem(w http.ResponseWriter, r *http.Request, e *apiError) {
 	w.Header().Set("Content-Type", "application/problem+json")
