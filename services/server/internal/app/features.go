@@ -71,6 +71,7 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		WebhookLimits:              WebhookLimits(cfg),
 		WebhookTimeout:             cfg.Webhooks.Timeout,
 		AllowPrivatePushEndpoints:  cfg.Push.AllowPrivateTargets,
+		VAPIDPublicKey:             cfg.Push.VAPIDPublicKey,
 		AdminToken:                 cfg.Server.AdminToken,
 		ConsoleKey:                 consoleKey(cfg),
 	}

@@ -126,14 +126,16 @@ func TestAPI_AppendEventsRefusesWhatPostgreSQLCannotStore(t *testing.T) {
 		status int
 		want   []string
 	}{
+		// Text PostgreSQL cannot store is refused at the edge, for every
+		// string of the body (TestAPI_EveryRouteRefusesBadTextWith4xx).
 		{"NULInDataString", "/v1/spaces/s1/events", `{"events":[{"type":"item.created","data":{"note":"a\u0000b"}}]}`,
-			422, []string{`events[0].data: a string contains \u0000, which PostgreSQL jsonb cannot store (at "/note")`}},
+			400, []string{`request body: a string contains \u0000, which PostgreSQL cannot store (at "/events/0/data/note")`}},
 		{"NULInDataKey", "/v1/spaces/s1/events", `{"events":[{"type":"item.created"},{"type":"item.created","data":{"a\u0000":1}}]}`,
-			422, []string{"events[1].data", `\u0000`}},
+			400, []string{`a key contains \u0000`, `"/events/1/data"`}},
 		{"LoneSurrogateInData", "/v1/spaces/s1/events", `{"events":[{"type":"item.created","data":{"x":["\ud800"]}}]}`,
-			422, []string{"events[0].data", `lone UTF-16 surrogate (\ud800)`, `"/x/0"`}},
+			400, []string{`lone UTF-16 surrogate (\ud800)`, `"/events/0/data/x/0"`}},
 		{"InvalidUTF8InData", "/v1/spaces/s1/events", "{\"events\":[{\"type\":\"item.created\",\"data\":{\"x\":\"\xff\xfe\"}}]}",
-			422, []string{"events[0].data", "not valid UTF-8"}},
+			400, []string{"not valid UTF-8", `"/events/0/data/x"`}},
 		{"NumberBeyondNumeric", "/v1/spaces/s1/events", `{"events":[{"type":"item.created","data":{"n":1e131072}}]}`,
 			422, []string{"events[0].data", "numeric"}},
 		{"NestedTooDeep", "/v1/spaces/s1/events", `{"events":[{"type":"item.created","data":` + deep + `}]}`,
@@ -141,9 +143,11 @@ func TestAPI_AppendEventsRefusesWhatPostgreSQLCannotStore(t *testing.T) {
 		{"OccurredBeforeYear0InUTC", "/v1/spaces/s1/events", `{"events":[{"type":"item.created","occurred_at":"0000-01-01T00:00:00+01:00"}]}`,
 			422, []string{"events[0].occurred_at"}},
 		{"NULInSpacePath", "/v1/spaces/s%00/events", `{"events":[{"type":"item.created"}]}`,
-			403, []string{`space in the path: "s\x00"`}},
+			400, []string{`path parameter "space": contains a NUL character`}},
 		{"InvalidUTF8InSpacePath", "/v1/spaces/%ff/events", `{"events":[{"type":"item.created"}]}`,
-			403, []string{`space in the path: "\xff"`}},
+			400, []string{`path parameter "space": is not valid UTF-8`}},
+		{"SpaceInThePathThatCannotBeASpace", "/v1/spaces/a%20b/events", `{"events":[{"type":"item.created"}]}`,
+			403, []string{`space in the path: "a b"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := b.head(t)

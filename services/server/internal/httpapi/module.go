@@ -53,6 +53,10 @@ type Config struct {
 	// AdminToken guards AdminPrefix (server.admin_token); empty: no admin
 	// paths. Default "".
 	AdminToken string
+	// VAPIDPublicKey is what GET /v1/push/vapid-public-key answers
+	// (push.vapid_public_key); empty: that route answers 404, push is off.
+	// Default "".
+	VAPIDPublicKey string
 	// ConsoleKey signs portal links of the web console (console.key, when
 	// console.enabled); empty: POST /v1/portal-links answers 404.
 	// Default empty.
@@ -155,8 +159,8 @@ type route struct {
 	handler func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
 }
 
-// routes is every /v1 endpoint of this package; the OpenAPI document must
-// list exactly these (plus routes other modules mount under /v1).
+// routes is every /v1 endpoint; the OpenAPI document must list exactly
+// these.
 func (a *API) routes() []route {
 	return []route{
 		{pattern: "GET /v1/openapi.json", public: true, handler: a.openAPI},
@@ -176,6 +180,7 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/webhooks/{id}/deliveries/{seq}/resend", handler: a.resendDelivery},
 		{pattern: "POST /v1/webhooks/{id}/recover", handler: a.recoverWebhook},
 
+		{pattern: "GET /v1/push/vapid-public-key", public: true, handler: a.vapidPublicKey},
 		{pattern: "GET /v1/push/registrations", handler: a.listRegistrations},
 		{pattern: "POST /v1/push/registrations", handler: a.createRegistration},
 		{pattern: "GET /v1/push/registrations/{id}", handler: a.getRegistration},
@@ -234,8 +239,17 @@ func (a *API) Routes(mux *http.ServeMux) {
 	}
 }
 
+// wrap serves rt: the edge's checks (query parameters the document lists
+// for the operation, path and query values and JSON strings PostgreSQL can
+// store; edge.go), the token, then the handler, whose reads answer once
+// durable.
 func (a *API) wrap(rt route) http.Handler {
+	op := documented[rt.pattern]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkParams(r, rt.pattern, op); err != nil {
+			a.fail(w, r, err)
+			return
+		}
 		var subj *authz.Subject
 		if !rt.public {
 			s, err := a.authenticate(r)
@@ -246,7 +260,14 @@ func (a *API) wrap(rt route) http.Handler {
 			accesslog.SetPrincipal(r.Context(), s.Principal)
 			subj = s
 		}
-		if r.Method != http.MethodGet {
+		if op != nil && op.body {
+			if err := checkBodyText(w, r, a.cfg.MaxBodyBytes); err != nil {
+				a.fail(w, r, err)
+				return
+			}
+		}
+		if r.Method != http.MethodGet || rt.public {
+			// Public routes show nothing from the database.
 			if err := rt.handler(w, r, subj); err != nil {
 				a.fail(w, r, err)
 			}

@@ -2,8 +2,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,11 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/services/server/internal/app"
-	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
 	"github.com/bothy/bothy/services/server/internal/module"
-	"github.com/bothy/bothy/services/server/internal/push"
 )
 
 type openAPI struct {
@@ -31,8 +26,7 @@ var param = regexp.MustCompile(`\{[a-z_]+\}`)
 
 // TestOpenAPI_MatchesRoutes holds openapi/bothy.json and the mux together:
 // every route of this package is documented, and every documented
-// operation reaches exactly the route of the same pattern in a mux built
-// as the api role builds it (with the push module's route too).
+// operation reaches exactly the route of the same pattern.
 func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("openapi/bothy.json")
@@ -41,15 +35,9 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &doc))
 	require.Equal(t, "3.1.0", doc.OpenAPI)
 
-	cfg, err := config.Load("", nil, nil)
-	require.NoError(t, err)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mux := http.NewServeMux()
 	api := httpapi.New(&module.Deps{}, nil, nil)
 	api.Routes(mux)
-	pm, err := push.NewModule(app.PushConfig(cfg))(&module.Deps{Logger: logger})
-	require.NoError(t, err)
-	pm.Routes(mux, nil)
 
 	var documented []string
 	for path, ops := range doc.Paths {

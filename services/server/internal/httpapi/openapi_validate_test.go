@@ -95,6 +95,7 @@ var exercised gosync.Map
 type apiSpec struct {
 	// operations are the documented "METHOD /path" of the document.
 	operations []string
+	doc        *openapi3.T
 	router     routers.Router
 	problem    *openapi3.Schema
 	options    *openapi3filter.Options
@@ -127,6 +128,7 @@ var loadAPISpec = gosync.OnceValues(func() (*apiSpec, error) {
 	slices.Sort(ops)
 	return &apiSpec{
 		operations: ops,
+		doc:        doc,
 		router:     router,
 		problem:    problem.Value,
 		options: &openapi3filter.Options{

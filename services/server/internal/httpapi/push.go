@@ -39,6 +39,16 @@ func mayManageDevices(s *authz.Subject) error {
 	return errorf(http.StatusForbidden, kindForbidden, "push registrations need a token with scope %s", authz.ScopePushManage)
 }
 
+// vapidPublicKey answers the key clients pass as applicationServerKey when
+// they subscribe, once push is configured.
+func (a *API) vapidPublicKey(w http.ResponseWriter, _ *http.Request, _ *authz.Subject) error {
+	if a.cfg.VAPIDPublicKey == "" {
+		return errorf(http.StatusNotFound, kindNotFound, "push notifications are not configured (push.vapid_public_key)")
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"public_key": a.cfg.VAPIDPublicKey})
+	return nil
+}
+
 func (a *API) listRegistrations(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	if err := mayManageDevices(s); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package push
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
@@ -12,11 +11,10 @@ import (
 )
 
 // Module plugs push into the server: the consumer and the push.deliver
-// worker in the worker role, the VAPID public key on the api role.
+// worker in the worker role.
 type Module struct {
-	consumer  *Consumer
-	worker    *DeliverWorker
-	publicKey string
+	consumer *Consumer
+	worker   *DeliverWorker
 }
 
 // ModuleConfig configures the push module. Without VAPID keys push is
@@ -45,7 +43,7 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		m.consumer, m.worker, m.publicKey = NewConsumer(&cfg.Consumer), w, dc.VAPIDPublicKey
+		m.consumer, m.worker = NewConsumer(&cfg.Consumer), w
 		return m, nil
 	}
 }
@@ -62,26 +60,6 @@ func (m *Module) RegisterWorkers(w *river.Workers) []string {
 	return []string{Queue}
 }
 
-// Routes implements module.Module: clients need the public key as
-// applicationServerKey when they subscribe.
-func (m *Module) Routes(mux *http.ServeMux, _ *river.Client[pgx.Tx]) {
-	mux.HandleFunc("GET /v1/push/vapid-public-key", func(w http.ResponseWriter, r *http.Request) {
-		if m.publicKey == "" {
-			notConfigured(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"public_key": m.publicKey})
-	})
-}
-
-// notConfigured answers the key's route while push is not configured: a
-// problem document like every other error of the API.
-func notConfigured(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(http.StatusNotFound)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "/v1/problems/not-found", "title": "Not Found", "status": http.StatusNotFound,
-		"detail": "push notifications are not configured (push.vapid_public_key)", "instance": r.URL.Path,
-	})
-}
+// Routes implements module.Module: push has no routes of its own; the
+// HTTP API serves its public key and registrations.
+func (*Module) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}

@@ -217,7 +217,17 @@ const (
 // UTF-8, numbers beyond numeric's range, and nesting deeper than
 // MaxEventDataDepth.
 func checkJSONB(b []byte) error {
-	c := &jsonbChecker{b: b}
+	c := &jsonbChecker{b: b, store: "PostgreSQL jsonb"}
+	return c.value(1)
+}
+
+// CheckJSONText returns an error saying where a string of b, a key or a
+// value, holds what PostgreSQL cannot store as text or jsonb: \u0000, a
+// lone UTF-16 surrogate or invalid UTF-8. b must be valid JSON (json.Valid
+// holds); its numbers and depth are not checked. An HTTP API checks a
+// request body with it before any field reaches the database.
+func CheckJSONText(b []byte) error {
+	c := &jsonbChecker{b: b, store: "PostgreSQL", textOnly: true}
 	return c.value(1)
 }
 
@@ -228,6 +238,10 @@ type jsonbChecker struct {
 	b    []byte
 	i    int
 	path []string
+	// store names what refuses the text, for the errors.
+	store string
+	// textOnly checks strings only, not numbers or depth.
+	textOnly bool
 }
 
 func (c *jsonbChecker) where() string {
@@ -268,7 +282,7 @@ func (c *jsonbChecker) value(depth int) error {
 	}
 	switch ch := c.b[c.i]; {
 	case ch == '{' || ch == '[':
-		if depth > MaxEventDataDepth {
+		if !c.textOnly && depth > MaxEventDataDepth {
 			return c.fail("nests deeper than %d levels", MaxEventDataDepth)
 		}
 		return c.container(depth, ch)
@@ -277,6 +291,11 @@ func (c *jsonbChecker) value(depth int) error {
 		return err
 	case ch == 't' || ch == 'f' || ch == 'n':
 		for c.i < len(c.b) && c.b[c.i] >= 'a' && c.b[c.i] <= 'z' {
+			c.i++
+		}
+		return nil
+	case c.textOnly:
+		for c.i < len(c.b) && strings.IndexByte("+-0123456789.eE", c.b[c.i]) >= 0 {
 			c.i++
 		}
 		return nil
@@ -362,16 +381,16 @@ func (c *jsonbChecker) str(what string) (string, error) {
 			c.i += 6
 			switch {
 			case r == 0:
-				return "", c.fail(`a %s contains \u0000, which PostgreSQL jsonb cannot store`, what)
+				return "", c.fail(`a %s contains \u0000, which %s cannot store`, what, c.store)
 			case r >= 0xDC00 && r <= 0xDFFF:
-				return "", c.fail(`a %s contains a lone UTF-16 surrogate (\u%04x), which PostgreSQL jsonb cannot store`, what, r)
+				return "", c.fail(`a %s contains a lone UTF-16 surrogate (\u%04x), which %s cannot store`, what, r, c.store)
 			case r >= 0xD800 && r <= 0xDBFF:
 				lo, ok := rune(0), false
 				if c.i+1 < len(c.b) && c.b[c.i] == '\\' && c.b[c.i+1] == 'u' {
 					lo, ok = c.hex4(c.i + 2)
 				}
 				if !ok || lo < 0xDC00 || lo > 0xDFFF {
-					return "", c.fail(`a %s contains a lone UTF-16 surrogate (\u%04x), which PostgreSQL jsonb cannot store`, what, r)
+					return "", c.fail(`a %s contains a lone UTF-16 surrogate (\u%04x), which %s cannot store`, what, r, c.store)
 				}
 				c.i += 6
 				r = utf16.DecodeRune(r, lo)

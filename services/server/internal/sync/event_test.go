@@ -99,3 +99,32 @@ func TestCheckSpace(t *testing.T) {
 		require.Equal(t, "space", fe.Field)
 	}
 }
+
+// TestCheckJSONText: every string of a request body, keys too, at any
+// depth, is checked for what PostgreSQL cannot store, and named by its JSON
+// Pointer; numbers and depth are left to the decoder.
+func TestCheckJSONText(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat(`[`, 300) + `"\u0000"` + strings.Repeat(`]`, 300)
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"Clean", `{"space":"s1","n":1e400,"events":[{"type":"a.b","data":{"x":[true,null,"\ud83d\ude00"]}}]}`, ""},
+		{"NULInValue", `{"space":"s\u0000"}`, `a string contains \u0000, which PostgreSQL cannot store (at "/space")`},
+		{"NULInNestedValue", `{"events":[{"type":"a"},{"type":"\u0000"}]}`, `(at "/events/1/type")`},
+		{"NULInKey", `{"headers":{"X-\u0000":"v"}}`, `a key contains \u0000, which PostgreSQL cannot store (at "/headers")`},
+		{"InvalidUTF8", "{\"principal\":\"p\xc3\"}", `not valid UTF-8, which PostgreSQL cannot store (at "/principal")`},
+		{"LoneSurrogate", `{"url":"\udc00"}`, `lone UTF-16 surrogate (\udc00), which PostgreSQL cannot store (at "/url")`},
+		{"DeeperThanEventData", deep, `a string contains \u0000`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := sync.CheckJSONText([]byte(tc.body))
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
