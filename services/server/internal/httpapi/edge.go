@@ -125,9 +125,9 @@ func checkParams(r *http.Request, pattern string, op *operation) error {
 			return errorf(http.StatusBadRequest, kindBadRequest, "path parameter %q: %s", m[1], reason)
 		}
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	q, err := checkQueryText(r)
 	if err != nil {
-		return errorf(http.StatusBadRequest, kindBadRequest, "query: %v", err)
+		return err
 	}
 	var known []string
 	if op != nil {
@@ -140,11 +140,41 @@ func checkParams(r *http.Request, pattern string, op *operation) error {
 		if len(q[name]) > 1 {
 			return errorf(http.StatusBadRequest, kindBadRequest, "query parameter %q: given %d times, send it once", name, len(q[name]))
 		}
-		if reason := badText(q[name][0]); reason != "" {
-			return errorf(http.StatusBadRequest, kindBadRequest, "query parameter %q: %s", name, reason)
-		}
 	}
 	return nil
+}
+
+// checkQueryText parses r's query and refuses, as 400 naming the
+// parameter, a name or value PostgreSQL could not store as text.
+func checkQueryText(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, kindBadRequest, "query: %v", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if reason := badText(name); reason != "" {
+			return nil, errorf(http.StatusBadRequest, kindBadRequest, "query parameter %q: its name %s", name, reason)
+		}
+		for _, v := range q[name] {
+			if reason := badText(v); reason != "" {
+				return nil, errorf(http.StatusBadRequest, kindBadRequest, "query parameter %q: %s", name, reason)
+			}
+		}
+	}
+	return q, nil
+}
+
+// checkAdminText applies the edge's text checks to a request for the
+// River UI, whose routes and parameters are River's: the path, the query's
+// names and values, and a JSON body.
+func checkAdminText(w http.ResponseWriter, r *http.Request, max int64) error {
+	if reason := badText(r.URL.Path); reason != "" {
+		return errorf(http.StatusBadRequest, kindBadRequest, "path: %s", reason)
+	}
+	if _, err := checkQueryText(r); err != nil {
+		return err
+	}
+	return checkBodyText(w, r, max)
 }
 
 func takes(known []string) string {

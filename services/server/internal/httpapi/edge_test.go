@@ -233,3 +233,22 @@ func TestAPI_RefusesTheInputThatOnceAnswered500(t *testing.T) {
 		})
 	}
 }
+
+// TestAPI_RiverUIRefusesBadText: the River UI mounted under the admin
+// path gets the edge's text checks too (its parameters are River's, so
+// only text is checked): each of these answered 500 without them.
+func TestAPI_RiverUIRefusesBadText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct{ path, want string }{
+		{"/admin/river/api/queues/%00", "path: contains a NUL character"},
+		{"/admin/river/api/queues/a%C3", "path: is not valid UTF-8"},
+		{"/admin/river/api/jobs?kinds=%00", `query parameter "kinds": contains a NUL character`},
+		{"/admin/river/api/jobs?state=available&queues=a%C3", `query parameter "queues": is not valid UTF-8`},
+	} {
+		req, err := http.NewRequest("GET", b.base+tc.path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		require.Contains(t, send(t, req).problem(t, http.StatusBadRequest), tc.want, tc.path)
+	}
+}

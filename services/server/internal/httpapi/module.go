@@ -405,6 +405,10 @@ func (a *API) adminOnly(next http.Handler) http.Handler {
 			writeProblem(w, r, errorf(http.StatusUnauthorized, kindUnauthenticated, "admin paths need server.admin_token (as bearer token, or as the password of HTTP Basic)"))
 			return
 		}
+		if err := checkAdminText(w, r, a.cfg.MaxBodyBytes); err != nil {
+			a.fail(w, r, err)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
