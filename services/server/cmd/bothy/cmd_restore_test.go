@@ -4,38 +4,131 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
+// restoreRun runs bothy restore finalize with args on db and returns the
+// exit code, stdout and stderr.
+func restoreRun(t *testing.T, db *dbtest.DB, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), append([]string{"restore", "finalize", "--database.url=" + db.URL}, args...),
+		&env{stdout: &out, stderr: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+// cursorSeqs reads every consumer cursor.
+func cursorSeqs(t *testing.T, db *dbtest.DB) map[string]int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT name, last_seq FROM event_consumer_cursors`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var seq int64
+		require.NoError(t, rows.Scan(&name, &seq))
+		out[name] = seq
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, out)
+	return out
+}
+
+// restoredDB is a database whose log head is at 42 and whose cursors are
+// at 0, as after a restore.
+func restoredDB(t *testing.T) *dbtest.DB {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	_, err := db.Pool.Exec(context.Background(), `UPDATE event_seq SET last_seq = 42`)
+	require.NoError(t, err)
+	return db
+}
+
+func requireAllAt(t *testing.T, db *dbtest.DB, seq int64) {
+	t.Helper()
+	for name, got := range cursorSeqs(t, db) {
+		require.Equal(t, seq, got, "cursor %s", name)
+	}
+}
+
 func TestRestoreFinalizeCommand(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := dbtest.NewDB(t)
-	_, err := db.Pool.Exec(ctx, `UPDATE event_seq SET last_seq = 42`)
-	require.NoError(t, err)
 
-	var out, errOut bytes.Buffer
-	e := &env{stdout: &out, stderr: &errOut}
-	code := run(ctx, []string{"restore", "finalize", "--database.url=" + db.URL}, e)
-	require.Equal(t, 0, code, errOut.String())
-	require.Contains(t, out.String(), "CONSUMER")
-	require.Regexp(t, `webhooks\s+0\s+42\s+42`, out.String())
-	require.Contains(t, out.String(), "cursors to the head")
+	t.Run("WithoutYesPrintsThePlanAndMovesNothing", func(t *testing.T) {
+		t.Parallel()
+		db := restoredDB(t)
+		code, out, errOut := restoreRun(t, db)
+		require.Equal(t, 0, code, errOut)
+		require.Regexp(t, `webhooks\s+0\s+42\s+42`, out)
+		require.Contains(t, out, "dry run: nothing changed; --yes moves")
+		requireAllAt(t, db, 0)
 
-	out.Reset()
-	code = run(ctx, []string{"restore", "finalize", "--json", "--database.url=" + db.URL}, e)
-	require.Equal(t, 0, code, errOut.String())
-	var got struct {
-		Cursors []postgres.CursorMove `json:"cursors"`
-	}
-	require.NoError(t, json.Unmarshal(out.Bytes(), &got))
-	require.NotEmpty(t, got.Cursors)
-	for _, m := range got.Cursors {
-		require.Equal(t, postgres.CursorMove{Consumer: m.Consumer, From: 42, To: 42}, m)
-	}
+		code, out, errOut = restoreRun(t, db, "--json")
+		require.Equal(t, 0, code, errOut)
+		var got restoreReport
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		require.True(t, got.DryRun)
+		require.Empty(t, got.Workers)
+		require.NotEmpty(t, got.Cursors)
+		for _, m := range got.Cursors {
+			require.Equal(t, postgres.CursorMove{Consumer: m.Consumer, From: 0, To: 42, Skipped: 42}, m)
+		}
+		requireAllAt(t, db, 0)
+	})
+
+	t.Run("WithYesMovesEveryCursorToTheHead", func(t *testing.T) {
+		t.Parallel()
+		db := restoredDB(t)
+		code, out, errOut := restoreRun(t, db, "--yes")
+		require.Equal(t, 0, code, errOut)
+		require.Regexp(t, `webhooks\s+0\s+42\s+42`, out)
+		require.Contains(t, out, "cursors to the head")
+		requireAllAt(t, db, 42)
+
+		code, out, errOut = restoreRun(t, db, "--yes", "--json")
+		require.Equal(t, 0, code, errOut)
+		var got restoreReport
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		require.False(t, got.DryRun)
+		for _, m := range got.Cursors {
+			require.Equal(t, postgres.CursorMove{Consumer: m.Consumer, From: 42, To: 42}, m)
+		}
+	})
+
+	t.Run("RefusesWhileAWorkerHoldsItsLivenessLock", func(t *testing.T) {
+		t.Parallel()
+		db := restoredDB(t)
+		h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: db.URL, ApplicationName: "bothy-worker-4242-alive",
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		require.NoError(t, h.Acquire(context.Background()))
+		t.Cleanup(func() { _ = h.Close(context.Background()) })
+		holder := fmt.Sprintf("pid %d bothy-worker-4242-alive", h.PID())
+
+		code, out, errOut := restoreRun(t, db)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "worker processes hold liveness locks: "+holder)
+		require.Contains(t, out, "--yes refuses while they run")
+
+		code, _, errOut = restoreRun(t, db, "--yes")
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut, "worker processes are running on this database: "+holder)
+		require.Contains(t, errOut, "--force")
+		requireAllAt(t, db, 0)
+
+		code, out, errOut = restoreRun(t, db, "--yes", "--force")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "moved anyway (--force)")
+		requireAllAt(t, db, 42)
+	})
 }

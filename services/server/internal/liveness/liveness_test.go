@@ -356,3 +356,32 @@ func TestRescuer_Metrics(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 }
+
+// TestHolders: a holder's session is listed, with its application name,
+// while it holds its lock, and no longer once it ended; holders in other
+// databases of the same server are not.
+func TestHolders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, other := dbtest.NewDB(t), dbtest.NewDB(t)
+	newHolder(t, other, "")
+	none, err := liveness.Holders(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, none, "a holder of another database")
+
+	h := newHolder(t, db, "")
+	got, err := liveness.Holders(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.EqualValues(t, h.PID(), got[0].PID)
+	require.Equal(t, "bothy-alive", got[0].ApplicationName)
+	require.NotNil(t, got[0].BackendStart)
+	require.Contains(t, got[0].String(), "bothy-alive")
+
+	require.NoError(t, h.Close(ctx))
+	eventually(t, 10*time.Second, func() bool {
+		got, err := liveness.Holders(ctx, db.Pool)
+		require.NoError(t, err)
+		return len(got) == 0
+	}, "no holder once the session ended")
+}

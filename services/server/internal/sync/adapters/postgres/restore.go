@@ -100,8 +100,7 @@ func RestoreFinalize(ctx context.Context, pool *pgxpool.Pool) ([]CursorMove, err
 		}
 		for i := range moves {
 			m := &moves[i]
-			m.To = head
-			m.Skipped = max(head-m.From, 0)
+			*m = moveTo(m.Consumer, m.From, head)
 			if m.From == head {
 				continue
 			}
@@ -117,6 +116,35 @@ func RestoreFinalize(ctx context.Context, pool *pgxpool.Pool) ([]CursorMove, err
 			return nil, err
 		}
 		return nil, fmt.Errorf("restore finalize: %w", err)
+	}
+	return moves, nil
+}
+
+// moveTo is the move of a cursor at from to head.
+func moveTo(consumer string, from, head int64) CursorMove {
+	return CursorMove{Consumer: consumer, From: from, To: head, Skipped: max(head-from, 0)}
+}
+
+// restorePlanSQL reads every cursor and the head in one snapshot.
+const restorePlanSQL = `SELECT c.name, c.last_seq, s.last_seq FROM event_consumer_cursors c CROSS JOIN event_seq s ORDER BY c.name`
+
+// PlanRestoreFinalize returns, changing nothing, what RestoreFinalize
+// would do now: every cursor, in name order, from its last_seq to the
+// head. Events committed before RestoreFinalize runs move the head on, so
+// it may move the cursors further than planned.
+func PlanRestoreFinalize(ctx context.Context, pool *pgxpool.Pool) ([]CursorMove, error) {
+	rows, err := pool.Query(ctx, restorePlanSQL)
+	if err != nil {
+		return nil, fmt.Errorf("plan restore finalize: %w", err)
+	}
+	moves, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (CursorMove, error) {
+		var name string
+		var from, head int64
+		err := row.Scan(&name, &from, &head)
+		return moveTo(name, from, head), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan restore finalize: %w", err)
 	}
 	return moves, nil
 }

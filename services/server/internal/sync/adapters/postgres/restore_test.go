@@ -54,8 +54,14 @@ func TestRestoreFinalize(t *testing.T) {
 		head := headSeq(t, b.db)
 		require.EqualValues(t, 15, head)
 
+		// The plan is what finalizing then does, and changes nothing.
+		plan, err := postgres.PlanRestoreFinalize(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Equal(t, before, cursors(t, b.db), "planning moves no cursor")
+
 		moves, err := postgres.RestoreFinalize(ctx, b.db.Pool)
 		require.NoError(t, err)
+		require.Equal(t, plan, moves)
 		require.Len(t, moves, len(before))
 		for i, m := range moves {
 			if i > 0 {
