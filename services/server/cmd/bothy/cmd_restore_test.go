@@ -26,24 +26,6 @@ func restoreRun(t *testing.T, db *dbtest.DB, args ...string) (int, string, strin
 	return code, out.String(), errOut.String()
 }
 
-// cursorSeqs reads every consumer cursor.
-func cursorSeqs(t *testing.T, db *dbtest.DB) map[string]int64 {
-	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT name, last_seq FROM event_consumer_cursors`)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var name string
-		var seq int64
-		require.NoError(t, rows.Scan(&name, &seq))
-		out[name] = seq
-	}
-	require.NoError(t, rows.Err())
-	require.NotEmpty(t, out)
-	return out
-}
-
 // restoredDB is a database whose log head is at 42 and whose cursors are
 // at 0, as after a restore.
 func restoredDB(t *testing.T) *dbtest.DB {
@@ -54,10 +36,15 @@ func restoredDB(t *testing.T) *dbtest.DB {
 	return db
 }
 
+// requireAllAt requires every consumer cursor at seq (the plan's From is
+// each cursor's last_seq).
 func requireAllAt(t *testing.T, db *dbtest.DB, seq int64) {
 	t.Helper()
-	for name, got := range cursorSeqs(t, db) {
-		require.Equal(t, seq, got, "cursor %s", name)
+	plan, err := postgres.PlanRestoreFinalize(context.Background(), db.Pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, plan)
+	for _, m := range plan {
+		require.Equal(t, seq, m.From, "cursor %s", m.Consumer)
 	}
 }
 

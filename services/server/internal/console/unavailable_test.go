@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/console"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
 // TestConsole_DatabaseUnavailableIs503: a page whose session cannot be
@@ -21,11 +21,7 @@ import (
 // not a 500.
 func TestConsole_DatabaseUnavailableIs503(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there any more
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/bothy?sslmode=disable&connect_timeout=5")
+	pool, err := pgxpool.New(context.Background(), dbtest.UnreachableURL(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	c, err := console.New(pool, http.NewServeMux(), &console.Config{Key: []byte(strings.Repeat("k", console.MinKeyLen)),

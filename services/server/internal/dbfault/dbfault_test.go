@@ -108,11 +108,7 @@ func TestUnavailable_RealErrors(t *testing.T) {
 	})
 	t.Run("ConnectionRefused", func(t *testing.T) {
 		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close())
-		_, err = pgx.Connect(ctx, "postgres://postgres@"+addr+"/x?sslmode=disable&connect_timeout=5")
+		_, err := pgx.Connect(ctx, dbtest.UnreachableURL(t))
 		require.Error(t, err)
 		require.True(t, dbfault.Unavailable(err), "%v", err)
 	})

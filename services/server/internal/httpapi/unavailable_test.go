@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -55,11 +54,7 @@ func TestAPI_DatabaseUnavailableIs503(t *testing.T) {
 	}
 
 	t.Run("ConnectionRefused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close()) // nothing listens there any more
-		pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/bothy?sslmode=disable&connect_timeout=5")
+		pool, err := pgxpool.New(context.Background(), dbtest.UnreachableURL(t))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		unavailable(t, serveAPI(t, db, pool))
