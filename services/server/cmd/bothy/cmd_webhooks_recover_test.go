@@ -43,7 +43,7 @@ func TestCLI_WebhooksResendRecoverEnable(t *testing.T) {
 	rounds := postgres.NewRoundRunner(db.Pool, log, rc, nil)
 	round := func(t *testing.T) {
 		t.Helper()
-		res, err := rounds.Run(ctx, webhooks.NewConsumer())
+		res, err := rounds.Run(ctx, webhooks.NewConsumer(nil))
 		require.NoError(t, err)
 		require.False(t, res.Full)
 	}

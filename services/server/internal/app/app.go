@@ -7,10 +7,12 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -202,7 +204,7 @@ func (r *run) newRiver() error {
 			func() (river.JobArgs, *river.InsertOpts) { return postgres.MaintainArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})}
 		for _, m := range r.mods {
 			for _, q := range m.RegisterWorkers(workers) {
-				queues[q] = river.QueueConfig{MaxWorkers: cfg.River.MaxWorkers}
+				queues[q.Name] = river.QueueConfig{MaxWorkers: cmp.Or(q.MaxWorkers, cfg.River.MaxWorkers)}
 			}
 			r.consumers = append(r.consumers, m.Consumers()...)
 			if pm, ok := m.(module.Periodic); ok {
@@ -305,7 +307,7 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 		return err
 	}
 	listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: logger,
-		ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid())})
+		ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid()), Channels: r.notifications()})
 	rescuer, err := liveness.NewRescuer(r.pool, r.alive, &liveness.RescuerConfig{Registerer: r.s.registry, Logger: logger})
 	if err != nil {
 		return err
@@ -331,6 +333,17 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 		return nil
 	})
 	return nil
+}
+
+// notifications collects the channels the modules listen on.
+func (r *run) notifications() map[string]func(string) {
+	out := map[string]func(string){}
+	for _, m := range r.mods {
+		if n, ok := m.(module.Notified); ok {
+			maps.Copy(out, n.Notifications())
+		}
+	}
+	return out
 }
 
 // startTracing returns the tracing TraceWith set, or the one the OTEL_*

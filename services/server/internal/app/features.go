@@ -40,6 +40,10 @@ func WebhooksConfig(cfg *config.Config) *webhooks.ModuleConfig {
 			Timeout:             w.Timeout,
 			RetryBudget:         w.RetryBudget,
 			MaxResponseBytes:    w.MaxResponseBytes,
+			BatchSize:           w.BatchSize,
+			RightsMaxAge:        w.RightsMaxAge,
+			Senders:             w.Senders,
+			Linger:              w.SenderLinger,
 		},
 		KeepFinished: cfg.Sync.EventRetention,
 	}

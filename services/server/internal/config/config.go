@@ -86,6 +86,10 @@ type Webhooks struct {
 	MaxEventTypes            int
 	MaxSubscriptionsPerSpace int
 	MaxSubscriptionsPerOwner int
+	BatchSize                int
+	RightsMaxAge             time.Duration
+	Senders                  int
+	SenderLinger             time.Duration
 }
 
 // Push configures Web Push.

@@ -122,6 +122,22 @@ var Keys = []Key{
 	{Name: "webhooks.max_response_bytes", Default: "65536", Range: "0..10485760",
 		Doc: "At most this much of a receiver's response body is read (and 1 KiB of it recorded).",
 		set: func(c *Config, v string) error { return intIn(&c.Webhooks.MaxResponseBytes, v, 0, 10<<20) }},
+	{Name: "webhooks.batch_size", Default: "100", Range: "1..1000",
+		Doc: "Most deliveries of one subscription a sender claims, and records, in one transaction.",
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.BatchSize, v, 1, 1000) }},
+	{Name: "webhooks.rights_max_age", Default: "1s", Range: "10ms..1m",
+		Doc: "Oldest a rights decision may be when a delivery request starts: a revoked right stops every request that starts later than this after the revocation.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Webhooks.RightsMaxAge, v, 10*time.Millisecond, time.Minute)
+		}},
+	{Name: "webhooks.senders", Default: "100", Range: "1..10000",
+		Doc: "Subscriptions one worker process sends for at once (River workers of the webhooks queue).",
+		set: func(c *Config, v string) error { return intIn(&c.Webhooks.Senders, v, 1, 10000) }},
+	{Name: "webhooks.sender_linger", Default: "2s", Range: "1ms..1m",
+		Doc: "How long a sender with nothing left waits for new deliveries of its subscription before it lets it go (while the process has senders to spare).",
+		set: func(c *Config, v string) error {
+			return dur(&c.Webhooks.SenderLinger, v, time.Millisecond, time.Minute)
+		}},
 	// The webhooks store enforces these three defaults when a caller passes
 	// no webhooks.Limits (TestCreate_Limits checks they are equal). Other
 	// values take effect once config.Webhooks carries them and the HTTP API

@@ -35,7 +35,7 @@ func NewModule(cfg *Config) module.Factory {
 }
 
 func (*consoleModule) Consumers() []sync.Consumer              { return nil }
-func (*consoleModule) RegisterWorkers(*river.Workers) []string { return nil }
+func (*consoleModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 
 // Routes mounts the console; its pages call the API through mux, so they
 // see every /v1 route whatever the order modules mount in.

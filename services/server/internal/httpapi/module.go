@@ -134,7 +134,7 @@ func NewModule(cfg *Config) module.Factory {
 }
 
 func (*apiModule) Consumers() []sync.Consumer              { return nil }
-func (*apiModule) RegisterWorkers(*river.Workers) []string { return nil }
+func (*apiModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 
 func (m *apiModule) Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx]) {
 	m.api = New(m.deps, jobs, &m.cfg)

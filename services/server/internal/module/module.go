@@ -50,11 +50,29 @@ type Module interface {
 	Consumers() []sync.Consumer
 	// RegisterWorkers adds River workers (worker role) and returns the
 	// queues they need.
-	RegisterWorkers(w *river.Workers) []string
+	RegisterWorkers(w *river.Workers) []Queue
 	// Routes mounts HTTP handlers on the api role's mux. jobs is the
 	// process's River client, built after every module registered its
 	// workers; handlers insert jobs with it.
 	Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx])
+}
+
+// Queue is a River queue a module's workers need.
+type Queue struct {
+	Name string
+	// MaxWorkers is how many of its jobs one process runs at once; 0 is
+	// river.max_workers.
+	MaxWorkers int
+}
+
+// Notified is an optional capability of a Module, found by type assertion:
+// PostgreSQL notification channels it listens on in the worker role. The
+// worker's listening connection LISTENs on each channel and calls its
+// function with every notification's payload, and with "" after each
+// (re)connect, since what was sent while nobody listened is lost. The
+// functions must not block.
+type Notified interface {
+	Notifications() map[string]func(payload string)
 }
 
 // Periodic is an optional capability of a Module, found by type assertion:

@@ -40,7 +40,7 @@ type idleModule struct{}
 func (idleModule) Consumers() []sync.Consumer {
 	return []sync.Consumer{idleConsumer{"webhooks"}, idleConsumer{"push"}}
 }
-func (idleModule) RegisterWorkers(*river.Workers) []string      { return nil }
+func (idleModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 func (idleModule) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}
 
 // scrape starts "bothy server" with role on a fresh database, waits until

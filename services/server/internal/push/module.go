@@ -52,12 +52,12 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 func (m *Module) Consumers() []sync.Consumer { return []sync.Consumer{m.consumer} }
 
 // RegisterWorkers implements module.Module.
-func (m *Module) RegisterWorkers(w *river.Workers) []string {
+func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 	if m.worker == nil {
 		return nil
 	}
 	river.AddWorker(w, m.worker)
-	return []string{Queue}
+	return []module.Queue{{Name: Queue}}
 }
 
 // Routes implements module.Module: push has no routes of its own; the

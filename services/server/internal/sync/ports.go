@@ -110,6 +110,9 @@ type EventSource interface {
 	// LowSeq returns the lowest seq retention has kept: every seq below it
 	// was removed.
 	LowSeq(ctx context.Context, tx pgx.Tx) (int64, error)
+	// EventsAt returns the events at seqs, in seq order, in one statement;
+	// a seq retention removed has no event in the result.
+	EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]Event, error)
 }
 
 // JobSink inserts jobs inside the round's transaction, so they commit or

@@ -132,7 +132,7 @@ func BenchmarkRoundFilters(b *testing.B) {
 				b.Run(fmt.Sprintf("deliveries=%d/filters=%d/matching=%s", deliveries, filters, matching), func(b *testing.B) {
 					var c sync.Consumer = scanConsumer{}
 					if matching == "lookup" {
-						c = webhooks.NewConsumer()
+						c = webhooks.NewConsumer(nil)
 					}
 					benchRoundFilters(b, c, filters, deliveries > 0)
 				})

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -16,20 +18,37 @@ import (
 const ConsumerName = "webhooks"
 
 // Consumer is the webhooks consumer: in each round it records a delivery
-// for every (active matching subscription, event) pair and enqueues one
-// delivery job per subscription that got any, not one per delivery: that
-// job becomes the subscription's one sender and sends them in order. It is
-// also a sync.ConsumerLossHandler: a range lost to retention disables the
-// subscriptions that could have missed events in it.
-type Consumer struct{}
+// for every (active matching subscription, event) pair and makes sure each
+// subscription that got any has a sender: a live sender is woken through
+// WakeChannel, and a job is enqueued only for a subscription no live sender
+// holds (wakeOrStart). That job becomes the subscription's one sender. It
+// is also a sync.ConsumerLossHandler: a range lost to retention disables
+// the subscriptions that could have missed events in it.
+type Consumer struct {
+	settle time.Duration
+}
 
 var (
 	_ sync.Consumer            = (*Consumer)(nil)
 	_ sync.ConsumerLossHandler = (*Consumer)(nil)
 )
 
-// NewConsumer returns the webhooks consumer.
-func NewConsumer() *Consumer { return &Consumer{} }
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// LivenessSettle is how old the round's session must be before it may
+	// judge a sender's process dead (as DeliverConfig.LivenessSettle).
+	// Default liveness.Settle.
+	LivenessSettle time.Duration
+}
+
+// NewConsumer returns the webhooks consumer; cfg may be nil.
+func NewConsumer(cfg *ConsumerConfig) *Consumer {
+	c := &Consumer{settle: liveness.Settle}
+	if cfg != nil && cfg.LivenessSettle > 0 {
+		c.settle = cfg.LivenessSettle
+	}
+	return c
+}
 
 // Name implements sync.Consumer.
 func (*Consumer) Name() string { return ConsumerName }
@@ -75,18 +94,28 @@ WITH ` + matchSQL + `, ins AS (
 SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER BY subscription_id`
 
 // Handle implements sync.Consumer.
-func (*Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
+func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
 	seqs, ids, spaces, patterns := matchArgs(events)
 	opIDs, about := aboutSubscriptions(events)
 	rows, err := tx.Query(ctx, handleSQL, seqs, ids, spaces, patterns, events[0].Seq, opIDs, about)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (sync.Job, error) {
-		var a DeliverArgs
-		err := row.Scan(&a.SubscriptionID, &a.Seq)
-		return sync.Job{Args: a}, err
-	})
+	from := map[uuid.UUID]int64{}
+	var id uuid.UUID
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error { from[id] = seq; return nil }); err != nil {
+		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
+	}
+	start, err := wakeOrStart(ctx, tx, from, c.settle.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]sync.Job, len(start))
+	for i := range start {
+		jobs[i] = sync.Job{Args: start[i]}
+	}
+	return jobs, nil
 }
 
 // aboutSubscriptions returns the operational events among events and the

@@ -21,6 +21,10 @@ func (unreadableLog) EventsAfter(context.Context, pgx.Tx, *sync.EventsAfterParam
 	return nil, errors.New("event log unreachable")
 }
 
+func (unreadableLog) EventsAt(context.Context, pgx.Tx, []int64) ([]sync.Event, error) {
+	return nil, errors.New("event log unreachable")
+}
+
 // TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble: a delivery job
 // that fails (here, reading its event fails) comes back within seconds,
 // also after its second and later failures, where River's default backoff

@@ -77,9 +77,13 @@ func TestDelivery_OrderUnderRetries(t *testing.T) {
 	}
 	require.Equal(t, 4, ids[evs[4].ID.String()], "webhook-id is stable across retries")
 
-	atts, err := webhooks.Attempts(context.Background(), b.db.Pool, s.ID, failSeq)
-	require.NoError(t, err)
-	require.Len(t, atts, 4)
+	var atts []webhooks.Attempt
+	eventually(t, 5*time.Second, func() bool {
+		var err error
+		atts, err = webhooks.Attempts(context.Background(), b.db.Pool, s.ID, failSeq)
+		require.NoError(t, err)
+		return len(atts) == 4
+	}, "four attempts recorded")
 	for i, code := range []int{500, 503, 429, 200} {
 		require.NotNil(t, atts[i].StatusCode)
 		require.Equal(t, code, *atts[i].StatusCode)

@@ -41,7 +41,7 @@ func TestCreate_WaitsForTheRoundInFlight(t *testing.T) {
 	rv := newReceiver(t, nil)
 	b.emit(t, "s1", 3)
 
-	c := &pausingConsumer{Consumer: webhooks.NewConsumer(), inHandle: make(chan struct{}), release: make(chan struct{})}
+	c := &pausingConsumer{Consumer: webhooks.NewConsumer(nil), inHandle: make(chan struct{}), release: make(chan struct{})}
 	released := false
 	t.Cleanup(func() { // let a failed test's round finish, so the pool can close
 		if !released {

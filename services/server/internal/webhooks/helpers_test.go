@@ -115,7 +115,7 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 		Logger:            quiet,
 	})
 	require.NoError(t, err)
-	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(), reg: reg,
+	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: cfg.LivenessSettle}), reg: reg,
 		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
 	t.Cleanup(func() {
 		if b.started {

@@ -45,7 +45,7 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		return &Module{consumer: NewConsumer(), deliverer: del, notices: NewNoticeWorker(d.Events),
+		return &Module{consumer: NewConsumer(&ConsumerConfig{LivenessSettle: dc.LivenessSettle}), deliverer: del, notices: NewNoticeWorker(d.Events),
 			pruner: &pruneWorker{db: d.Pool, keep: cfg.KeepFinished}}, nil
 	}
 }
@@ -54,11 +54,19 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 func (m *Module) Consumers() []sync.Consumer { return []sync.Consumer{m.consumer} }
 
 // RegisterWorkers implements module.Module.
-func (m *Module) RegisterWorkers(w *river.Workers) []string {
+// The webhooks queue runs one job per subscription being sent for, most of
+// them idle at any time, so it is sized by webhooks.senders.
+func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 	river.AddWorker(w, m.deliverer)
 	river.AddWorker(w, m.notices)
 	river.AddWorker(w, m.pruner)
-	return []string{Queue}
+	return []module.Queue{{Name: Queue, MaxWorkers: m.deliverer.cfg.Senders}}
+}
+
+// Notifications implements module.Notified: the rounds (and resends,
+// recovers and enables) wake this process's senders through WakeChannel.
+func (m *Module) Notifications() map[string]func(string) {
+	return map[string]func(string){WakeChannel: m.deliverer.Wake}
 }
 
 // PeriodicJobs implements module.Periodic: finished delivery records are

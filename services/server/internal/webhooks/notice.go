@@ -147,10 +147,13 @@ func noteChange(ctx context.Context, tx pgx.Tx, ct pgconn.CommandTag, typ string
 const markFailingSQL = `
 UPDATE webhook_subscriptions SET failing_since = now() WHERE id = $1 AND failing_since IS NULL RETURNING space`
 
-// noteFailed records that an attempt failed: the first failure after a
-// success marks the subscription failing and appends bothy.webhook.failing.
+// noteFailed records that an attempt at the delivery of seq failed: the
+// first failure after a success marks the subscription failing and appends
+// bothy.webhook.failing.
 //
-// Attempts at operational events do not count, here or in noteDelivered. Every operational event is a delivery for the other matching
+// Attempts at operational events do not count, here or when a success
+// clears the mark (deliveredSQL); the caller does not call it for them.
+// Every operational event is a delivery for the other matching
 // subscriptions of its space, and a delivery's outcome can change a
 // subscription's state; if those attempts counted, two flaky receivers on
 // one space could answer each other's failing and recovered events for
@@ -158,53 +161,22 @@ UPDATE webhook_subscriptions SET failing_since = now() WHERE id = $1 AND failing
 // subscription's disabling, which takes an enable by hand to happen again
 // (TestNotice_NoLoopBetweenFlakySubscriptions). A subscription is also not
 // sent operational events about itself (the round skips them).
-func noteFailed(ctx context.Context, tx pgx.Tx, c *claim, detail string) error {
-	if c.operational {
-		return nil
-	}
+func noteFailed(ctx context.Context, tx pgx.Tx, subID uuid.UUID, detail string, seq int64) error {
 	var space string
-	err := tx.QueryRow(ctx, markFailingSQL, c.subID).Scan(&space)
+	err := tx.QueryRow(ctx, markFailingSQL, subID).Scan(&space)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // failing already
 	}
 	if err != nil {
-		return fmt.Errorf("mark %s failing: %w", c.subID, err)
+		return fmt.Errorf("mark %s failing: %w", subID, err)
 	}
-	n, err := newNotice(TypeFailing, space, c.subID, "", detail, c.seq)
-	if err != nil {
-		return err
-	}
-	return insertNotices(ctx, tx, []NoticeArgs{n})
+	return insertNoticeAbout(ctx, tx, TypeFailing, space, subID, "", detail, seq)
 }
 
-// clearFailingSQL ends a subscription's failing mark, and says whether
-// there was one and on which space.
-const clearFailingSQL = `
-UPDATE webhook_subscriptions SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL RETURNING space`
-
-// noteDelivered records that attempts succeeded: the first success after
-// failures clears the failing mark and appends bothy.webhook.recovered.
-// Successes at operational events do not count (see noteFailed).
-func noteDelivered(ctx context.Context, tx pgx.Tx, subID uuid.UUID, outs []*outcome) error {
-	var first *claim
-	for _, o := range outs {
-		if !o.claim.operational {
-			first = o.claim
-			break
-		}
-	}
-	if first == nil {
-		return nil
-	}
-	var space string
-	err := tx.QueryRow(ctx, clearFailingSQL, subID).Scan(&space)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // it was not failing
-	}
-	if err != nil {
-		return fmt.Errorf("clear failing mark of %s: %w", subID, err)
-	}
-	n, err := newNotice(TypeRecovered, space, subID, "", "", first.seq)
+// insertNoticeAbout inserts, in tx, the job of one operational event about
+// subscription subID on space.
+func insertNoticeAbout(ctx context.Context, tx pgx.Tx, typ, space string, subID uuid.UUID, cause, detail string, seq int64) error {
+	n, err := newNotice(typ, space, subID, cause, detail, seq)
 	if err != nil {
 		return err
 	}

@@ -291,10 +291,7 @@ func Resend(ctx context.Context, q authz.Querier, p *ResendParams) (*Delivery, e
 		if err != nil {
 			return fmt.Errorf("make delivery %d pending: %w", p.Seq, err)
 		}
-		if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.SubscriptionID, Seq: p.Seq}, nil); err != nil {
-			return fmt.Errorf("insert delivery job: %w", err)
-		}
-		return nil
+		return startSender(ctx, tx, p.Jobs, p.SubscriptionID, p.Seq)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resend %s/%d: %w", p.SubscriptionID, p.Seq, err)
@@ -482,10 +479,7 @@ func (p *RecoverParams) makePending(ctx context.Context, tx pgx.Tx, space string
 	if res.Reset+res.Created == 0 {
 		return nil
 	}
-	if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.SubscriptionID, Seq: res.Range.From}, nil); err != nil {
-		return fmt.Errorf("insert delivery job: %w", err)
-	}
-	return nil
+	return startSender(ctx, tx, p.Jobs, p.SubscriptionID, res.Range.From)
 }
 
 // EnableBacklogParams selects the subscription EnableFromBacklog enables.
@@ -684,8 +678,5 @@ func (p *EnableBacklogParams) jobIfPending(ctx context.Context, tx pgx.Tx) error
 	if !pending {
 		return nil
 	}
-	if _, err := p.Jobs.InsertTx(ctx, tx, DeliverArgs{SubscriptionID: p.ID}, nil); err != nil {
-		return fmt.Errorf("insert delivery job: %w", err)
-	}
-	return nil
+	return startSender(ctx, tx, p.Jobs, p.ID, 0)
 }

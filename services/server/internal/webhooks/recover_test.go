@@ -164,7 +164,11 @@ func TestResend(t *testing.T) {
 	// in flight, before newer pending ones.
 	t.Run("OlderSeqGoesBeforeNewerPendingOnes", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		// A resend joins at the sender's next claim: after the batch in
+		// flight, here one delivery.
+		cfg := fastRetries()
+		cfg.BatchSize = 1
+		b := setup(t, cfg)
 		rv := newReceiver(t, nil)
 		var hold atomic.Int64 // seq whose first request waits for release
 		holding, release := make(chan struct{}), make(chan struct{})

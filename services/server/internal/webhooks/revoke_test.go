@@ -14,12 +14,14 @@ import (
 )
 
 // TestDeliveryRevokedWhileSendingStopsTheNextSend: a right revoked while a
-// sender's request is out stops the very next send of the same job, not
-// only the sends of later jobs: rights are read again before every send.
+// sender's request is out stops the next send of the same batch once the
+// decision it went out under is older than webhooks.rights_max_age: rights
+// are decided again before a request starts with an older decision.
 func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 	t.Parallel()
 	cfg := fastRetries()
 	cfg.Timeout = 10 * time.Second // the first request waits while the right is revoked
+	cfg.RightsMaxAge = 50 * time.Millisecond
 	b := setup(t, cfg)
 	arrived, release := make(chan struct{}), make(chan struct{})
 	held := false // the receiver calls respond under its lock, one at a time
@@ -45,6 +47,8 @@ func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 	}
 	ctx := context.Background()
 	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
+	revoked := time.Now()
+	eventually(t, time.Second, func() bool { return time.Since(revoked) > cfg.RightsMaxAge }, "the bound has passed")
 	unblock()
 
 	eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[1].Seq) == webhooks.DeliveryDead }, "second dead")

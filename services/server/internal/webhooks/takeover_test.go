@@ -65,33 +65,26 @@ func workerProcessWith(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, slo
 // within seconds, although the claim itself would hold for minutes.
 func TestDelivery_TakesOverFromADeadSender(t *testing.T) {
 	t.Parallel()
-	pumpOwner := func(t *testing.T, b *bundle, sub uuid.UUID, _ int64) string {
-		var owner string
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-			`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, sub).Scan(&owner))
-		return owner
-	}
-	sent, got := deadSenderTakeover(t, nil, pumpOwner)
+	sent, got := deadSenderTakeover(t, nil)
 	require.Equal(t, sent, got, "the dead sender's delivery first, then the next")
 }
 
 // deadSenderTakeover runs the takeover scenario for a subscription with
 // policy (nil: the default, ordered): the first sender hangs in its
-// request while claimOwner, which reads the process named by the claim on
-// the hung delivery, must name the sender's process; then that process's
-// session ends and a new job, which only a live process can run, must
-// deliver both events within seconds. It returns the two events' sequence
-// numbers and those of the requests the receiver saw, in arrival order.
-func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams,
-	claimOwner func(t *testing.T, b *bundle, sub uuid.UUID, seq int64) string) (sent, got []int64) {
+// request while the subscription's lease must name the sender's process;
+// then that process's session ends and a new job, which only a live
+// process can run, must deliver both events within seconds. It returns the
+// two events' sequence numbers and those of the requests the receiver saw,
+// in arrival order.
+func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams) (sent, got []int64) {
 	t.Helper()
-	b := setup(t, nil) // its River client only inserts the rounds' jobs
+	cfg := fastRetries()
+	cfg.Timeout = 2 * time.Minute // a lease holds for Timeout + 30 s
+	cfg.LivenessSettle = time.Millisecond
+	b := setup(t, cfg) // its River client only inserts the rounds' jobs
 	rv, hung := hangingReceiver(t)
 	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: policy})
 
-	cfg := fastRetries()
-	cfg.Timeout = 2 * time.Minute // a claim holds for Timeout + 30 s
-	cfg.LivenessSettle = time.Millisecond
 	dead, _ := workerProcess(t, b, cfg)
 	evs := b.emit(t, "s1", 1)
 	b.round(t)
@@ -100,7 +93,7 @@ func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams,
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first sender never sent")
 	}
-	require.Equal(t, dead.ID(), claimOwner(t, b, s.ID, evs[0].Seq), "the claim names the sender's process")
+	require.Equal(t, dead.ID(), leaseOwner(t, b, s.ID), "the lease names the sender's process")
 
 	workerProcess(t, b, cfg)
 	killedAt := time.Now()
@@ -111,6 +104,16 @@ func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams,
 	eventually(t, 30*time.Second, func() bool { return rv.count() >= 2 }, "the live process delivers both events")
 	t.Logf("delivered after %s", time.Since(killedAt))
 	return seqsOfEvents(evs), seqsOf(rv.requests())
+}
+
+// leaseOwner is the process named by the subscription's lease, which must
+// hold for more than a minute.
+func leaseOwner(t *testing.T, b *bundle, sub uuid.UUID) string {
+	t.Helper()
+	var owner string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, sub).Scan(&owner))
+	return owner
 }
 
 // hangingReceiver is a receiver whose first request never ends (until the

@@ -74,27 +74,38 @@ FROM webhook_subscriptions WHERE id = $1`
 // an unknown subscription or a failed read; the receiver's failures are in
 // the result.
 func (t *Tester) Send(ctx context.Context, q authz.Querier, id uuid.UUID) (*TestResult, error) {
-	c := &claim{subID: id}
+	var tg target
 	var space string
-	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &c.url, &c.secret, &c.previousSecret, &c.headers)
+	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &tg.url, &tg.secret, &tg.previousSecret, &tg.headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read webhook subscription %s: %w", id, err)
 	}
-	if c.eventID, err = uuid.NewV7(); err != nil {
+	msgID, err := uuid.NewV7()
+	if err != nil {
 		return nil, err
 	}
-	ev := sync.Event{ID: c.eventID, Space: space, Type: TypeTest, Actor: SystemActor, OccurredAt: time.Now(),
+	ev := sync.Event{ID: msgID, Space: space, Type: TypeTest, Actor: SystemActor, OccurredAt: time.Now(),
 		Data: json.RawMessage(fmt.Sprintf(`{"subscription_id":%q}`, id))}
-	if c.body, err = json.Marshal(ev.Envelope()); err != nil {
+	msg, err := singleMessage(&ev)
+	if err != nil {
 		return nil, err
 	}
-	o := t.d.send(ctx, c)
-	res := &TestResult{MessageID: c.eventID, StatusCode: o.statusCode, Latency: o.duration, Error: o.err, ResponseExcerpt: o.excerpt}
-	if res.Error == "" && o.kind != resultDelivered {
-		res.Error = fmt.Sprintf("receiver answered %d %s", o.statusCode, http.StatusText(o.statusCode))
+	a := t.send(ctx, &tg, &msg)
+	res := &TestResult{MessageID: msgID, StatusCode: a.statusCode, Latency: a.duration, Error: a.err, ResponseExcerpt: a.excerpt}
+	if res.Error == "" && a.kind != resultDelivered {
+		res.Error = fmt.Sprintf("receiver answered %d %s", a.statusCode, http.StatusText(a.statusCode))
 	}
 	return res, nil
+}
+
+// send makes one request of msg to tg.
+func (t *Tester) send(ctx context.Context, tg *target, msg *message) answer {
+	req, err := newRequest(ctx, tg, msg, time.Now())
+	if err != nil {
+		return answer{kind: resultRetry, err: err.Error()}
+	}
+	return post(t.d.client, req, t.d.cfg.MaxResponseBytes)
 }

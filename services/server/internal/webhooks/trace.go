@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -26,15 +27,20 @@ var _ sync.EventArgs = DeliverArgs{}
 // of many producers. It traces with the provider of the job's span, so it
 // records exactly when River's work is traced; with tracing off it still
 // carries the event's trace context to the receiver.
-func startAttempt(ctx context.Context, c *claim) (context.Context, trace.Span) {
+func startAttempt(ctx context.Context, subID uuid.UUID, r *request) (context.Context, trace.Span) {
 	job := trace.SpanFromContext(ctx)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("bothy.webhook.subscription_id", c.subID.String()),
-		attribute.Int64("bothy.event.seq", c.seq),
-		attribute.String("bothy.event.id", c.eventID.String()),
+	head := r.head()
+	attrs := []attribute.KeyValue{
+		attribute.String("bothy.webhook.subscription_id", subID.String()),
+		attribute.Int64("bothy.event.seq", head.seq),
+		attribute.String("bothy.event.id", head.eventID.String()),
 		attribute.String("http.request.method", http.MethodPost),
-	)}
-	if sc, ok := sync.ParseTraceParent(c.traceParent); ok && sc.TraceID() != job.SpanContext().TraceID() {
+	}
+	if len(r.items) > 1 {
+		attrs = append(attrs, attribute.Int("bothy.webhook.batch_size", len(r.items)))
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
+	if sc, ok := sync.ParseTraceParent(r.msg.traceParent); ok && sc.TraceID() != job.SpanContext().TraceID() {
 		if job.SpanContext().IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: job.SpanContext()}))
 		}
@@ -53,7 +59,7 @@ func traceRequest(ctx context.Context, req *http.Request) {
 
 // endAttempt ends an attempt's span with its outcome. The URL is not
 // recorded: URLs carry credentials.
-func endAttempt(span trace.Span, o *outcome) {
+func endAttempt(span trace.Span, o *answer) {
 	if o.statusCode != 0 {
 		span.SetAttributes(attribute.Int("http.response.status_code", o.statusCode))
 	}

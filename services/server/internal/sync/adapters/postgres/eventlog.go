@@ -560,6 +560,19 @@ func scanEvent(row pgx.CollectableRow) (sync.Event, error) {
 	return e, err
 }
 
+const eventsAtSQL = `
+SELECT seq, committed_at, id, space, type, actor, occurred_at, data, coalesce(traceparent, '')
+FROM event_log WHERE seq = ANY($1::bigint[]) ORDER BY seq`
+
+// EventsAt implements sync.EventSource.
+func (l *EventLog) EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]sync.Event, error) {
+	rows, err := tx.Query(ctx, eventsAtSQL, seqs)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanEvent)
+}
+
 // LowSeq implements sync.EventSource.
 func (l *EventLog) LowSeq(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var low int64

@@ -26,11 +26,15 @@ type ListenerConfig struct {
 	// OnConnect, if set, is called with the backend pid after each LISTEN
 	// succeeds (tests use it to terminate the connection).
 	OnConnect func(pid uint32)
+	// Channels are further channels to listen on, each with the function
+	// its notifications' payloads go to; each is also called with "" after
+	// every (re)connect.
+	Channels map[string]func(payload string)
 }
 
 // Listener holds one dedicated connection (not from the pool, which would
 // hand it back and lose the LISTEN) on channel event_log and calls wake on
-// every notification. After the connection is lost it reconnects with
+// every notification (and passes those of ListenerConfig.Channels on). After the connection is lost it reconnects with
 // backoff and calls wake once LISTEN is back: anything committed while it
 // was away is then read at once instead of at the next poll.
 type Listener struct {
@@ -92,14 +96,27 @@ func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return false, err
 	}
+	for ch := range l.cfg.Channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return false, err
+		}
+	}
 	if l.cfg.OnConnect != nil {
 		l.cfg.OnConnect(conn.PgConn().PID())
 	}
 	// Whatever committed while no LISTEN was in place is read now.
 	l.wake()
+	for _, fn := range l.cfg.Channels {
+		fn("")
+	}
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return true, err
+		}
+		if fn, ok := l.cfg.Channels[n.Channel]; ok {
+			fn(n.Payload)
+			continue
 		}
 		l.wake()
 	}

@@ -1,0 +1,361 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// deliveredSQL records the 2xx answers of subscription $1 — their attempts
+// ($2-$6), their deliveries finished — and moves the subscription in the
+// same statement: its highest delivered seq, its failing mark cleared ($7),
+// its lease taken for $11 ms ($8: by job $9 of process $10) and its
+// throttle's next slot ($12). It is the one update of the subscription row
+// on a batch's usual path.
+const deliveredSQL = `
+WITH o AS (
+    SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[]) AS o(seq, code, secs, excerpt, started)
+), a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt)
+    SELECT $1, seq, started, code, secs, NULLIF(excerpt, '') FROM o
+), d AS (
+    UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
+        first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
+    FROM o WHERE w.subscription_id = $1 AND w.event_seq = o.seq AND w.status = 'pending'
+    RETURNING w.event_seq
+)
+UPDATE webhook_subscriptions SET
+    last_delivered_seq = greatest(last_delivered_seq, coalesce((SELECT max(event_seq) FROM d), 0)),
+    failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END,
+    pump_job_id = CASE WHEN $8 THEN $9 ELSE pump_job_id END,
+    pump_owner = CASE WHEN $8 THEN NULLIF($10::text, '') ELSE pump_owner END,
+    pump_until = CASE WHEN $8 THEN now() + $11::bigint * interval '1 millisecond' ELSE pump_until END,
+    throttle_next_at = coalesce($12, throttle_next_at)
+WHERE id = $1`
+
+// record records the last batch's outcomes and takes the lease: the 2xx
+// answers with the lease in one statement, then each failure. A failure
+// may disable the subscription or start probing it, so the step reads its
+// status again after one.
+func (t *stepTx) record(ctx context.Context, last *batch) error {
+	if err := t.recordDelivered(ctx, last, true); err != nil {
+		return err
+	}
+	if last == nil {
+		return nil
+	}
+	failed := false
+	for _, r := range last.requests {
+		if !r.sent || r.kind == resultDelivered {
+			continue
+		}
+		failed = true
+		res, err := t.recordFailure(ctx, r)
+		if err != nil {
+			return err
+		}
+		for range r.items {
+			t.results = append(t.results, res)
+		}
+	}
+	if failed {
+		err := t.tx.QueryRow(ctx, `SELECT status, probing FROM webhook_subscriptions WHERE id = $1`, t.s.subID).Scan(&t.sub.status, &t.sub.probing)
+		if err != nil {
+			return fmt.Errorf("deliver %s: reread status: %w", t.s.subID, err)
+		}
+	}
+	return nil
+}
+
+// recordDelivered records last's 2xx answers and, with lease, takes the
+// lease; a probe answered 2xx makes the subscription active again.
+func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) error {
+	var seqs []int64
+	var codes []int32
+	var secs []float64
+	var excerpts []string
+	var started []time.Time
+	var firstPlain *delivery // the first delivered non-operational event
+	probed := false
+	if last != nil {
+		for _, r := range last.requests {
+			if !r.sent || r.kind != resultDelivered {
+				continue
+			}
+			probed = probed || r.probe
+			for _, d := range r.items {
+				seqs, codes, secs = append(seqs, d.seq), append(codes, int32(r.statusCode)), append(secs, r.duration.Seconds())
+				excerpts, started = append(excerpts, r.excerpt), append(started, r.started)
+				if firstPlain == nil && !isOperational(d.ev.Type) {
+					firstPlain = d
+				}
+			}
+		}
+	}
+	if len(seqs) == 0 && !lease {
+		return nil
+	}
+	clear := t.sub.failing && firstPlain != nil
+	var throttled *time.Time
+	if last != nil {
+		throttled = last.throttled
+	}
+	if _, err := t.tx.Exec(ctx, deliveredSQL, t.s.subID, seqs, codes, secs, excerpts, started, clear,
+		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled); err != nil {
+		return fmt.Errorf("deliver %s: record %d delivered: %w", t.s.subID, len(seqs), err)
+	}
+	for range seqs {
+		t.results = append(t.results, "delivered")
+	}
+	if clear {
+		t.sub.failing = false
+		if err := insertNoticeAbout(ctx, t.tx, TypeRecovered, t.sub.space, t.s.subID, "", "", firstPlain.seq); err != nil {
+			return err
+		}
+	}
+	if probed {
+		if _, err := t.tx.Exec(ctx, probeRecoveredSQL, t.s.subID); err != nil {
+			return fmt.Errorf("deliver %s: recover: %w", t.s.subID, err)
+		}
+		t.sub.status, t.sub.probing = StatusActive, false
+		t.s.d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
+			slog.String("subscription", t.s.subID.String()))
+	}
+	return nil
+}
+
+// failedSQL records a failed request carrying deliveries $2: an attempt of
+// each, counted, and returns the first one's count, first attempt and the
+// time now.
+const failedSQL = `
+WITH a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, error, response_excerpt)
+    SELECT $1, seq, $3, $4, $5, NULLIF($6, ''), NULLIF($7, '') FROM unnest($2::bigint[]) AS seq
+), d AS (
+    UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $6, first_attempt_at = coalesce(first_attempt_at, $3)
+    WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'
+    RETURNING event_seq, attempts, first_attempt_at
+)
+SELECT attempts, first_attempt_at, now() FROM d WHERE event_seq = ($2::bigint[])[1]`
+
+const nextAttemptSQL = `UPDATE webhook_deliveries SET next_attempt_at = $3 WHERE subscription_id = $1 AND event_seq = $2`
+
+// probeRecoveredSQL makes a probed subscription active again.
+const probeRecoveredSQL = `
+UPDATE webhook_subscriptions
+SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, probing = false, updated_at = now()
+WHERE id = $1 AND probing`
+
+// probeSQL disables a subscription as failing and starts probing it.
+const probeSQL = `
+UPDATE webhook_subscriptions
+SET status = 'disabled', disabled_cause = 'failing', disabled_detail = $2, disabled_at = now(), probing = true, updated_at = now()
+WHERE id = $1 AND status = 'active'`
+
+const deadSQL = `
+UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
+    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'`
+
+// failure is a failed request as its policy judges it: the head delivery
+// (the first of the request), every seq the request carried, and the
+// attempt's error.
+type failure struct {
+	r    *request
+	seqs []int64
+}
+
+// recordFailure counts a failed request and decides what follows: a 410
+// disables the subscription; otherwise the head's next attempt is a probe's
+// (it waits for the next probe), its policy's once its budget is spent, or
+// its backoff. Only the head is scheduled: an ordered sender waits for it,
+// and the other deliveries of a failed batch request stay pending behind
+// it. It returns the metric result.
+func (t *stepTx) recordFailure(ctx context.Context, r *request) (string, error) {
+	f := &failure{r: r, seqs: make([]int64, len(r.items))}
+	for i, d := range r.items {
+		f.seqs[i] = d.seq
+	}
+	var code *int
+	if r.statusCode != 0 {
+		code = &r.statusCode
+	}
+	var attempts int
+	var first *time.Time
+	var now time.Time
+	err := t.tx.QueryRow(ctx, failedSQL, t.s.subID, f.seqs, r.started, code, r.duration.Seconds(), r.err, r.excerpt).Scan(&attempts, &first, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "retry", nil // no longer pending: skipped or resent meanwhile
+	}
+	if err != nil {
+		return "", fmt.Errorf("deliver %s: record failure of %v: %w", t.s.subID, f.seqs, err)
+	}
+	if r.kind == resultGone {
+		return "gone", t.gone(ctx, f)
+	}
+	if !r.probe && !isOperational(r.head().ev.Type) {
+		if err := noteFailed(ctx, t.tx, t.s.subID, r.err, r.head().seq); err != nil {
+			return "", err
+		}
+	}
+	return t.schedule(ctx, f, attempts, first, now)
+}
+
+// gone disables the subscription whose receiver answered 410: its
+// deliveries in the request are dead.
+func (t *stepTx) gone(ctx context.Context, f *failure) error {
+	msg := fmt.Sprintf("receiver answered %d Gone", f.r.statusCode)
+	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, f.seqs, msg); err != nil {
+		return fmt.Errorf("deliver %s: dead after 410: %w", t.s.subID, err)
+	}
+	return t.disable(ctx, CauseGone, msg, f.seqs[0], TypeDisabled)
+}
+
+// disable disables the subscription with cause and appends the operational
+// event typ once, if it was active.
+func (t *stepTx) disable(ctx context.Context, cause, msg string, seq int64, typ string) error {
+	ct, err := t.tx.Exec(ctx, disableSQL, t.s.subID, cause, msg)
+	if err != nil {
+		return fmt.Errorf("deliver %s: disable (%s): %w", t.s.subID, cause, err)
+	}
+	return noteChange(ctx, t.tx, ct, typ, t.s.subID, cause, msg, seq)
+}
+
+// schedule decides the failed head's next attempt: a probe waits for the
+// next probe, a delivery past its budget is judged by the policy, any
+// other waits its backoff.
+func (t *stepTx) schedule(ctx context.Context, f *failure, attempts int, first *time.Time, now time.Time) (string, error) {
+	sched, r := t.s.d.schedule(&t.sub.pol), f.r
+	var wait time.Duration
+	switch {
+	case r.probe:
+		var probes int
+		if err := t.tx.QueryRow(ctx, `
+SELECT count(*) FROM webhook_attempts a JOIN webhook_subscriptions s ON s.id = a.subscription_id
+WHERE a.subscription_id = $1 AND a.event_seq = $2 AND a.attempted_at >= s.disabled_at`, t.s.subID, f.seqs[0]).Scan(&probes); err != nil {
+			return "", fmt.Errorf("deliver %s: count probes: %w", t.s.subID, err)
+		}
+		wait = probeWait(sched, max(probes-1, 1), r.retryAfter)
+	case first != nil && now.Sub(*first) >= sched.budget:
+		return t.budgetSpent(ctx, f, sched, attempts, now)
+	default:
+		wait = backoff(sched, attempts, r.retryAfter)
+		if first != nil {
+			// Never wait past the budget's end by more than needed to notice it.
+			wait = min(wait, max(first.Add(sched.budget).Sub(now), time.Millisecond))
+		}
+	}
+	if _, err := t.tx.Exec(ctx, nextAttemptSQL, t.s.subID, f.seqs[0], now.Add(wait)); err != nil {
+		return "", fmt.Errorf("deliver %s: schedule %d: %w", t.s.subID, f.seqs[0], err)
+	}
+	return "retry", nil
+}
+
+// budgetSpent ends a delivery whose retry budget is spent, as its policy
+// says: dead and go on (ordered_dead_letter, unordered); or the
+// subscription is disabled as failing, and either the delivery is dead or,
+// with auto_recover, it stays pending as the probe.
+func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, attempts int, now time.Time) (string, error) {
+	head, pol := f.seqs[0], &t.sub.pol
+	msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", sched.budget, attempts, f.r.err)
+	log := t.s.d.cfg.Logger.With(slog.String("subscription", t.s.subID.String()), slog.Int64("seq", head), slog.Int("attempts", attempts))
+	if pol.Name != PolicyOrdered {
+		if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{head}, msg); err != nil {
+			return "", fmt.Errorf("deliver %s: dead %d: %w", t.s.subID, head, err)
+		}
+		log.InfoContext(ctx, "webhook delivery dead: retry budget spent", slog.String("policy", pol.Name))
+		return "dead", nil
+	}
+	if pol.AutoRecover {
+		wait := probeWait(sched, 0, f.r.retryAfter)
+		ct, err := t.tx.Exec(ctx, probeSQL, t.s.subID, msg+"; probing with this delivery (auto_recover)")
+		if err != nil {
+			return "", fmt.Errorf("deliver %s: disable and probe: %w", t.s.subID, err)
+		}
+		if err := noteChange(ctx, t.tx, ct, TypeDisabled, t.s.subID, CauseFailing, msg, head); err != nil {
+			return "", err
+		}
+		if _, err := t.tx.Exec(ctx, nextAttemptSQL, t.s.subID, head, now.Add(wait)); err != nil {
+			return "", fmt.Errorf("deliver %s: schedule probe %d: %w", t.s.subID, head, err)
+		}
+		log.WarnContext(ctx, "webhook subscription disabled: failing; probing (auto_recover)", slog.Duration("next_probe", wait))
+		return "retry", nil
+	}
+	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{head}, msg); err != nil {
+		return "", fmt.Errorf("deliver %s: dead %d: %w", t.s.subID, head, err)
+	}
+	if err := t.disable(ctx, CauseFailing, msg, head, TypeDisabled); err != nil {
+		return "", err
+	}
+	log.WarnContext(ctx, "webhook subscription disabled: failing")
+	return "dead", nil
+}
+
+// refuseSQL makes deliveries $2 dead without a request, each with an
+// attempt that says why ($3).
+const refuseSQL = `
+WITH a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error)
+    SELECT $1, seq, NULL, 0, $3 FROM unnest($2::bigint[]) AS seq
+)
+UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
+WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'`
+
+// refuse makes the claimed deliveries dead without a request: rights
+// apply at send time, not when the event was matched.
+func (t *stepTx) refuse(ctx context.Context, items []*delivery, msg string) error {
+	seqs := make([]int64, len(items))
+	for i, d := range items {
+		seqs[i] = d.seq
+	}
+	if _, err := t.tx.Exec(ctx, refuseSQL, t.s.subID, seqs, msg); err != nil {
+		return fmt.Errorf("deliver %s: refuse %d deliveries: %w", t.s.subID, len(seqs), err)
+	}
+	for range seqs {
+		t.results = append(t.results, "dead")
+	}
+	return nil
+}
+
+// gap disables the subscription whose delivery at seq lost its event to
+// retention: order can no longer be kept, so the owner must resynchronize
+// and enable it again.
+func (t *stepTx) gap(ctx context.Context, seq int64) error {
+	detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
+	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{seq}, detail); err != nil {
+		return fmt.Errorf("deliver %s: gap at %d: %w", t.s.subID, seq, err)
+	}
+	if err := t.disable(ctx, CauseGap, detail, seq, TypeGap); err != nil {
+		return err
+	}
+	t.results = append(t.results, "gap")
+	t.s.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
+		slog.String("subscription", t.s.subID.String()), slog.Int64("seq", seq))
+	return nil
+}
+
+// readEvents reads the claimed deliveries' events in one statement.
+func (t *stepTx) readEvents(ctx context.Context, items []*delivery) error {
+	seqs := make([]int64, len(items))
+	for i, d := range items {
+		seqs[i] = d.seq
+	}
+	evs, err := t.s.d.events.EventsAt(ctx, t.tx, seqs)
+	if err != nil {
+		return fmt.Errorf("deliver %s: read events: %w", t.s.subID, err)
+	}
+	bySeq := make(map[int64]*sync.Event, len(evs))
+	for i := range evs {
+		bySeq[evs[i].Seq] = &evs[i]
+	}
+	for _, d := range items {
+		d.ev = bySeq[d.seq]
+	}
+	return nil
+}

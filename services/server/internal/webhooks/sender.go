@@ -1,0 +1,299 @@
+package webhooks
+
+import (
+	"context"
+	gosync "sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// holder is who holds a subscription's lease: the job, and the process
+// running it ("" if that process takes no part in liveness).
+type holder struct {
+	jobID int64
+	owner string
+}
+
+// sender is one job's run as the sender of a subscription.
+type sender struct {
+	d     *Deliverer
+	subID uuid.UUID
+	me    holder
+	start time.Time
+	// wake receives the subscription's wake-ups while the job runs; each
+	// step drains it first, so one that arrives during or after a step's
+	// claim is kept for the linger that may follow.
+	wake chan struct{}
+}
+
+// plan is what a step decided the sender does next.
+type plan struct {
+	// batch: send these requests, then step again to record them.
+	batch *batch
+	// wait: the sender keeps the lease and steps again after this long
+	// (an ordered head waiting for its retry, the throttle, an unordered
+	// retry due soon); wakeable: a wake-up ends the wait early (new
+	// deliveries of an unordered subscription need not wait for a retry).
+	wait     time.Duration
+	wakeable bool
+	// idle: nothing to send now; linger for new deliveries, then let the
+	// subscription go.
+	idle bool
+	// yield: the slice is used up but work remains; the job keeps the
+	// lease and comes back behind other subscriptions' jobs.
+	yield bool
+	// stop: end the job; another live sender holds the subscription, or it
+	// was disabled or deleted.
+	stop bool
+}
+
+// run works through the subscription's deliveries: step (record the last
+// batch, claim the next), send, and again, until a step says to stop, to
+// wait longer than the slice allows, or there is nothing left and no
+// wake-up came while it lingered.
+func (s *sender) run(ctx context.Context) error {
+	var last *batch
+	for {
+		p, err := s.step(ctx, last)
+		last = nil
+		switch {
+		case err != nil:
+			return err
+		case p.batch != nil:
+			s.send(ctx, p.batch)
+			last = p.batch
+		case p.stop:
+			return nil
+		case p.yield:
+			return river.JobSnooze(0)
+		case p.wait > 0:
+			if !s.pause(ctx, p.wait, p.wakeable) {
+				return river.JobSnooze(p.wait)
+			}
+		case p.idle:
+			if s.linger(ctx) {
+				continue
+			}
+			done, err := s.release(ctx)
+			if err != nil || done {
+				return err
+			}
+		}
+	}
+}
+
+// sliceLeft is how much of the job's slice is left.
+func (s *sender) sliceLeft() time.Duration { return s.d.cfg.Slice - time.Since(s.start) }
+
+// pause waits w in the process if that ends within the slice, or until a
+// wake-up if wakeable; false if it would not fit, or ctx ended.
+func (s *sender) pause(ctx context.Context, w time.Duration, wakeable bool) bool {
+	if w >= s.sliceLeft() {
+		return false
+	}
+	var wake chan struct{}
+	if wakeable {
+		wake = s.wake
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-wake:
+		return true
+	}
+}
+
+// linger waits for a wake-up of the subscription (its round made new
+// deliveries) for up to Linger, within the slice, and only while the
+// process has a sender slot to spare: an idle sender must not keep another
+// subscription's job waiting. It says whether a wake-up came.
+func (s *sender) linger(ctx context.Context) bool {
+	w := min(s.d.cfg.Linger, s.sliceLeft())
+	if w <= 0 || s.d.running.Load() >= int64(s.d.cfg.Senders) {
+		return false
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return false
+	case <-s.wake:
+		return true
+	}
+}
+
+// batch is what one step claimed: the requests to make, in order, and
+// what they need; send fills in their outcomes.
+type batch struct {
+	target   target
+	requests []*request
+	// ordered: one request at a time, in order, stopping at the first
+	// that fails; otherwise up to inFlight at once.
+	ordered  bool
+	inFlight int
+	// rights is the owner's right to receive the batch's events, decided
+	// at decidedAt; it is decided again once it is older than the
+	// configured bound.
+	rights    authz.Request
+	decidedAt time.Time
+	// until is when the lease ends: no request starts that could outlive it.
+	until time.Time
+	// every is the throttle's spacing (0: none) and next its next slot.
+	every time.Duration
+	next  time.Time
+	// throttled: the throttle's next slot after this batch (nil: no throttle).
+	throttled *time.Time
+}
+
+// request is one request of a batch: the deliveries it carries (one, or
+// up to max_batch consecutive ones), its message and, once sent, its
+// outcome.
+type request struct {
+	items   []*delivery
+	msg     message
+	probe   bool
+	sent    bool
+	started time.Time
+	answer
+}
+
+// delivery is one claimed delivery and its event.
+type delivery struct {
+	seq          int64
+	eventID      uuid.UUID
+	attempts     int
+	firstAttempt *time.Time
+	nextAt       *time.Time
+	ev           *sync.Event
+}
+
+// head is the request's first delivery.
+func (r *request) head() *delivery { return r.items[0] }
+
+// send makes the batch's requests: in order, one at a time, for the
+// ordered policies; up to inFlight at once otherwise. A request starts only
+// while the rights decision is fresh (it is taken again when it is older
+// than RightsMaxAge, and a refusal stops the batch), while the lease
+// outlives it, and not before the throttle's slot. Requests not started are
+// left pending for the next batch.
+func (s *sender) send(ctx context.Context, b *batch) {
+	g := &gate{s: s, b: b}
+	if b.ordered || b.inFlight <= 1 {
+		for _, r := range b.requests {
+			if !g.admit(ctx) {
+				break
+			}
+			s.attempt(ctx, b, r)
+			if r.kind != resultDelivered && b.ordered {
+				break
+			}
+		}
+	} else {
+		next := make(chan *request)
+		var wg gosync.WaitGroup
+		for range min(b.inFlight, len(b.requests)) {
+			wg.Go(func() {
+				for r := range next {
+					s.attempt(ctx, b, r)
+				}
+			})
+		}
+		for _, r := range b.requests {
+			if !g.admit(ctx) {
+				break
+			}
+			next <- r
+		}
+		close(next)
+		wg.Wait()
+	}
+	if b.every > 0 {
+		b.throttled = &b.next
+	}
+}
+
+// attempt makes one request of b and records its answer in r.
+func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
+	r.sent, r.started = true, time.Now()
+	ctx, span := startAttempt(ctx, s.subID, r)
+	defer func() { endAttempt(span, &r.answer) }()
+	req, err := newRequest(ctx, &b.target, &r.msg, r.started)
+	if err != nil {
+		r.kind, r.err = resultRetry, err.Error()
+		return
+	}
+	traceRequest(ctx, req)
+	r.answer = post(s.d.client, req, s.d.cfg.MaxResponseBytes)
+	s.d.metrics.attempt(r.duration)
+}
+
+// gate decides, request by request, whether the next one may start. It is
+// called by one goroutine at a time.
+type gate struct {
+	s       *sender
+	b       *batch
+	refused bool
+}
+
+// admit waits for the throttle's slot and says whether the next request
+// may start: the lease must outlive it, and the rights decision must be
+// fresh (it is taken again, outside any transaction, when it is not).
+func (g *gate) admit(ctx context.Context) bool {
+	b, cfg := g.b, &g.s.d.cfg
+	if g.refused || ctx.Err() != nil {
+		return false
+	}
+	if b.every > 0 {
+		now := time.Now()
+		slot := later(b.next, now)
+		if slot.Add(cfg.Timeout).After(b.until) || slot.Sub(now) >= g.s.sliceLeft() {
+			return false
+		}
+		if w := slot.Sub(now); w > 0 && !sleepCtx(ctx, w) {
+			return false
+		}
+		b.next = slot.Add(b.every)
+	}
+	if time.Now().Add(cfg.Timeout).After(b.until) {
+		return false
+	}
+	if time.Since(b.decidedAt) > cfg.RightsMaxAge {
+		at := time.Now()
+		dec, err := authz.Allowed(ctx, g.s.d.pool, &b.rights)
+		if err != nil || !dec.Allowed {
+			g.refused = true // the next step decides again and refuses with the reason
+			return false
+		}
+		b.decidedAt = at
+	}
+	return true
+}
+
+func sleepCtx(ctx context.Context, w time.Duration) bool {
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,324 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// subRow is the subscription as a step reads it, locked.
+type subRow struct {
+	owner, space string
+	target       target
+	tokenID      *uuid.UUID
+	status       string
+	probing      bool
+	failing      bool
+	maxBatch     int
+	pol          Policy
+	now          time.Time
+	// mine: the lease is this job's; leaseLive: some sender's lease is
+	// live (unexpired, and its process alive).
+	mine, leaseLive bool
+	// throttleNext is when the next request may start (throttle_next_at).
+	throttleNext *time.Time
+	// keeperWake is when the job that comes back for an unordered
+	// subscription's retries wakes (keeper_wake_at).
+	keeperWake *time.Time
+}
+
+// active says whether the subscription is sent to: active, or probed.
+func (s *subRow) active() bool { return s.status == StatusActive || s.probing }
+
+// lockSubSQL locks the subscription, reads what its requests need and says
+// whether its lease is live: unexpired, and either this job's ($2), of
+// this process ($3), of a process outside liveness, or of a process whose
+// lock is held. Only an unexpired lease of another process pays for the
+// liveness check.
+var lockSubSQL = `
+SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
+       headers, token_id, status, probing, failing_since IS NOT NULL, coalesce(max_batch, 0),
+       coalesce(pump_job_id = $2, false),
+       CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
+            WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
+            ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
+       END,
+       now(), throttle_next_at, keeper_wake_at, ` + policyColumns + `
+FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
+
+// stepTx is one step's transaction: the sender it runs for, the
+// subscription it locked, and the metric results it counts after the
+// commit.
+type stepTx struct {
+	s       *sender
+	tx      pgx.Tx
+	sub     subRow
+	results []string
+	// leaseFor is how long from now the lease runs after this step.
+	leaseFor time.Duration
+}
+
+// step runs one short transaction: record the last batch's outcomes, then
+// decide what comes next and, if it is a batch, claim it. It counts the
+// metric results once the transaction committed.
+func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
+	select {
+	case <-s.wake:
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	tx, err := s.d.pool.Begin(ctx)
+	if err != nil {
+		return p, fmt.Errorf("deliver %s: begin: %w", s.subID, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	t := &stepTx{s: s, tx: tx, leaseFor: s.d.cfg.Timeout + leaseMargin}
+	if p, err = t.run(ctx, last); err != nil {
+		return p, err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return p, fmt.Errorf("deliver %s: commit: %w", s.subID, err)
+	}
+	for _, r := range t.results {
+		s.d.metrics.delivery(r)
+	}
+	return p, nil
+}
+
+// run takes the step's decisions in order: lock the subscription; record
+// the last batch (and take the lease, unless another live sender holds
+// it); stop if the subscription is gone or disabled; then claim the next
+// batch, or say why there is none.
+func (t *stepTx) run(ctx context.Context, last *batch) (plan, error) {
+	found, err := t.lock(ctx)
+	if err != nil || !found {
+		return plan{stop: true}, err // deleted: its deliveries went with it
+	}
+	if !t.sub.mine && t.sub.leaseLive {
+		// Another live sender: what this one sent is recorded once, and it
+		// stops (its claims were taken over when it was judged dead).
+		return plan{stop: true}, t.recordDelivered(ctx, last, false)
+	}
+	if err := t.record(ctx, last); err != nil {
+		return plan{}, err
+	}
+	if !t.sub.active() {
+		return plan{stop: true}, t.setLease(ctx, nil)
+	}
+	if w := t.throttleWait(); w > 0 {
+		return t.hold(ctx, w)
+	}
+	return t.next(ctx)
+}
+
+// lock locks and reads the subscription; false if it was deleted.
+func (t *stepTx) lock(ctx context.Context) (bool, error) {
+	s, me := &t.sub, t.s.me
+	ps := scanPolicy(&s.pol)
+	err := t.tx.QueryRow(ctx, lockSubSQL, t.s.subID, me.jobID, me.owner, t.s.d.cfg.LivenessSettle.Milliseconds()).Scan(append(
+		[]any{&s.owner, &s.space, &s.target.url, &s.target.secret, &s.target.previousSecret, &s.target.headers, &s.tokenID,
+			&s.status, &s.probing, &s.failing, &s.maxBatch, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake},
+		ps.dest()...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("deliver %s: lock subscription: %w", t.s.subID, err)
+	}
+	ps.done()
+	return true, nil
+}
+
+// throttleWait is how long the next request must wait for the throttle.
+func (t *stepTx) throttleWait() time.Duration {
+	s := &t.sub
+	if s.pol.MaxRequestsPerSecond <= 0 || s.throttleNext == nil {
+		return 0
+	}
+	return max(s.throttleNext.Sub(s.now), 0)
+}
+
+const setLeaseSQL = `
+UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = now() + $3::bigint * interval '1 millisecond',
+    pump_owner = NULLIF($4::text, '')
+WHERE id = $1`
+
+// setLease keeps the lease for d from now, or gives it up (nil).
+func (t *stepTx) setLease(ctx context.Context, d *time.Duration) error {
+	var err error
+	if d == nil {
+		_, err = t.tx.Exec(ctx, `UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_until = NULL, pump_owner = NULL WHERE id = $1`, t.s.subID)
+	} else {
+		_, err = t.tx.Exec(ctx, setLeaseSQL, t.s.subID, t.s.me.jobID, d.Milliseconds(), t.s.me.owner)
+	}
+	if err != nil {
+		return fmt.Errorf("deliver %s: lease: %w", t.s.subID, err)
+	}
+	return nil
+}
+
+// hold keeps the lease through a wait of w and an attempt after it.
+func (t *stepTx) hold(ctx context.Context, w time.Duration) (plan, error) {
+	d := w + t.s.d.cfg.Timeout + leaseMargin
+	return plan{wait: max(w, time.Millisecond)}, t.setLease(ctx, &d)
+}
+
+// claimOrderedSQL reads the subscription's lowest pending deliveries.
+const claimOrderedSQL = `
+SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT $2`
+
+// claimDueSQL reads the subscription's pending deliveries that are due,
+// oldest due first (a retry by its next attempt, a new one by its
+// creation).
+const claimDueSQL = `
+SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+WHERE subscription_id = $1 AND status = 'pending' AND coalesce(next_attempt_at, created_at) <= now()
+ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $2`
+
+// next claims the next batch and decides the owner's right to it. The
+// lease was taken (or kept) by record. Nothing pending leaves the sender
+// idle; an ordered head that waits for its retry holds the lease through
+// the wait; a used-up slice yields.
+func (t *stepTx) next(ctx context.Context) (plan, error) {
+	s, cfg := &t.sub, &t.s.d.cfg
+	want := cfg.BatchSize
+	if s.status != StatusActive || t.s.sliceLeft() <= 0 {
+		want = 1 // a probe is the head alone; past the slice, only look
+	}
+	sqlText := claimOrderedSQL
+	if s.pol.Name == PolicyUnordered {
+		sqlText = claimDueSQL
+	}
+	rows, err := t.tx.Query(ctx, sqlText, t.s.subID, want)
+	if err != nil {
+		return plan{}, fmt.Errorf("deliver %s: claim: %w", t.s.subID, err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*delivery, error) {
+		d := &delivery{}
+		err := r.Scan(&d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt)
+		return d, err
+	})
+	if err != nil {
+		return plan{}, fmt.Errorf("deliver %s: claim: %w", t.s.subID, err)
+	}
+	switch {
+	case len(items) == 0 && s.pol.Name == PolicyUnordered:
+		return t.untilDue(ctx)
+	case len(items) == 0:
+		return plan{idle: true}, nil
+	case items[0].nextAt != nil && items[0].nextAt.After(s.now):
+		return t.hold(ctx, items[0].nextAt.Sub(s.now)) // the ordered head waits for its retry
+	case t.s.sliceLeft() <= 0:
+		return plan{yield: true}, nil
+	}
+	return t.prepare(ctx, items)
+}
+
+// untilDue is the plan of an unordered sender with nothing due: wait, with
+// the lease and open to wake-ups, for a retry due within the slice;
+// otherwise idle (its release makes it the keeper of later retries).
+func (t *stepTx) untilDue(ctx context.Context) (plan, error) {
+	var due *time.Time
+	if err := t.tx.QueryRow(ctx, nextDueSQL, t.s.subID).Scan(&due); err != nil {
+		return plan{}, fmt.Errorf("deliver %s: next due: %w", t.s.subID, err)
+	}
+	if due == nil || due.Sub(t.sub.now) >= t.s.sliceLeft() {
+		return plan{idle: true}, nil
+	}
+	p, err := t.hold(ctx, due.Sub(t.sub.now))
+	p.wakeable = true
+	return p, err
+}
+
+// prepare reads the claimed deliveries' events, decides the owner's right
+// to receive them and builds the batch's requests. A refusal makes every
+// claimed delivery dead without a request; an event that left the log
+// (retention) disables the subscription with cause gap, once the ones
+// before it are sent.
+func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
+	s := &t.sub
+	rights := authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner, Token: s.tokenID, Space: s.space}
+	decidedAt := time.Now()
+	dec, err := authz.Allowed(ctx, t.tx, &rights)
+	if err != nil {
+		return plan{}, fmt.Errorf("deliver %s: authz: %w", t.s.subID, err)
+	}
+	if !dec.Allowed {
+		return plan{}, t.refuse(ctx, items, "not allowed: "+dec.Reason)
+	}
+	if err := t.readEvents(ctx, items); err != nil {
+		return plan{}, err
+	}
+	for i, d := range items {
+		if d.ev == nil {
+			if i == 0 || t.sub.pol.Name == PolicyUnordered {
+				return plan{stop: true}, t.gap(ctx, d.seq)
+			}
+			items = items[:i] // sent first; the gap is the next batch's head
+			break
+		}
+	}
+	b := &batch{target: s.target, ordered: s.pol.Name != PolicyUnordered, inFlight: s.pol.MaxInFlight,
+		rights: rights, decidedAt: decidedAt, until: time.Now().Add(t.leaseFor)}
+	if r := s.pol.MaxRequestsPerSecond; r > 0 {
+		b.every = time.Duration(float64(time.Second) / r)
+		b.next = time.Now()
+	}
+	if b.requests, err = t.requests(items); err != nil {
+		return plan{}, err
+	}
+	return plan{batch: b}, nil
+}
+
+// requests groups items into the batch's requests: one per delivery, or,
+// for a subscription with max_batch, up to that many consecutive ones per
+// request. A delivery that has failed before goes alone, so that one bad
+// event cannot fail its neighbours' retries.
+func (t *stepTx) requests(items []*delivery) ([]*request, error) {
+	s := &t.sub
+	probe := s.status != StatusActive
+	var out []*request
+	for i := 0; i < len(items); {
+		n := 1
+		if s.maxBatch > 0 && items[i].attempts == 0 {
+			for n < s.maxBatch && i+n < len(items) && items[i+n].attempts == 0 {
+				n++
+			}
+		}
+		r := &request{items: items[i : i+n], probe: probe}
+		var err error
+		if s.maxBatch > 0 {
+			r.msg, err = batchMessage(t.s.subID, events(r.items))
+		} else {
+			r.msg, err = singleMessage(items[i].ev)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deliver %s: %w", t.s.subID, err)
+		}
+		out = append(out, r)
+		i += n
+	}
+	return out, nil
+}
+
+func events(items []*delivery) []*sync.Event {
+	out := make([]*sync.Event, len(items))
+	for i, d := range items {
+		out[i] = d.ev
+	}
+	return out
+}

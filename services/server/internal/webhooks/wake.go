@@ -1,0 +1,109 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/liveness"
+)
+
+// WakeChannel is the notification channel on which transactions that give
+// subscriptions new pending deliveries name those whose sender is live,
+// comma separated: the senders that wait for new work wake at once
+// (Deliverer.Wake) instead of a job being inserted per subscription.
+const WakeChannel = "webhook_deliveries"
+
+// leaseLiveSQL locks subscriptions $1 that just got pending deliveries in
+// this transaction and says, for each, whether a live sender holds it.
+//
+// The lock (FOR KEY SHARE, also what the deliveries' foreign key took
+// when they were inserted) is what keeps a sender from letting the
+// subscription go in between: a sender lets go only under FOR UPDATE of
+// the row, after it found nothing pending in a statement that starts once
+// it holds that lock (sender.release). Either the release waits for this
+// transaction and then sees its deliveries, or this statement waits for
+// the release and sees the lease gone: a job is inserted exactly when no
+// sender will see the new deliveries (TestWake_ReleaseRacingARound).
+var leaseLiveSQL = `
+SELECT id, CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
+                WHEN pump_owner IS NULL THEN true
+                ELSE NOT ` + liveness.GoneSQL("pump_owner", "$2") + ` END
+FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) ORDER BY id FOR KEY SHARE`
+
+// maxWakePayload is the most bytes of ids one notification carries
+// (PostgreSQL takes up to 8000).
+const maxWakePayload = 7800
+
+// wakeOrStart makes sure that every subscription in from (with the lowest
+// seq tx gave it, for the job's trace) has a sender that will see what tx
+// wrote: those a live sender holds are named in a notification on
+// WakeChannel, sent when tx commits; for the others it returns the jobs to
+// insert with tx. settleMillis is liveness's settle interval.
+func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settleMillis int64) ([]DeliverArgs, error) {
+	if len(from) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, 0, len(from))
+	for id := range from {
+		ids = append(ids, id)
+	}
+	rows, err := tx.Query(ctx, leaseLiveSQL, ids, settleMillis)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: senders of %d subscriptions: %w", len(ids), err)
+	}
+	var jobs []DeliverArgs
+	var wake []string
+	for rows.Next() {
+		var id uuid.UUID
+		var live bool
+		if err := rows.Scan(&id, &live); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("webhooks: senders: %w", err)
+		}
+		if live {
+			wake = append(wake, id.String())
+		} else {
+			jobs = append(jobs, DeliverArgs{SubscriptionID: id, Seq: from[id]})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("webhooks: senders: %w", err)
+	}
+	return jobs, notifyWake(ctx, tx, wake)
+}
+
+// notifyWake queues, in tx, the notifications naming ids on WakeChannel.
+func notifyWake(ctx context.Context, tx pgx.Tx, ids []string) error {
+	for len(ids) > 0 {
+		n, size := 0, 0
+		for n < len(ids) && size+len(ids[n])+1 <= maxWakePayload {
+			size += len(ids[n]) + 1
+			n++
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, WakeChannel, strings.Join(ids[:n], ",")); err != nil {
+			return fmt.Errorf("webhooks: wake senders: %w", err)
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// startSender is wakeOrStart for one subscription outside a round (a
+// resend, a recover, an enable): the job, if one is needed, is inserted
+// with jobs in tx.
+func startSender(ctx context.Context, tx pgx.Tx, jobs JobInserter, subID uuid.UUID, seq int64) error {
+	start, err := wakeOrStart(ctx, tx, map[uuid.UUID]int64{subID: seq}, liveness.Settle.Milliseconds())
+	if err != nil {
+		return err
+	}
+	for i := range start {
+		if _, err := jobs.InsertTx(ctx, tx, start[i], nil); err != nil {
+			return fmt.Errorf("insert delivery job: %w", err)
+		}
+	}
+	return nil
+}
