@@ -34,7 +34,7 @@ func NewModule(cfg *Config) module.Factory {
 	}
 }
 
-func (*consoleModule) Consumers() []sync.Consumer              { return nil }
+func (*consoleModule) Consumers() []sync.Consumer                    { return nil }
 func (*consoleModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 
 // Routes mounts the console; its pages call the API through mux, so they

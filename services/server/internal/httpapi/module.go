@@ -133,7 +133,7 @@ func NewModule(cfg *Config) module.Factory {
 	}
 }
 
-func (*apiModule) Consumers() []sync.Consumer              { return nil }
+func (*apiModule) Consumers() []sync.Consumer                    { return nil }
 func (*apiModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 
 func (m *apiModule) Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx]) {

@@ -41,7 +41,7 @@ func (idleModule) Consumers() []sync.Consumer {
 	return []sync.Consumer{idleConsumer{"webhooks"}, idleConsumer{"push"}}
 }
 func (idleModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
-func (idleModule) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}
+func (idleModule) Routes(*http.ServeMux, *river.Client[pgx.Tx])  {}
 
 // scrape starts "bothy server" with role on a fresh database, waits until
 // its /metrics shows what the role exports and returns the exposition text.
