@@ -122,8 +122,8 @@ func attr(s tracetest.SpanStub, key string) string {
 // request's span continues the client's trace; the event log's write is its
 // child; the webhooks round that reads the event is a trace of its own
 // linked to the write; the delivery job runs in the producer's trace as a
-// child of the write, once per attempt; and each attempt (the first answered
-// 500, the retry 204) is a child of its job run. The receiver gets a
+// child of the write; and each attempt (the first answered 500, the retry
+// 204) is a child of the job run that made it. The receiver gets a
 // traceparent of the producer's trace whose parent is the attempt's span.
 func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 	t.Parallel()
@@ -139,9 +139,9 @@ func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 
 	client := appendTraced(t, base, owner, trace.TraceID{0x0b, 0x07, 0x41, 0x17}, "X-Request-Id", "trace-test-0001")
 
-	// A job run's span ends after its attempt's: wait for both runs too.
+	// A job run's span ends after its attempts': wait for the run too.
 	deadline := time.Now().Add(30 * time.Second)
-	for len(spansNamed(exp, "bothy.webhook.attempt")) < 2 || len(rv.got()) < 2 || len(spansNamed(exp, "river.work/webhook_out.deliver")) < 2 {
+	for len(spansNamed(exp, "bothy.webhook.attempt")) < 2 || len(rv.got()) < 2 || len(spansNamed(exp, "river.work/webhook_out.deliver")) < 1 {
 		require.True(t, time.Now().Before(deadline), "attempts: %d spans, %d requests", len(spansNamed(exp, "bothy.webhook.attempt")), len(rv.got()))
 		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
 	}
@@ -188,7 +188,7 @@ func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 			runs[w.SpanContext.SpanID()] = w
 		}
 	}
-	require.GreaterOrEqual(t, len(runs), 2, "the first run and the retry's")
+	require.NotEmpty(t, runs, "the job ran in the producer's trace")
 	attempts := spansNamed(exp, "bothy.webhook.attempt")
 	require.Len(t, attempts, 2)
 	got := rv.got()
