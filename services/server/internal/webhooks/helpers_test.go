@@ -321,3 +321,12 @@ func (b *bundle) waitCounter(t testing.TB, result string, want float64) {
 	eventually(t, 5*time.Second, func() bool { return b.counter(t, result) >= want }, "counter %s reaches %v", result, want)
 	require.Equal(t, want, b.counter(t, result))
 }
+
+// pending is how many deliveries of subscription id are pending.
+func (b *bundle) pending(t testing.TB, id uuid.UUID) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'`, id).Scan(&n))
+	return n
+}

@@ -1,0 +1,74 @@
+package webhooks_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// TestDelivery_RevokeStopsRequestsWithinTheBound: the owner's right is
+// revoked while a backlog of 10,000 events drains to a receiver that takes
+// a few milliseconds per request, so that one batch of requests lasts
+// longer than webhooks.rights_max_age. No request may start later than
+// the bound after the revocation committed: each attempt's start
+// (attempted_at, taken by the sender right before the request) is compared
+// with the time the revoke had returned, which is after its commit. The
+// rest of the backlog is dead without a request.
+func TestDelivery_RevokeStopsRequestsWithinTheBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy *webhooks.PolicyParams
+		delay  time.Duration
+	}{
+		{"Ordered", nil, 5 * time.Millisecond},
+		{"Unordered", &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := fastRetries()
+			cfg.RightsMaxAge = 100 * time.Millisecond
+			b := setup(t, cfg)
+			var arrived atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				arrived.Add(1)
+				time.Sleep(tc.delay) // a slow receiver, not a synchronisation
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(srv.Close)
+			s, _ := b.subscribe(t, &webhooks.CreateParams{URL: srv.URL + "/hook", Policy: tc.policy})
+			b.emit(t, "s1", 10_000)
+			b.round(t)
+			b.start(t)
+
+			eventually(t, 30*time.Second, func() bool { return arrived.Load() >= 350 }, "350 requests, mid-batch")
+			ctx := context.Background()
+			require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
+			revoked := time.Now() // after the commit
+			eventually(t, 60*time.Second, func() bool { return b.pending(t, s.ID) == 0 }, "the backlog ended")
+
+			var lastStart time.Time
+			var sent, refused int
+			require.NoError(t, b.db.Pool.QueryRow(ctx, `
+SELECT max(attempted_at) FILTER (WHERE status_code IS NOT NULL), count(*) FILTER (WHERE status_code IS NOT NULL),
+       count(*) FILTER (WHERE error LIKE 'not allowed%')
+FROM webhook_attempts WHERE subscription_id = $1`, s.ID).Scan(&lastStart, &sent, &refused))
+			t.Logf("%d requests, the last started %s after the revoke returned; %d refused without a request",
+				sent, lastStart.Sub(revoked), refused)
+			require.False(t, lastStart.After(revoked.Add(cfg.RightsMaxAge)),
+				"a request started %s after the revoke, the bound is %s", lastStart.Sub(revoked), cfg.RightsMaxAge)
+			require.Positive(t, refused, "the rest of the backlog is dead without a request")
+			require.Equal(t, 10_000, sent+refused)
+		})
+	}
+}
