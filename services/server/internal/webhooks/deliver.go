@@ -72,8 +72,9 @@ type DeliverConfig struct {
 	// starts (webhooks.rights_max_age): a revocation stops every request
 	// that starts later than this after it committed. Default 1s.
 	RightsMaxAge time.Duration
-	// Senders is how many subscriptions one process sends for at once: the
-	// webhooks queue's River workers (webhooks.senders). Default 100.
+	// Senders is how many subscriptions one process sends for at once: it
+	// must be the webhooks queue's River workers, which the module sets
+	// from it (webhooks.senders). Default 100.
 	Senders int
 	// Linger is how long a sender with nothing to send waits for new
 	// deliveries of its subscription before it lets the subscription go,

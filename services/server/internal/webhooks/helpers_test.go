@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,19 +34,24 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // bundle is a test's database, River client (not started until start),
 // round runner and metrics registry.
 type bundle struct {
-	db       *dbtest.DB
-	log      *postgres.EventLog
-	river    *river.Client[pgx.Tx]
-	rounds   *sync.RoundRunner
-	consumer *webhooks.Consumer
-	reg      *prometheus.Registry
-	started  bool
+	db        *dbtest.DB
+	log       *postgres.EventLog
+	river     *river.Client[pgx.Tx]
+	rounds    *sync.RoundRunner
+	consumer  *webhooks.Consumer
+	deliverer *webhooks.Deliverer
+	reg       *prometheus.Registry
+	started   bool
 }
+
+// testSenders is the webhooks queue's River workers in a bundle, and the
+// senders its deliverer counts on.
+const testSenders = 20
 
 // fastRetries makes retries quick enough for tests.
 func fastRetries() *webhooks.DeliverConfig {
 	return &webhooks.DeliverConfig{AllowPrivateTargets: true, Timeout: 2 * time.Second, RetryBase: 10 * time.Millisecond,
-		RetryMax: 40 * time.Millisecond, RetryBudget: time.Hour, Logger: quiet}
+		RetryMax: 40 * time.Millisecond, RetryBudget: time.Hour, Senders: testSenders, Logger: quiet}
 }
 
 func setup(t testing.TB, cfg *webhooks.DeliverConfig) *bundle {
@@ -107,7 +113,7 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 		o.workers(workers, log)
 	}
 	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: 20}},
+		Queues:            map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: cmp.Or(cfg.Senders, testSenders)}},
 		Workers:           workers,
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
@@ -115,7 +121,7 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 		Logger:            quiet,
 	})
 	require.NoError(t, err)
-	b := &bundle{db: db, log: log, river: rc, consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: cfg.LivenessSettle}), reg: reg,
+	b := &bundle{db: db, log: log, river: rc, deliverer: del, consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: cfg.LivenessSettle}), reg: reg,
 		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
 	t.Cleanup(func() {
 		if b.started {
@@ -130,9 +136,16 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 	return b
 }
 
-// start starts River: delivery jobs run from now on.
+// start starts River, and the listener that wakes idle senders as the
+// worker role's does: delivery jobs run from now on.
 func (b *bundle) start(t testing.TB) {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := postgres.NewListener(func() {}, &postgres.ListenerConfig{ConnString: b.db.URL, Logger: quiet,
+		Channels: map[string]func(string){webhooks.WakeChannel: b.deliverer.Wake}})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	require.NoError(t, b.river.Start(context.Background()))
 	b.started = true
 }
