@@ -171,6 +171,10 @@ type Deliverer struct {
 	// senders waiting for their subscription's wake-up.
 	running atomic.Int64
 	idle    idleSenders
+	// stopping is closed when the process stops (Run): idle senders end
+	// instead of holding River's graceful stop up.
+	stopping     chan struct{}
+	stoppingOnce gosync.Once
 }
 
 // NewDeliverer returns the delivery worker; it reads the events it sends
@@ -185,7 +189,16 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 	}
 	c = c.withDefaults()
 	return &Deliverer{pool: pool, events: events, client: NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}}, nil
+		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}, nil
+}
+
+// Run waits for ctx to end, then lets the senders that wait for new
+// deliveries end at once, so that stopping River does not wait for their
+// linger. It returns nil.
+func (d *Deliverer) Run(ctx context.Context) error {
+	<-ctx.Done()
+	d.stoppingOnce.Do(func() { close(d.stopping) })
+	return nil
 }
 
 // Timeout implements river.Worker: a job may use its slice, a last batch

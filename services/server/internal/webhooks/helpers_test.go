@@ -143,9 +143,10 @@ func (b *bundle) start(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := postgres.NewListener(func() {}, &postgres.ListenerConfig{ConnString: b.db.URL, Logger: quiet,
 		Channels: map[string]func(string){webhooks.WakeChannel: b.deliverer.Wake}})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	done := make(chan struct{}, 2)
+	go func() { _ = l.Run(ctx); done <- struct{}{} }()
+	go func() { _ = b.deliverer.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done }) // before River stops: idle senders end at once
 	require.NoError(t, b.river.Start(context.Background()))
 	b.started = true
 }

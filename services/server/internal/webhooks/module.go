@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"time"
@@ -62,6 +63,10 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 	river.AddWorker(w, m.pruner)
 	return []module.Queue{{Name: Queue, MaxWorkers: m.deliverer.cfg.Senders}}
 }
+
+// Run implements module.Runner: when the server stops, idle senders end
+// at once.
+func (m *Module) Run(ctx context.Context) error { return m.deliverer.Run(ctx) }
 
 // Notifications implements module.Notified: the rounds (and resends,
 // recovers and enables) wake this process's senders through WakeChannel.

@@ -126,6 +126,8 @@ func (s *sender) linger(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 		return false
+	case <-s.d.stopping:
+		return false
 	case <-t.C:
 		return false
 	case <-s.wake:

@@ -1,0 +1,37 @@
+package webhooks_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// TestConsumer_WakesTheLiveSenderWithoutAJob: while a subscription's
+// sender holds it, a round that gives it new deliveries inserts no job and
+// wakes the sender instead, which sends them at once rather than when its
+// linger (here a minute) runs out.
+func TestConsumer_WakesTheLiveSenderWithoutAJob(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Linger, cfg.Slice = time.Minute, 2*time.Minute
+	b := setup(t, cfg)
+	rv := newReceiver(t, nil)
+	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.start(t)
+	b.emit(t, "s1", 1)
+	require.Equal(t, 1, b.round(t).Jobs, "no sender yet: a job")
+	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
+
+	for i := 2; i <= 4; i++ {
+		b.emit(t, "s1", 1)
+		require.Zero(t, b.round(t).Jobs, "round %d: the sender is live", i)
+		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d, well before the linger ends", i)
+	}
+	var jobs int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
+	require.Equal(t, 1, jobs, "one job for four deliveries")
+}
