@@ -18,6 +18,7 @@ type policyFlags struct {
 	autoRecover                   *bool
 	maxRPS                        *float64
 	retryBase, retryMax, retryBud *time.Duration
+	maxBatch                      *int
 }
 
 func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
@@ -30,6 +31,7 @@ func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
 		retryBase:   fs.Duration("retry-base", 0, "first retry's wait, doubling per attempt, 100ms..1h (0: the server's, 5s)"),
 		retryMax:    fs.Duration("retry-max", 0, "longest wait between attempts, also for Retry-After, 100ms..24h (0: the server's, 1h)"),
 		retryBud:    fs.Duration("retry-budget", 0, "how long a delivery is retried, 1s..720h and below sync.event_retention (0: webhooks.retry_budget)"),
+		maxBatch:    fs.Int("max-batch", 0, "ordered policies only: up to this many consecutive events per request, as a JSON array, 1..1000 (0: one per request)"),
 	}
 }
 
@@ -53,6 +55,8 @@ func (f *policyFlags) params() *webhooks.PolicyParams {
 			p.RetryMax = f.retryMax
 		case "retry-budget":
 			p.RetryBudget = f.retryBud
+		case "max-batch":
+			p.MaxBatch = f.maxBatch
 		}
 	})
 	if p == (webhooks.PolicyParams{}) {
@@ -73,6 +77,7 @@ type policyJSON struct {
 	RetryBaseSeconds     *float64 `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64 `json:"retry_max_seconds,omitempty"`
 	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds,omitempty"`
+	MaxBatch             int      `json:"max_batch,omitempty"`
 }
 
 func toPolicyJSON(s *webhooks.Subscription) policyJSON {
@@ -85,7 +90,8 @@ func toPolicyJSON(s *webhooks.Subscription) policyJSON {
 		return &v
 	}
 	out := policyJSON{Policy: p.Name, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover, Probing: s.Probing,
-		RetryBaseSeconds: secs(p.RetryBase), RetryMaxSeconds: secs(p.RetryMax), RetryBudgetSeconds: secs(p.RetryBudget)}
+		RetryBaseSeconds: secs(p.RetryBase), RetryMaxSeconds: secs(p.RetryMax), RetryBudgetSeconds: secs(p.RetryBudget),
+		MaxBatch: p.MaxBatch}
 	if p.MaxRequestsPerSecond > 0 {
 		out.MaxRequestsPerSecond = &p.MaxRequestsPerSecond
 	}
@@ -100,6 +106,9 @@ func policyOf(s *webhooks.Subscription) string {
 	parts := []string{p.Name}
 	if p.MaxInFlight > 0 {
 		parts[0] += fmt.Sprintf("/%d", p.MaxInFlight)
+	}
+	if p.MaxBatch > 0 {
+		parts = append(parts, fmt.Sprintf("batch %d", p.MaxBatch))
 	}
 	if p.MaxRequestsPerSecond > 0 {
 		parts = append(parts, fmt.Sprintf("%g/s", p.MaxRequestsPerSecond))

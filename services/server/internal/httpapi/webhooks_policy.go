@@ -18,11 +18,12 @@ type policyRequest struct {
 	RetryBaseSeconds     *float64 `json:"retry_base_seconds"`
 	RetryMaxSeconds      *float64 `json:"retry_max_seconds"`
 	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds"`
+	MaxBatch             *int     `json:"max_batch"`
 }
 
 func (p *policyRequest) empty() bool {
 	return p.Policy == nil && p.MaxInFlight == nil && p.AutoRecover == nil && p.MaxRequestsPerSecond == nil &&
-		p.RetryBaseSeconds == nil && p.RetryMaxSeconds == nil && p.RetryBudgetSeconds == nil
+		p.RetryBaseSeconds == nil && p.RetryMaxSeconds == nil && p.RetryBudgetSeconds == nil && p.MaxBatch == nil
 }
 
 // params converts the request; webhooks validates the values and names
@@ -33,7 +34,7 @@ func (p *policyRequest) params() *webhooks.PolicyParams {
 	}
 	return &webhooks.PolicyParams{Name: p.Policy, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover,
 		MaxRequestsPerSecond: p.MaxRequestsPerSecond, RetryBase: duration(p.RetryBaseSeconds),
-		RetryMax: duration(p.RetryMaxSeconds), RetryBudget: duration(p.RetryBudgetSeconds)}
+		RetryMax: duration(p.RetryMaxSeconds), RetryBudget: duration(p.RetryBudgetSeconds), MaxBatch: p.MaxBatch}
 }
 
 // duration converts seconds, keeping values far out of any range out of
@@ -61,12 +62,14 @@ type policyJSON struct {
 	RetryBaseSeconds     *float64 `json:"retry_base_seconds,omitempty"`
 	RetryMaxSeconds      *float64 `json:"retry_max_seconds,omitempty"`
 	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds,omitempty"`
+	MaxBatch             int      `json:"max_batch,omitempty"`
 }
 
 func policyOut(s *webhooks.Subscription) policyJSON {
 	p := &s.Policy
 	out := policyJSON{Policy: p.Name, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover, Probing: s.Probing,
-		RetryBaseSeconds: seconds(p.RetryBase), RetryMaxSeconds: seconds(p.RetryMax), RetryBudgetSeconds: seconds(p.RetryBudget)}
+		RetryBaseSeconds: seconds(p.RetryBase), RetryMaxSeconds: seconds(p.RetryMax), RetryBudgetSeconds: seconds(p.RetryBudget),
+		MaxBatch: p.MaxBatch}
 	if p.MaxRequestsPerSecond > 0 {
 		out.MaxRequestsPerSecond = &p.MaxRequestsPerSecond
 	}

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -173,5 +174,49 @@ FROM event_seq e, generate_series(1, $2::int)`, space, subs, filters, last)
 		require.NoError(b, err)
 		require.Equal(b, events, res.Events)
 		require.Equal(b, jobs, res.Jobs)
+	}
+}
+
+// BenchmarkSlowReceiverBatches measures events per second to one ordered
+// subscription whose receiver takes 200 ms per request, with max_batch 0
+// (one event per request) and 100. Every iteration delivers 1000 events.
+func BenchmarkSlowReceiverBatches(b *testing.B) {
+	for _, batch := range []int{0, 100} {
+		b.Run(fmt.Sprintf("max_batch=%d", batch), func(b *testing.B) {
+			events := 1000
+			if batch == 0 {
+				events = 25 // 5 s a round at one event per request
+			}
+			bn := setup(b, nil)
+			var got gosync.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var envs []json.RawMessage
+				body, _ := io.ReadAll(r.Body)
+				if json.Unmarshal(body, &envs) != nil {
+					envs = make([]json.RawMessage, 1)
+				}
+				time.Sleep(200 * time.Millisecond) // the receiver's own work
+				got.Add(int64(len(envs)))
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			b.Cleanup(srv.Close)
+			bn.subscribe(b, &webhooks.CreateParams{URL: srv.URL + "/hook", Policy: &webhooks.PolicyParams{MaxBatch: new(batch)}})
+			bn.start(b)
+			var elapsed time.Duration
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				want := got.Load() + int64(events)
+				bn.emit(b, "s1", events)
+				b.StartTimer()
+				start := time.Now()
+				bn.round(b)
+				for got.Load() < want {
+					time.Sleep(time.Millisecond)
+				}
+				elapsed += time.Since(start)
+			}
+			b.ReportMetric(float64(events*b.N)/elapsed.Seconds(), "events/s")
+		})
 	}
 }

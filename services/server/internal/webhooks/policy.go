@@ -35,6 +35,8 @@ const (
 	DefaultMaxInFlight = 10
 	// MaxMaxInFlight bounds MaxInFlight.
 	MaxMaxInFlight = 100
+	// MaxMaxBatch bounds MaxBatch.
+	MaxMaxBatch = 1000
 	// MinRequestsPerSecond and MaxRequestsPerSecond bound a throttle.
 	MinRequestsPerSecond, MaxRequestsPerSecond = 0.1, 1000
 	// MinRetryWait bounds RetryBase and RetryMax from below.
@@ -67,6 +69,10 @@ type Policy struct {
 	// RetryBase, RetryMax and RetryBudget are the retry schedule; 0: the
 	// server's.
 	RetryBase, RetryMax, RetryBudget time.Duration
+	// MaxBatch, for the ordered policies, sends up to this many
+	// consecutive events in one request, as a JSON array of envelopes
+	// acknowledged as a whole; 0: one event per request, as an envelope.
+	MaxBatch int
 }
 
 // PolicyParams sets a policy at create or changes it at update: nil fields
@@ -78,11 +84,12 @@ type PolicyParams struct {
 	AutoRecover                      *bool
 	MaxRequestsPerSecond             *float64
 	RetryBase, RetryMax, RetryBudget *time.Duration
+	MaxBatch                         *int
 }
 
 func (p *PolicyParams) empty() bool {
 	return p == nil || (p.Name == nil && p.MaxInFlight == nil && p.AutoRecover == nil && p.MaxRequestsPerSecond == nil &&
-		p.RetryBase == nil && p.RetryMax == nil && p.RetryBudget == nil)
+		p.RetryBase == nil && p.RetryMax == nil && p.RetryBudget == nil && p.MaxBatch == nil)
 }
 
 // validate checks each field on its own, naming it as the HTTP API spells
@@ -100,6 +107,9 @@ func (p *PolicyParams) validate() error {
 	}
 	if p.MaxInFlight != nil && (*p.MaxInFlight < 0 || *p.MaxInFlight > MaxMaxInFlight) {
 		return fmt.Errorf("%w: max_in_flight: %d, want 1..%d", ErrInvalid, *p.MaxInFlight, MaxMaxInFlight)
+	}
+	if p.MaxBatch != nil && (*p.MaxBatch < 0 || *p.MaxBatch > MaxMaxBatch) {
+		return fmt.Errorf("%w: max_batch: %d, want 1..%d (0: one event per request)", ErrInvalid, *p.MaxBatch, MaxMaxBatch)
 	}
 	if r := p.MaxRequestsPerSecond; r != nil && *r != 0 &&
 		(math.IsNaN(*r) || *r < MinRequestsPerSecond || *r > MaxRequestsPerSecond) {
@@ -141,6 +151,17 @@ func (cur Policy) with(p *PolicyParams) (Policy, error) {
 		}
 		n.MaxInFlight = 0
 	}
+	if p.MaxBatch != nil {
+		n.MaxBatch = *p.MaxBatch
+	}
+	if n.Name == PolicyUnordered && n.MaxBatch != 0 {
+		// Batches are acknowledged as a whole, in order: unordered
+		// receivers get one event per request, max_in_flight at once.
+		if p.MaxBatch != nil {
+			return n, fmt.Errorf("%w: max_batch: only with the ordered policies (this one is %s)", ErrInvalid, n.Name)
+		}
+		n.MaxBatch = 0
+	}
 	if p.AutoRecover != nil {
 		n.AutoRecover = *p.AutoRecover
 	}
@@ -181,7 +202,7 @@ func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f',
 
 // policyColumns reads a subscription's Policy (alias s).
 const policyColumns = `s.policy, coalesce(s.max_in_flight, 0), s.auto_recover, coalesce(s.max_requests_per_second, 0),
-coalesce(s.retry_base_ms, 0), coalesce(s.retry_max_ms, 0), coalesce(s.retry_budget_ms, 0)`
+coalesce(s.retry_base_ms, 0), coalesce(s.retry_max_ms, 0), coalesce(s.retry_budget_ms, 0), coalesce(s.max_batch, 0)`
 
 // policyScanner scans policyColumns into p.
 type policyScanner struct {
@@ -193,7 +214,7 @@ func scanPolicy(p *Policy) *policyScanner { return &policyScanner{p: p} }
 
 // dest returns the scan destinations of policyColumns.
 func (s *policyScanner) dest() []any {
-	return []any{&s.p.Name, &s.p.MaxInFlight, &s.p.AutoRecover, &s.p.MaxRequestsPerSecond, &s.base, &s.maxW, &s.budgetMil}
+	return []any{&s.p.Name, &s.p.MaxInFlight, &s.p.AutoRecover, &s.p.MaxRequestsPerSecond, &s.base, &s.maxW, &s.budgetMil, &s.p.MaxBatch}
 }
 
 // done converts the scanned milliseconds.
@@ -210,7 +231,8 @@ const setPolicySQL = `
 UPDATE webhook_subscriptions
 SET policy = $2, max_in_flight = NULLIF($3, 0), auto_recover = $4, probing = probing AND $4 AND $2 = 'ordered',
     max_requests_per_second = NULLIF($5, 0::float8), throttle_next_at = CASE WHEN $5 = 0 THEN NULL ELSE throttle_next_at END,
-    retry_base_ms = NULLIF($6, 0), retry_max_ms = NULLIF($7, 0), retry_budget_ms = NULLIF($8, 0), updated_at = now()
+    retry_base_ms = NULLIF($6, 0), retry_max_ms = NULLIF($7, 0), retry_budget_ms = NULLIF($8, 0), max_batch = NULLIF($9, 0),
+    updated_at = now()
 WHERE id = $1`
 
 // newPolicy returns the policy of a new subscription: the defaults changed
@@ -232,7 +254,7 @@ func newPolicy(p *PolicyParams, l *Limits) (Policy, error) {
 // writePolicy stores pol as subscription id's policy.
 func writePolicy(ctx context.Context, tx pgx.Tx, id uuid.UUID, pol *Policy) error {
 	if _, err := tx.Exec(ctx, setPolicySQL, id, pol.Name, pol.MaxInFlight, pol.AutoRecover, pol.MaxRequestsPerSecond,
-		pol.RetryBase.Milliseconds(), pol.RetryMax.Milliseconds(), pol.RetryBudget.Milliseconds()); err != nil {
+		pol.RetryBase.Milliseconds(), pol.RetryMax.Milliseconds(), pol.RetryBudget.Milliseconds(), pol.MaxBatch); err != nil {
 		return fmt.Errorf("set policy of %s: %w", id, err)
 	}
 	return nil

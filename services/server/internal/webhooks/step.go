@@ -22,7 +22,6 @@ type subRow struct {
 	status       string
 	probing      bool
 	failing      bool
-	maxBatch     int
 	pol          Policy
 	now          time.Time
 	// mine: the lease is this job's; leaseLive: some sender's lease is
@@ -45,7 +44,7 @@ func (s *subRow) active() bool { return s.status == StatusActive || s.probing }
 // liveness check.
 var lockSubSQL = `
 SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
-       headers, token_id, status, probing, failing_since IS NOT NULL, coalesce(max_batch, 0),
+       headers, token_id, status, probing, failing_since IS NOT NULL,
        coalesce(pump_job_id = $2, false),
        CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
             WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
@@ -130,7 +129,7 @@ func (t *stepTx) lock(ctx context.Context) (bool, error) {
 	ps := scanPolicy(&s.pol)
 	err := t.tx.QueryRow(ctx, lockSubSQL, t.s.subID, me.jobID, me.owner, t.s.d.cfg.LivenessSettle.Milliseconds()).Scan(append(
 		[]any{&s.owner, &s.space, &s.target.url, &s.target.secret, &s.target.previousSecret, &s.target.headers, &s.tokenID,
-			&s.status, &s.probing, &s.failing, &s.maxBatch, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake},
+			&s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake},
 		ps.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -195,7 +194,7 @@ ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $2`
 // the wait; a used-up slice yields.
 func (t *stepTx) next(ctx context.Context) (plan, error) {
 	s, cfg := &t.sub, &t.s.d.cfg
-	want := cfg.BatchSize
+	want := max(cfg.BatchSize, s.pol.MaxBatch)
 	if s.status != StatusActive || t.s.sliceLeft() <= 0 {
 		want = 1 // a probe is the head alone; past the slice, only look
 	}
@@ -286,22 +285,24 @@ func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
 
 // requests groups items into the batch's requests: one per delivery, or,
 // for a subscription with max_batch, up to that many consecutive ones per
-// request. A delivery that has failed before goes alone, so that one bad
-// event cannot fail its neighbours' retries.
+// request. A delivery whose retry is scheduled (the head of a request that
+// failed) goes alone: a batch that fails is retried from its first event
+// alone, so that a bad event further in cannot keep its neighbours from
+// being delivered, and batching resumes once that head is delivered.
 func (t *stepTx) requests(items []*delivery) ([]*request, error) {
 	s := &t.sub
 	probe := s.status != StatusActive
 	var out []*request
 	for i := 0; i < len(items); {
 		n := 1
-		if s.maxBatch > 0 && items[i].attempts == 0 {
-			for n < s.maxBatch && i+n < len(items) && items[i+n].attempts == 0 {
+		if s.pol.MaxBatch > 0 && items[i].nextAt == nil {
+			for n < s.pol.MaxBatch && i+n < len(items) && items[i+n].nextAt == nil {
 				n++
 			}
 		}
 		r := &request{items: items[i : i+n], probe: probe}
 		var err error
-		if s.maxBatch > 0 {
+		if s.pol.MaxBatch > 0 {
 			r.msg, err = batchMessage(t.s.subID, events(r.items))
 		} else {
 			r.msg, err = singleMessage(items[i].ev)
