@@ -88,7 +88,7 @@ func (p Policy) CheckAddr(addr netip.Addr) error {
 		return nil
 	}
 	if why := special(judged); why != "" {
-		return refuse("address %s is not public (%s)", name, why)
+		return refusePrivate("address %s is not public (%s)", name, why)
 	}
 	return nil
 }

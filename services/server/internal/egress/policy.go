@@ -25,6 +25,12 @@ import (
 // in their own sentinel.
 var ErrRefused = errors.New("refused by the egress policy")
 
+// ErrPrivate matches (errors.Is) the refusals that Policy.AllowPrivate
+// would have let through: loopback, private and other non-public
+// addresses, and localhost names. Callers add the name of the setting that
+// sets AllowPrivate, so the user learns which one to change.
+var ErrPrivate = errors.New("private target refused")
+
 // MaxURLLength is the longest URL CheckURL accepts, in bytes.
 const MaxURLLength = 2048
 
@@ -41,12 +47,22 @@ type Policy struct {
 }
 
 // refusal is the error type of every refusal: its text is the reason and
-// it matches ErrRefused.
-type refusal string
+// it matches ErrRefused, and ErrPrivate if AllowPrivate would lift it.
+type refusal struct {
+	reason  string
+	private bool
+}
 
-func (r refusal) Error() string        { return string(r) }
-func (r refusal) Is(target error) bool { return target == ErrRefused }
+func (r *refusal) Error() string { return r.reason }
+func (r *refusal) Is(target error) bool {
+	return target == ErrRefused || (r.private && target == ErrPrivate)
+}
 
 func refuse(format string, args ...any) error {
-	return refusal(fmt.Sprintf(format, args...))
+	return &refusal{reason: fmt.Sprintf(format, args...)}
+}
+
+// refusePrivate is a refusal that AllowPrivate lifts.
+func refusePrivate(format string, args ...any) error {
+	return &refusal{reason: fmt.Sprintf(format, args...), private: true}
 }

@@ -161,6 +161,7 @@ func TestPolicy_CheckURL(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, egress.ErrRefused, "AllowPrivate=%v", pc.policy.AllowPrivate)
+				requirePrivateMark(t, err, !pc.policy.AllowPrivate && tc.private)
 				require.Nil(t, u)
 			}
 		})
@@ -171,6 +172,18 @@ func TestPolicy_CheckURL(t *testing.T) {
 		_, err := egress.Policy{}.CheckURL("http://[2002:7f00:1::]/")
 		require.EqualError(t, err, "address 2002:7f00:1:: (carrying 127.0.0.1) is not public (loopback)")
 	})
+}
+
+// requirePrivateMark requires a refusal to match egress.ErrPrivate exactly
+// when AllowPrivate would have let the target through, so callers that
+// name the setting name it for those refusals and no others.
+func requirePrivateMark(t *testing.T, err error, lifted bool) {
+	t.Helper()
+	if lifted {
+		require.ErrorIs(t, err, egress.ErrPrivate)
+	} else {
+		require.NotErrorIs(t, err, egress.ErrPrivate)
+	}
 }
 
 // fakeResolver answers from a map, so no test depends on real DNS.
@@ -227,6 +240,7 @@ func TestPolicy_CheckResolved(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, egress.ErrRefused, "AllowPrivate=%v", pc.policy.AllowPrivate)
+				requirePrivateMark(t, err, !pc.policy.AllowPrivate && tc.private)
 			}
 		})
 	}

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -55,7 +57,7 @@ func (p Policy) checkHost(host string) error {
 		return refuse("host %q is a numeric address but not a dotted-quad IPv4 address", host)
 	}
 	if (h == "localhost" || strings.HasSuffix(h, ".localhost")) && !p.AllowPrivate {
-		return refuse("host %q is local", host)
+		return refusePrivate("host %q is local", host)
 	}
 	return nil
 }
@@ -96,7 +98,9 @@ func (p Policy) CheckResolved(ctx context.Context, r Resolver, host string) erro
 	}
 	for _, a := range addrs {
 		if err := p.CheckAddr(a); err != nil {
-			return refuse("%q: %v", host, err)
+			var r *refusal
+			errors.As(err, &r)
+			return &refusal{reason: fmt.Sprintf("%q: %v", host, err), private: r != nil && r.private}
 		}
 	}
 	return nil

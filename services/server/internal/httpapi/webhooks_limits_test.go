@@ -68,3 +68,25 @@ func TestAPI_WebhookLimitsFollowTheConfiguration(t *testing.T) {
 	detail = b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":`+url+`}`).problem(t, http.StatusUnprocessableEntity)
 	require.Contains(t, detail, "webhooks.max_subscriptions_per_space")
 }
+
+// TestAPI_PrivateTargetFollowsTheConfiguration: a loopback target is a 422
+// that names webhooks.allow_private_targets while it is off, and accepted
+// once it is on, for create and update alike.
+func TestAPI_PrivateTargetFollowsTheConfiguration(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	strict := &testBundle{db: db, base: startServer(t, db.URL, "api", "webhooks.allow_private_targets", "false")}
+	lenient := &testBundle{db: db, base: startServer(t, db.URL, "api")}
+	owner := strict.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	body := `{"space":"s1","url":"http://127.0.0.1:9/hook"}`
+
+	detail := strict.do(t, "POST", "/v1/webhooks", owner, body).problem(t, http.StatusUnprocessableEntity)
+	require.Contains(t, detail, "url: address 127.0.0.1 is not public (loopback)")
+	require.Contains(t, detail, "webhooks.allow_private_targets = true")
+
+	r := lenient.do(t, "POST", "/v1/webhooks", owner, body)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	detail = strict.do(t, "PATCH", "/v1/webhooks/"+r.json(t)["id"].(string), owner, `{"url":"http://localhost:9/other"}`).
+		problem(t, http.StatusUnprocessableEntity)
+	require.Contains(t, detail, "webhooks.allow_private_targets")
+}

@@ -30,12 +30,27 @@ func ValidateTarget(ctx context.Context, r Resolver, raw string, allowPrivate bo
 	p := egress.Policy{AllowPrivate: allowPrivate}
 	u, err := p.CheckURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: url: %w", ErrTargetRefused, err)
+		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, privateHint(err))
 	}
 	if err := p.CheckResolved(ctx, r, u.Hostname()); err != nil {
-		return nil, fmt.Errorf("%w: url: %w", ErrTargetRefused, err)
+		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, privateHint(err))
 	}
 	return u, nil
+}
+
+// AllowPrivateTargetsKey is the configuration key that lets webhooks reach
+// loopback and private addresses.
+const AllowPrivateTargetsKey = "webhooks.allow_private_targets"
+
+// privateHint names the setting that would have let a refused target
+// through, so whoever reads the refusal (an API client, a CLI user, an
+// attempt's error) knows what the server's operator would have to change;
+// "" for refusals no setting lifts.
+func privateHint(err error) string {
+	if errors.Is(err, egress.ErrPrivate) {
+		return "; private targets are refused unless the server sets " + AllowPrivateTargetsKey + " = true (for development and tests)"
+	}
+	return ""
 }
 
 // NewHTTPClient returns the client deliveries use: no proxy (a proxy would
@@ -46,7 +61,7 @@ func NewHTTPClient(timeout time.Duration, allowPrivate bool) *http.Client {
 	p := egress.Policy{AllowPrivate: allowPrivate}
 	control := func(network, address string, c syscall.RawConn) error {
 		if err := p.Control(network, address, c); err != nil {
-			return fmt.Errorf("%w: %w", ErrTargetRefused, err)
+			return fmt.Errorf("%w: %w%s", ErrTargetRefused, err, privateHint(err))
 		}
 		return nil
 	}

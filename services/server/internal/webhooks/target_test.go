@@ -89,7 +89,19 @@ func TestValidateTarget(t *testing.T) {
 
 	t.Run("RefusalNamesTheFieldAndTheReason", func(t *testing.T) {
 		_, err := webhooks.ValidateTarget(ctx, resolver, "http://[::ffff:0:127.0.0.1]/", false)
-		require.EqualError(t, err, "webhook target refused: url: address ::ffff:0:7f00:1 (carrying 127.0.0.1) is not public (loopback)")
+		require.EqualError(t, err, "webhook target refused: url: address ::ffff:0:7f00:1 (carrying 127.0.0.1) is not public (loopback); "+
+			"private targets are refused unless the server sets webhooks.allow_private_targets = true (for development and tests)")
+	})
+	t.Run("PrivateRefusalNamesTheSettingOthersDoNot", func(t *testing.T) {
+		for _, u := range []string{"http://127.0.0.1:8080/", "http://localhost/", "http://10.0.0.1/", "http://intranet.example/"} {
+			_, err := webhooks.ValidateTarget(ctx, resolver, u, false)
+			require.ErrorContains(t, err, "unless the server sets webhooks.allow_private_targets = true", u)
+		}
+		for _, u := range []string{"http://169.254.169.254/", "gopher://x/", "http://unknown.example/"} {
+			_, err := webhooks.ValidateTarget(ctx, resolver, u, false)
+			require.ErrorIs(t, err, webhooks.ErrTargetRefused, u)
+			require.NotContains(t, err.Error(), "allow_private_targets", "a setting that would not help: %s", u)
+		}
 	})
 	t.Run("AllowPrivateTargetsLetsLoopbackAndPrivateThrough", func(t *testing.T) {
 		for _, u := range []string{"http://127.0.0.1:8080/", "http://localhost/", "http://10.0.0.1/", "http://intranet.example/"} {
@@ -137,6 +149,7 @@ func TestHTTPClient_RefusesLoopbackAtDial(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	require.ErrorIs(t, err, webhooks.ErrTargetRefused)
+	require.ErrorContains(t, err, "webhooks.allow_private_targets", "an attempt's error names the setting too")
 	require.Zero(t, rv.count())
 
 	c = webhooks.NewHTTPClient(time.Second, true)
