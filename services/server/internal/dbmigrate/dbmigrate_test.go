@@ -80,8 +80,8 @@ func TestUp_ConcurrentProcessesApplyOnce(t *testing.T) {
 	require.True(t, st.Current())
 	require.Len(t, st.Applied, len(all))
 
-	// 0040 tunes River's GIN indexes; a River upgrade that recreates them
-	// would drop the setting silently, this notices.
+	// The baseline tunes River's GIN indexes; a River upgrade that
+	// recreates them would drop the setting silently, this notices.
 	var tuned int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class
 		WHERE relname IN ('river_job_args_index', 'river_job_metadata_index')

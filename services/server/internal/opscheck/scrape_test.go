@@ -25,7 +25,7 @@ import (
 )
 
 // idleConsumer stands in for the real consumers (webhooks, push: their
-// cursor rows exist from migrations 0003 and 0004), so the worker runs
+// cursor rows come with the baseline migration), so the worker runs
 // rounds and exports its per-consumer series.
 type idleConsumer struct{ name string }
 

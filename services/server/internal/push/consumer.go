@@ -17,7 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// ConsumerName is the push consumer's cursor row (migration 0004).
+// ConsumerName is the push consumer's cursor row (inserted by the baseline migration).
 const ConsumerName = "push"
 
 // Queue is the River queue push.deliver jobs run on, apart from the

@@ -30,7 +30,7 @@ var (
 	ErrNotFound = errors.New("push registration not found")
 	// ErrEndpointTaken is returned by Registry.Register when another
 	// principal registered the endpoint. An endpoint is a capability URL
-	// and unique (migration 0030): a second principal presenting it is the
+	// and unique (push_registrations.endpoint): a second principal presenting it is the
 	// same browser signed in to another account or someone who learned the
 	// URL, and handing them the row would silently stop the owner's
 	// notifications. The owner deletes its registration first.

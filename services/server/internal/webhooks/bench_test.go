@@ -77,7 +77,7 @@ func benchDeliveries(b *testing.B, subs, total int) {
 }
 
 // scanConsumer is the webhooks consumer as it matched before filters were
-// looked up (migration 0052): every event against every filter of every
+// looked up (webhook_subscription_filters): every event against every filter of every
 // active subscription on its space. It is here only for
 // BenchmarkRoundFilters to compare with.
 type scanConsumer struct{}

@@ -14,7 +14,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// ConsumerName is the cursor name of the webhooks consumer (migration 0003).
+// ConsumerName is the cursor name of the webhooks consumer (inserted by the baseline migration).
 const ConsumerName = "webhooks"
 
 // Consumer is the webhooks consumer: in each round it records a delivery
@@ -57,7 +57,7 @@ func (*Consumer) Name() string { return ConsumerName }
 // EnableFromBacklog: the hit CTE holds every (subscription, seq, event id)
 // whose filter matches an event. Each event arrives as its candidate
 // filter patterns ($1-$4, see matchArgs), and each candidate is looked up
-// by (space, pattern) in webhook_subscription_filters (migration 0052), so
+// by (space, pattern) in webhook_subscription_filters, so
 // it reads only the filters that match: its cost follows the matches, not
 // how many filters the subscriptions on a space have
 // (BenchmarkRoundFilters, TestConsumer_TenantIsolation). DISTINCT merges a
@@ -74,7 +74,7 @@ cand AS (
 // statement (matchSQL). The unique key (subscription_id, event_seq) makes a
 // replayed batch insert nothing. In the same snapshot it marks every
 // disabled subscription not yet marked with the batch's lowest seq ($5):
-// the events its backlog starts with (migration 0054). An operational event
+// the events its backlog starts with (backlog_from_seq). An operational event
 // ($6, with the subscription it is about in $7) is not delivered to the
 // subscription it is about. It returns, per subscription, the lowest new
 // seq.

@@ -100,7 +100,7 @@ func TestConsumer_Handle(t *testing.T) {
 }
 
 // TestConsumer_HandleFollowsFilterRows checks the lookup table behind the
-// round's matching (migration 0052) against what every way of writing a
+// round's matching (webhook_subscription_filters) against what every way of writing a
 // subscription leaves in it.
 func TestConsumer_HandleFollowsFilterRows(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,7 @@ import (
 )
 
 // deleteSQL deletes a subscription; its deliveries, their attempts and its
-// filter rows go with it (ON DELETE CASCADE, migrations 0020 and 0052). It
+// filter rows go with it (ON DELETE CASCADE). It
 // returns whether the subscription existed and how many delivery records
 // it had, counted in the same snapshot.
 const deleteSQL = `

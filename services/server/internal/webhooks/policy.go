@@ -13,7 +13,7 @@ import (
 )
 
 // Policies: how a subscription's deliveries are sent and what a failing
-// receiver costs it (migration 0053).
+// receiver costs it (webhook_subscriptions.policy).
 const (
 	// PolicyOrdered sends in seq order, one request at a time; a head whose
 	// retry budget is spent disables the subscription as failing. The

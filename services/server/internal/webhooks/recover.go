@@ -515,7 +515,7 @@ func lockBacklog(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*backlogRow, err
 }
 
 // start is the first seq of the backlog not yet read: after the mark the
-// round left (migration 0054), after the subscription's starting point,
+// round left (backlog_from_seq), after the subscription's starting point,
 // and at or after next. ok is false when rounds passed nothing while it
 // was disabled.
 func (b *backlogRow) start(next int64) (int64, bool) {
@@ -563,7 +563,7 @@ WHERE id = $1`
 // disabled it included, stay dead: Recover or Resend sends them.
 //
 // Where the backlog starts is the mark the first round after the disable
-// left (migration 0054): every matching event before it got a delivery
+// left (backlog_from_seq): every matching event before it got a delivery
 // while the subscription was active. The events from the mark on are read
 // in batches of their own short transaction while the subscription is
 // still disabled, so rounds do not wait for a long backlog; the last part,
