@@ -165,9 +165,12 @@ func upOwn(ctx context.Context, conn *pgxpool.Conn, all []Migration) ([]Migratio
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNames(all, applied); err != nil {
+		return nil, err
+	}
 	var done []Migration
 	for _, m := range all {
-		if applied[m.Version] {
+		if _, ok := applied[m.Version]; ok {
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -214,14 +217,17 @@ func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
 	if err := tx.QueryRow(ctx, `SELECT to_regclass('bothy_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	applied := map[int]bool{}
+	applied := map[int]string{}
 	if exists {
 		if applied, err = appliedVersions(ctx, tx); err != nil {
 			return nil, err
 		}
 	}
+	if err := checkNames(all, applied); err != nil {
+		return nil, err
+	}
 	for _, m := range all {
-		if applied[m.Version] {
+		if _, ok := applied[m.Version]; ok {
 			st.Applied = append(st.Applied, m)
 		} else {
 			st.Pending = append(st.Pending, m)
@@ -230,20 +236,35 @@ func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
 	return st, nil
 }
 
-func appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]bool, error) {
-	rows, err := tx.Query(ctx, `SELECT version FROM bothy_schema_migrations`)
+// appliedVersions maps each applied version to its recorded name.
+func appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]string, error) {
+	rows, err := tx.Query(ctx, `SELECT version, name FROM bothy_schema_migrations`)
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	out := map[int]string{}
+	var v int
+	var name string
+	_, err = pgx.ForEachRow(rows, []any{&v, &name}, func() error { out[v] = name; return nil })
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	out := make(map[int]bool, len(vs))
-	for _, v := range vs {
-		out[v] = true
 	}
 	return out, nil
+}
+
+// checkNames refuses a database whose applied migration carries another
+// name than the binary's file of the same version: its schema came from a
+// different history (a development database from before the baseline
+// migration), and skipping the binary's file by number would be wrong.
+func checkNames(all []Migration, applied map[int]string) error {
+	for _, m := range all {
+		if name, ok := applied[m.Version]; ok && name != m.Name {
+			return fmt.Errorf("migration %04d_%s: the database recorded %04d_%s under this version; "+
+				"it was made by a development build from before the baseline migration: recreate it (drop the database, then bothy migrate up)",
+				m.Version, m.Name, m.Version, name)
+		}
+	}
+	return nil
 }
 
 func isUndefinedTable(err error) bool {

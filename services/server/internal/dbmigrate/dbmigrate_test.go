@@ -102,3 +102,29 @@ func TestGetStatus_EmptyDatabaseIsPending(t *testing.T) {
 	require.Zero(t, st.RiverCurrent)
 	require.NotEmpty(t, st.Pending)
 }
+
+// TestUp_RefusesADatabaseFromBeforeTheBaseline: a development database
+// migrated by the files the baseline replaced records other migrations
+// under the baseline's numbers. Applying by number would skip the new
+// files that reuse them; Up and GetStatus refuse and say to recreate it.
+func TestUp_RefusesADatabaseFromBeforeTheBaseline(t *testing.T) {
+	t.Parallel()
+	u := emptyDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, u)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `
+		CREATE TABLE bothy_schema_migrations (
+		    version    integer     PRIMARY KEY,
+		    name       text        NOT NULL,
+		    applied_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO bothy_schema_migrations (version, name) VALUES (1, 'event_log'), (2, 'event_consumer_cursors')`)
+	require.NoError(t, err)
+
+	_, err = dbmigrate.Up(ctx, pool)
+	require.ErrorContains(t, err, "0001_baseline")
+	require.ErrorContains(t, err, "recreate it")
+	_, err = dbmigrate.GetStatus(ctx, pool)
+	require.ErrorContains(t, err, "recreate it")
+}
