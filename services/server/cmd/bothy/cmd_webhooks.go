@@ -36,37 +36,12 @@ func subscriptionID(c *call) (uuid.UUID, error) {
 	return id, nil
 }
 
-// subscriptionJSON is a subscription in --json output, with the field
-// names of the HTTP API. The URL's query is redacted as in the table.
-type subscriptionJSON struct {
-	ID               uuid.UUID  `json:"id"`
-	Owner            string     `json:"owner"`
-	Space            string     `json:"space"`
-	URL              string     `json:"url"`
-	EventTypes       []string   `json:"event_types"`
-	TokenID          *uuid.UUID `json:"token_id,omitempty"`
-	Status           string     `json:"status"`
-	DisabledCause    string     `json:"disabled_cause,omitempty"`
-	DisabledDetail   string     `json:"disabled_detail,omitempty"`
-	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
-	ResumeAfterSeq   int64      `json:"resume_after_seq"`
-	LastDeliveredSeq int64      `json:"last_delivered_seq"`
-	Pending          int64      `json:"pending"`
-	CreatedAt        time.Time  `json:"created_at"`
-	// Headers are masked as in the HTTP API.
-	Headers map[string]string `json:"headers"`
-	policyJSON
-}
-
-func toSubscriptionJSON(s *webhooks.Subscription) subscriptionJSON {
-	types := s.EventTypes
-	if types == nil {
-		types = []string{}
-	}
-	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: redactURL(s.URL), EventTypes: types, TokenID: s.TokenID,
-		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
-		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: webhooks.MaskHeaders(s.Headers), policyJSON: toPolicyJSON(s)}
+// subscriptionView is s as --json prints it: the API's view, with the
+// URL's query hidden as in the tables.
+func subscriptionView(s *webhooks.Subscription) webhooks.SubscriptionView {
+	v := webhooks.NewSubscriptionView(s)
+	v.URL = redactURL(v.URL)
+	return v
 }
 
 func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
@@ -102,9 +77,9 @@ func setupWebhooksList(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			out := []subscriptionJSON{}
+			out := []webhooks.SubscriptionView{}
 			for _, s := range subs {
-				out = append(out, toSubscriptionJSON(s))
+				out = append(out, subscriptionView(s))
 			}
 			return c.printJSON(out)
 		}
@@ -177,10 +152,9 @@ func setupWebhooksCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(struct {
-				subscriptionJSON
-				Secret string `json:"secret"`
-			}{toSubscriptionJSON(s), secret})
+			v := subscriptionView(s)
+			v.Secret = secret
+			return c.printJSON(v)
 		}
 		fmt.Fprintf(c.stdout, "subscription %s created on space %s, starting after seq %d, policy %s\n", s.ID, s.Space, s.ResumeAfterSeq, policyOf(s))
 		fmt.Fprintf(c.stdout, "signing secret (shown once; give it to the receiver): %s\n", secret)
@@ -205,31 +179,15 @@ func setupWebhooksDisable(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(struct {
-				ID            uuid.UUID `json:"id"`
-				Status        string    `json:"status"`
-				DisabledCause string    `json:"disabled_cause"`
-				Reason        string    `json:"reason"`
-			}{id, webhooks.StatusDisabled, "manual", *reason})
+			s, err := webhooks.Get(ctx, pool, id)
+			if err != nil {
+				return err
+			}
+			return c.printJSON(subscriptionView(s))
 		}
 		fmt.Fprintf(c.stdout, "subscription %s disabled (manual)\n", id)
 		return nil
 	}
-}
-
-// enableJSON is what "bothy webhooks enable --json" prints, with the field
-// names of the HTTP API; NotDelivered is null when nothing was missed.
-type enableJSON struct {
-	ID             uuid.UUID `json:"id"`
-	WasCause       string    `json:"was_cause"`
-	ResumeAfterSeq int64     `json:"resume_after_seq"`
-	Skipped        int64     `json:"skipped"`
-	From           string    `json:"from"`
-	Created        int64     `json:"created"`
-	NotDelivered   *struct {
-		From int64 `json:"from"`
-		To   int64 `json:"to"`
-	} `json:"not_delivered"`
 }
 
 func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
@@ -253,14 +211,13 @@ func setupWebhooksEnable(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			out := enableJSON{ID: id, WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped, From: *from, Created: res.Created}
-			if res.NotDeliveredTo > 0 {
-				out.NotDelivered = &struct {
-					From int64 `json:"from"`
-					To   int64 `json:"to"`
-				}{res.NotDeliveredFrom, res.NotDeliveredTo}
+			s, err := webhooks.Get(ctx, pool, id)
+			if err != nil {
+				return err
 			}
-			return c.printJSON(out)
+			v := webhooks.NewEnableView(s, *from, res)
+			v.Subscription.URL = redactURL(v.Subscription.URL)
+			return c.printJSON(v)
 		}
 		if res.ResumeAfterSeq == 0 && res.WasCause == "" {
 			fmt.Fprintf(c.stdout, "subscription %s was already active\n", id)
@@ -298,11 +255,7 @@ func setupWebhooksRotate(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(struct {
-				ID             uuid.UUID `json:"id"`
-				Secret         string    `json:"secret"`
-				OverlapSeconds float64   `json:"overlap_seconds"`
-			}{id, secret, overlap.Seconds()})
+			return c.printJSON(webhooks.NewRotateView(secret, *overlap, time.Now()))
 		}
 		fmt.Fprintf(c.stdout, "new signing secret for %s (shown once): %s\n", id, secret)
 		if *overlap > 0 {

@@ -96,7 +96,7 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(toSubscriptionJSON(s))
+			return c.printJSON(subscriptionView(s))
 		}
 		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(s), headersOf(s), policyOf(s))
 		return nil
@@ -175,18 +175,7 @@ func setupWebhooksTest(fs *flag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		if *asJSON {
-			out := struct {
-				MessageID       uuid.UUID `json:"message_id"`
-				StatusCode      *int      `json:"status_code"`
-				LatencySeconds  float64   `json:"latency_seconds"`
-				OK              bool      `json:"ok"`
-				Error           string    `json:"error,omitempty"`
-				ResponseExcerpt string    `json:"response_excerpt,omitempty"`
-			}{MessageID: res.MessageID, LatencySeconds: res.Latency.Seconds(), OK: res.Error == "", Error: res.Error, ResponseExcerpt: res.ResponseExcerpt}
-			if res.StatusCode != 0 {
-				out.StatusCode = &res.StatusCode
-			}
-			if err := c.printJSON(out); err != nil {
+			if err := c.printJSON(res.View()); err != nil {
 				return err
 			}
 		} else if res.Error == "" {

@@ -65,39 +65,6 @@ func (f *policyFlags) params() *webhooks.PolicyParams {
 	return &p
 }
 
-// policyJSON is a subscription's delivery policy in --json output, as the
-// HTTP API shows it: the throttle and schedule only where they are not the
-// server's.
-type policyJSON struct {
-	Policy               string   `json:"policy"`
-	MaxInFlight          int      `json:"max_in_flight,omitempty"`
-	AutoRecover          bool     `json:"auto_recover"`
-	Probing              bool     `json:"probing"`
-	MaxRequestsPerSecond *float64 `json:"max_requests_per_second,omitempty"`
-	RetryBaseSeconds     *float64 `json:"retry_base_seconds,omitempty"`
-	RetryMaxSeconds      *float64 `json:"retry_max_seconds,omitempty"`
-	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds,omitempty"`
-	MaxBatch             int      `json:"max_batch,omitempty"`
-}
-
-func toPolicyJSON(s *webhooks.Subscription) policyJSON {
-	p := &s.Policy
-	secs := func(d time.Duration) *float64 {
-		if d == 0 {
-			return nil
-		}
-		v := d.Seconds()
-		return &v
-	}
-	out := policyJSON{Policy: p.Name, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover, Probing: s.Probing,
-		RetryBaseSeconds: secs(p.RetryBase), RetryMaxSeconds: secs(p.RetryMax), RetryBudgetSeconds: secs(p.RetryBudget),
-		MaxBatch: p.MaxBatch}
-	if p.MaxRequestsPerSecond > 0 {
-		out.MaxRequestsPerSecond = &p.MaxRequestsPerSecond
-	}
-	return out
-}
-
 // policyOf sums a subscription's policy up for the tables: the policy, its
 // requests in flight, the throttle, auto-recover and a schedule that is
 // not the server's.

@@ -12,39 +12,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
-type subscriptionJSON struct {
-	ID               uuid.UUID  `json:"id"`
-	Owner            string     `json:"owner"`
-	Space            string     `json:"space"`
-	URL              string     `json:"url"`
-	EventTypes       []string   `json:"event_types"`
-	Status           string     `json:"status"`
-	DisabledCause    string     `json:"disabled_cause,omitempty"`
-	DisabledDetail   string     `json:"disabled_detail,omitempty"`
-	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
-	ResumeAfterSeq   int64      `json:"resume_after_seq"`
-	LastDeliveredSeq int64      `json:"last_delivered_seq"`
-	Pending          int64      `json:"pending"`
-	CreatedAt        time.Time  `json:"created_at"`
-	// Headers are the custom headers with masked values
-	// (webhooks.MaskHeaders): the whole values are never shown again.
-	Headers map[string]string `json:"headers"`
-	// Secret is only set in the answers that create it.
-	Secret string `json:"secret,omitempty"`
-	policyJSON
-}
-
-func subscriptionOut(s *webhooks.Subscription) subscriptionJSON {
-	types := s.EventTypes
-	if types == nil {
-		types = []string{}
-	}
-	return subscriptionJSON{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, Status: s.Status,
-		DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
-		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: webhooks.MaskHeaders(s.Headers), policyJSON: policyOut(s)}
-}
-
 // kindConflict is the problem kind of a request that the resource's
 // current state refuses (409): a secret rotation while the previous secret
 // still signs, a push endpoint registered by another principal.
@@ -150,7 +117,7 @@ func pageParams(r *http.Request, list string) (int, page.Key, error) {
 }
 
 type subscriptionsPage struct {
-	Subscriptions []subscriptionJSON `json:"subscriptions"`
+	Subscriptions []webhooks.SubscriptionView `json:"subscriptions"`
 	// NextCursor is set when more may follow.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
@@ -178,7 +145,7 @@ func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subj
 			p.Owner = "" // an admin sees every subscription on the space
 		}
 	}
-	out := subscriptionsPage{Subscriptions: []subscriptionJSON{}}
+	out := subscriptionsPage{Subscriptions: []webhooks.SubscriptionView{}}
 	allowed := map[string]bool{}
 	for {
 		p.Limit = limit - len(out.Subscriptions) + 1 // one more says whether more follow
@@ -201,7 +168,7 @@ func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subj
 				ok, allowed[sub.Space] = d.Allowed, d.Allowed
 			}
 			if ok {
-				out.Subscriptions = append(out.Subscriptions, subscriptionOut(sub))
+				out.Subscriptions = append(out.Subscriptions, webhooks.NewSubscriptionView(sub))
 			}
 			p.AfterCreatedAt, p.AfterID = sub.CreatedAt, sub.ID
 		}
@@ -217,19 +184,8 @@ func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subj
 	return nil
 }
 
-type createWebhookRequest struct {
-	Space      string   `json:"space"`
-	URL        string   `json:"url"`
-	EventTypes []string `json:"event_types"`
-	// Secret, if set, is used instead of a generated one (whsec_ form).
-	Secret string `json:"secret"`
-	// Headers are sent with every request.
-	Headers map[string]string `json:"headers"`
-	policyRequest
-}
-
 func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
-	var req createWebhookRequest
+	var req webhooks.CreateRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
@@ -242,12 +198,12 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
 		Secret: req.Secret, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
-		Policy: req.params(),
+		Policy: req.Params(),
 	})
 	if err != nil {
 		return webhookError(err)
 	}
-	out := subscriptionOut(sub)
+	out := webhooks.NewSubscriptionView(sub)
 	out.Secret = secret
 	w.Header().Set("Location", "/v1/webhooks/"+sub.ID.String())
 	writeJSON(w, http.StatusCreated, out)
@@ -259,16 +215,8 @@ func (a *API) getWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	writeJSON(w, http.StatusOK, webhooks.NewSubscriptionView(sub))
 	return nil
-}
-
-type updateWebhookRequest struct {
-	URL        *string   `json:"url"`
-	EventTypes *[]string `json:"event_types"`
-	// Headers is a merge patch: a value sets the header, null removes it.
-	Headers map[string]*string `json:"headers"`
-	policyRequest
 }
 
 func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -276,26 +224,22 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err != nil {
 		return err
 	}
-	var req updateWebhookRequest
+	var req webhooks.UpdateRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
-	if req.URL == nil && req.EventTypes == nil && req.Headers == nil && req.policyRequest.empty() {
+	if req.Empty() {
 		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, event_types, headers and/or policy fields")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
 		URL: req.URL, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
-		Policy: req.params(),
+		Policy: req.Params(),
 	})
 	if err != nil {
 		return webhookError(err)
 	}
-	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	writeJSON(w, http.StatusOK, webhooks.NewSubscriptionView(sub))
 	return nil
-}
-
-type disableWebhookRequest struct {
-	Reason string `json:"reason"`
 }
 
 func (a *API) disableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -303,7 +247,7 @@ func (a *API) disableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err != nil {
 		return err
 	}
-	var req disableWebhookRequest
+	var req webhooks.DisableRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
 		return err
 	}
@@ -316,29 +260,8 @@ func (a *API) disableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if sub, err = webhooks.Get(r.Context(), a.pool, sub.ID); err != nil {
 		return webhookError(err)
 	}
-	writeJSON(w, http.StatusOK, subscriptionOut(sub))
+	writeJSON(w, http.StatusOK, webhooks.NewSubscriptionView(sub))
 	return nil
-}
-
-type enableWebhookResponse struct {
-	Subscription subscriptionJSON `json:"subscription"`
-	// WasCause is why it had been disabled ("" if it was active).
-	WasCause       string `json:"was_cause"`
-	ResumeAfterSeq int64  `json:"resume_after_seq"`
-	Skipped        int64  `json:"skipped"`
-	// From is where it resumed: head or backlog.
-	From string `json:"from"`
-	// Created is how many deliveries the backlog made for events
-	// committed while it was disabled.
-	Created int64 `json:"created"`
-	// NotDelivered is the range of seqs that will never be delivered, or
-	// null.
-	NotDelivered *seqRange `json:"not_delivered"`
-}
-
-type seqRange struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
 }
 
 func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -346,7 +269,7 @@ func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err != nil {
 		return err
 	}
-	var req enableWebhookRequest
+	var req webhooks.EnableRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
 		return err
 	}
@@ -357,19 +280,8 @@ func (a *API) enableWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if sub, err = webhooks.Get(r.Context(), a.pool, sub.ID); err != nil {
 		return webhookError(err)
 	}
-	out := enableWebhookResponse{Subscription: subscriptionOut(sub), WasCause: res.WasCause, ResumeAfterSeq: res.ResumeAfterSeq, Skipped: res.Skipped,
-		From: req.From, Created: res.Created}
-	if res.NotDeliveredTo > 0 {
-		out.NotDelivered = &seqRange{From: res.NotDeliveredFrom, To: res.NotDeliveredTo}
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, webhooks.NewEnableView(sub, req.From, res))
 	return nil
-}
-
-type rotateSecretRequest struct {
-	// OverlapSeconds is how long the old secret still signs as well.
-	// Default 86400; 0 stops it at once.
-	OverlapSeconds *int64 `json:"overlap_seconds"`
 }
 
 // maxOverlap bounds how long a replaced secret keeps signing.
@@ -380,7 +292,7 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *aut
 	if err != nil {
 		return err
 	}
-	var req rotateSecretRequest
+	var req webhooks.RotateRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, true); err != nil {
 		return err
 	}
@@ -395,11 +307,7 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *aut
 	if err != nil {
 		return webhookError(err)
 	}
-	out := map[string]any{"secret": secret, "overlap_seconds": int64(overlap / time.Second)}
-	if overlap > 0 {
-		out["previous_secret_until"] = time.Now().Add(overlap).UTC().Truncate(time.Second)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, webhooks.NewRotateView(secret, overlap, time.Now()))
 	return nil
 }
 

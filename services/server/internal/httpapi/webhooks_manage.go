@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/google/uuid"
-
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -22,17 +20,6 @@ func (a *API) deleteWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// testWebhookResponse is the answer to POST /v1/webhooks/{id}/test.
-type testWebhookResponse struct {
-	MessageID uuid.UUID `json:"message_id"`
-	// StatusCode is null when no answer came.
-	StatusCode      *int    `json:"status_code"`
-	LatencySeconds  float64 `json:"latency_seconds"`
-	OK              bool    `json:"ok"`
-	Error           string  `json:"error,omitempty"`
-	ResponseExcerpt string  `json:"response_excerpt,omitempty"`
 }
 
 // testWebhook sends a signed test message to the subscription's receiver
@@ -53,11 +40,6 @@ func (a *API) testWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if err != nil {
 		return webhookError(err)
 	}
-	out := testWebhookResponse{MessageID: res.MessageID, LatencySeconds: res.Latency.Seconds(), OK: res.Error == "",
-		Error: res.Error, ResponseExcerpt: res.ResponseExcerpt}
-	if res.StatusCode != 0 {
-		out.StatusCode = &res.StatusCode
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, res.View())
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -46,19 +45,12 @@ func (a *API) resendDelivery(w http.ResponseWriter, r *http.Request, s *authz.Su
 	return nil
 }
 
-type recoverWebhookRequest struct {
-	FromSeq *int64     `json:"from_seq"`
-	ToSeq   *int64     `json:"to_seq"`
-	Since   *time.Time `json:"since"`
-	Until   *time.Time `json:"until"`
-}
-
 func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	sub, err := a.subscription(r, s)
 	if err != nil {
 		return err
 	}
-	var req recoverWebhookRequest
+	var req webhooks.RecoverRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
@@ -94,14 +86,8 @@ func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Su
 	return nil
 }
 
-// enableWebhookRequest says where an enabled subscription resumes.
-type enableWebhookRequest struct {
-	// From is "head" (the default) or "backlog".
-	From string `json:"from"`
-}
-
 // enable enables sub from where req says.
-func (a *API) enable(r *http.Request, sub *webhooks.Subscription, req *enableWebhookRequest) (*webhooks.EnableResult, error) {
+func (a *API) enable(r *http.Request, sub *webhooks.Subscription, req *webhooks.EnableRequest) (*webhooks.EnableResult, error) {
 	switch req.From {
 	case "", "head":
 		req.From = "head"

@@ -87,3 +87,150 @@ func (r *RecoverResult) View() RecoverView {
 	}
 	return v
 }
+
+// SubscriptionView is a subscription as the HTTP API answers it and the
+// CLI prints it with --json (which hides the URL's query, as its tables
+// do).
+type SubscriptionView struct {
+	ID         uuid.UUID `json:"id"`
+	Owner      string    `json:"owner"`
+	Space      string    `json:"space"`
+	URL        string    `json:"url"`
+	EventTypes []string  `json:"event_types"`
+	// TokenID is the token whose current scopes bound every delivery;
+	// absent: the owner's full rights.
+	TokenID          *uuid.UUID `json:"token_id,omitempty"`
+	Status           string     `json:"status"`
+	DisabledCause    string     `json:"disabled_cause,omitempty"`
+	DisabledDetail   string     `json:"disabled_detail,omitempty"`
+	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
+	ResumeAfterSeq   int64      `json:"resume_after_seq"`
+	LastDeliveredSeq int64      `json:"last_delivered_seq"`
+	Pending          int64      `json:"pending"`
+	CreatedAt        time.Time  `json:"created_at"`
+	// Headers are the custom headers with masked values (MaskHeaders):
+	// the whole values are never shown again.
+	Headers map[string]string `json:"headers"`
+	// Secret is only set in the answers that create it.
+	Secret string `json:"secret,omitempty"`
+	PolicyView
+}
+
+// NewSubscriptionView returns s as the API shows it, without its secret.
+func NewSubscriptionView(s *Subscription) SubscriptionView {
+	types := s.EventTypes
+	if types == nil {
+		types = []string{}
+	}
+	return SubscriptionView{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, TokenID: s.TokenID,
+		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
+		Headers: MaskHeaders(s.Headers), PolicyView: NewPolicyView(s)}
+}
+
+// PolicyView is a subscription's delivery policy as the API shows it. The
+// throttle, schedule and batch fields are absent while they are the
+// server's.
+type PolicyView struct {
+	Policy               string   `json:"policy"`
+	MaxInFlight          int      `json:"max_in_flight,omitempty"`
+	AutoRecover          bool     `json:"auto_recover"`
+	Probing              bool     `json:"probing"`
+	MaxRequestsPerSecond *float64 `json:"max_requests_per_second,omitempty"`
+	RetryBaseSeconds     *float64 `json:"retry_base_seconds,omitempty"`
+	RetryMaxSeconds      *float64 `json:"retry_max_seconds,omitempty"`
+	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds,omitempty"`
+	MaxBatch             int      `json:"max_batch,omitempty"`
+}
+
+// NewPolicyView returns s's policy as the API shows it.
+func NewPolicyView(s *Subscription) PolicyView {
+	p := &s.Policy
+	out := PolicyView{Policy: p.Name, MaxInFlight: p.MaxInFlight, AutoRecover: p.AutoRecover, Probing: s.Probing,
+		RetryBaseSeconds: seconds(p.RetryBase), RetryMaxSeconds: seconds(p.RetryMax), RetryBudgetSeconds: seconds(p.RetryBudget),
+		MaxBatch: p.MaxBatch}
+	if p.MaxRequestsPerSecond > 0 {
+		out.MaxRequestsPerSecond = &p.MaxRequestsPerSecond
+	}
+	return out
+}
+
+// seconds is d in seconds, nil for 0.
+func seconds(d time.Duration) *float64 {
+	if d == 0 {
+		return nil
+	}
+	s := d.Seconds()
+	return &s
+}
+
+// EnableView is the answer to enabling a subscription.
+type EnableView struct {
+	Subscription SubscriptionView `json:"subscription"`
+	// WasCause is why it had been disabled ("" if it was active).
+	WasCause       string `json:"was_cause"`
+	ResumeAfterSeq int64  `json:"resume_after_seq"`
+	Skipped        int64  `json:"skipped"`
+	// From is where it resumed: head or backlog.
+	From string `json:"from"`
+	// Created is how many deliveries the backlog made for events
+	// committed while it was disabled.
+	Created int64 `json:"created"`
+	// NotDelivered is the range of seqs that will never be delivered, or
+	// null.
+	NotDelivered *SeqRangeView `json:"not_delivered"`
+}
+
+// NewEnableView returns the answer to enabling s from (head or backlog)
+// with result r; s is the subscription as it is afterwards.
+func NewEnableView(s *Subscription, from string, r *EnableResult) EnableView {
+	v := EnableView{Subscription: NewSubscriptionView(s), WasCause: r.WasCause, ResumeAfterSeq: r.ResumeAfterSeq,
+		Skipped: r.Skipped, From: from, Created: r.Created}
+	if r.NotDeliveredTo > 0 {
+		v.NotDelivered = &SeqRangeView{From: r.NotDeliveredFrom, To: r.NotDeliveredTo}
+	}
+	return v
+}
+
+// RotateView is the answer to rotating a subscription's secret.
+type RotateView struct {
+	// Secret is the new signing secret, shown this once.
+	Secret string `json:"secret"`
+	// OverlapSeconds is how long the previous secret still signs as well.
+	OverlapSeconds int64 `json:"overlap_seconds"`
+	// PreviousSecretUntil is when the previous secret stops signing;
+	// absent for no overlap.
+	PreviousSecretUntil *time.Time `json:"previous_secret_until,omitempty"`
+}
+
+// NewRotateView returns the answer to a rotation to secret at now whose
+// previous secret signs for overlap.
+func NewRotateView(secret string, overlap time.Duration, now time.Time) RotateView {
+	v := RotateView{Secret: secret, OverlapSeconds: int64(overlap / time.Second)}
+	if overlap > 0 {
+		until := now.Add(overlap).UTC().Truncate(time.Second)
+		v.PreviousSecretUntil = &until
+	}
+	return v
+}
+
+// TestView is the answer to sending a test message.
+type TestView struct {
+	MessageID uuid.UUID `json:"message_id"`
+	// StatusCode is null when no answer came.
+	StatusCode      *int    `json:"status_code"`
+	LatencySeconds  float64 `json:"latency_seconds"`
+	OK              bool    `json:"ok"`
+	Error           string  `json:"error,omitempty"`
+	ResponseExcerpt string  `json:"response_excerpt,omitempty"`
+}
+
+// View returns r as the API shows it.
+func (r *TestResult) View() TestView {
+	v := TestView{MessageID: r.MessageID, LatencySeconds: r.Latency.Seconds(), OK: r.Error == "", Error: r.Error,
+		ResponseExcerpt: r.ResponseExcerpt}
+	if r.StatusCode != 0 {
+		v.StatusCode = &r.StatusCode
+	}
+	return v
+}
