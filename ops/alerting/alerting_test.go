@@ -1,12 +1,14 @@
 package alerting
 
 import (
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +26,8 @@ func runPromtool(t *testing.T, bin string, args ...string) {
 type ruleFile struct {
 	Groups []struct {
 		Rules []struct {
-			Alert string `yaml:"alert"`
+			Alert       string            `yaml:"alert"`
+			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`
 }
@@ -102,4 +105,70 @@ func readYAML(t *testing.T, path string, v any) {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(b, v), path)
+}
+
+// runbookURL is every alert's runbook_url before its fragment: the external
+// label runbook_base_url of the Prometheus evaluating the rule, else the
+// runbooks on the repository's main branch (ops/alerting.md, "Runbook links").
+const runbookURL = `{{ with $externalLabels.runbook_base_url }}{{ . }}{{ else }}` + defaultRunbooks + `{{ end }}`
+
+const defaultRunbooks = "https://github.com/bothy/bothy/blob/main/ops/alerting.md"
+
+// expandAnnotation expands an annotation as Prometheus does for an alert:
+// text/template with $labels, $externalLabels, $externalURL and $value
+// defined first. It lets the test render runbook_url with external labels,
+// which Debian's promtool cannot set in a test file.
+func expandAnnotation(t *testing.T, text string, externalLabels map[string]string) string {
+	t.Helper()
+	const defs = `{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}{{$externalURL := .ExternalURL}}{{$value := .Value}}`
+	tmpl, err := template.New("annotation").Parse(defs + text)
+	require.NoError(t, err, text)
+	var b strings.Builder
+	data := struct {
+		Labels, ExternalLabels map[string]string
+		ExternalURL            string
+		Value                  float64
+	}{map[string]string{}, externalLabels, "https://prometheus.example.com", 1}
+	require.NoError(t, tmpl.Execute(&b, data), text)
+	return b.String()
+}
+
+// TestRunbookLinks: every alert's runbook_url is absolute, built from the
+// configurable base, and points at the alert's own section of
+// ops/alerting.md, with the runbook_base_url label and without it.
+func TestRunbookLinks(t *testing.T) {
+	t.Parallel()
+	rules, err := filepath.Glob("*.rules.yml")
+	require.NoError(t, err)
+	doc, err := os.ReadFile("../alerting.md")
+	require.NoError(t, err)
+	const base = "https://runbooks.example.com/bothy/alerting.html"
+	for _, f := range rules {
+		var rf ruleFile
+		readYAML(t, f, &rf)
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert == "" {
+					continue
+				}
+				anchor := strings.ToLower(r.Alert)
+				require.Equal(t, runbookURL+"#"+anchor, r.Annotations["runbook_url"], "%s: runbook_url", r.Alert)
+				require.Contains(t, string(doc), "\n## "+r.Alert+"\n", "%s: no section in ops/alerting.md", r.Alert)
+				for _, c := range []struct {
+					external map[string]string
+					want     string
+				}{
+					{nil, defaultRunbooks + "#" + anchor},
+					{map[string]string{"cluster": "eu-1"}, defaultRunbooks + "#" + anchor},
+					{map[string]string{"runbook_base_url": base}, base + "#" + anchor},
+				} {
+					got := expandAnnotation(t, r.Annotations["runbook_url"], c.external)
+					require.Equal(t, c.want, got, "%s with external labels %v", r.Alert, c.external)
+					u, err := url.Parse(got)
+					require.NoError(t, err)
+					require.True(t, u.IsAbs() && u.Host != "", "%s: %q is not absolute", r.Alert, got)
+				}
+			}
+		}
+	}
 }
