@@ -7,7 +7,7 @@
 // seq, and nothing was lost.
 //
 //	go run ./perf/soak [--duration 2m] [--short] [--rate 40] [--producers 4] [--workers 3]
-//	    [--pg-crash auto|on|off] [--seed N] [--keep] [--bin path]
+//	    [--pg-crash auto|on|off] [--pg-port N] [--seed N] [--keep] [--bin path]
 //
 // With BOTHY_DATABASE_URL set it runs on that server and skips the crash.
 //

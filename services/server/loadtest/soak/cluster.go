@@ -35,7 +35,7 @@ type crashResult struct {
 	kind    string // faultPGCrashQuiet or faultPGCrash
 	acked   int    // events acknowledged before the crash
 	quiet   int    // of them, acknowledged while the workers were frozen
-	missing int    // of them, not in the log at their seq with their id after recovery
+	missing int    // of them, not in the log at their seq with their id after recovery; -1: not read
 }
 
 // startCluster initializes and starts the private cluster in a new
@@ -47,7 +47,7 @@ func (h *harness) startCluster(ctx context.Context) error {
 		return err
 	}
 	h.clusterDir = dir
-	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Settings: crashSettings})
+	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Port: h.opts.pgPort, Settings: crashSettings})
 	if err != nil {
 		return err
 	}
@@ -176,31 +176,35 @@ func (f *workerFreeze) thaw() {
 
 // crashAndStart crashes the private cluster and starts it again. It
 // returns the events acknowledged before the crash, or false when the
-// crash or the start failed (a noted problem).
+// crash or the start failed (a harness error).
 func (h *harness) crashAndStart(ctx context.Context) ([]ackedEvent, bool) {
 	if err := h.cluster.Crash(ctx); err != nil {
-		h.note("postgresql crash: %v", err)
+		h.harnessErr(nil, "postgresql crash: %v", err)
 		return nil, false
 	}
 	acked := h.ackedSnapshot()
 	port := h.cluster.Port()
 	if err := h.cluster.Start(ctx); err != nil {
-		h.note("postgresql start after the crash: %v", err)
+		h.harnessErr([]string{"every check of the run: PostgreSQL did not come back after the crash"},
+			"postgresql start after the crash: %v", err)
 		return nil, false
 	}
 	if h.cluster.Port() != port {
-		h.note("postgresql came back on port %d instead of %d", h.cluster.Port(), port)
+		h.harnessErr([]string{"every check of the run: the workers' database.url names the old port"},
+			"postgresql came back on port %d instead of %d (another process took the port while it was down)", h.cluster.Port(), port)
 	}
 	return acked, true
 }
 
 // checkCrash counts the acknowledged events the crash lost, records res
-// with them and logs the crash; nFrozen workers were frozen before it.
+// with them and logs the crash; nFrozen workers were frozen before it. When
+// the log cannot be read back, the count is unknown (missing -1): the check
+// of every acknowledged event at the end still covers the crash.
 func (h *harness) checkCrash(ctx context.Context, res crashResult, acked []ackedEvent, nFrozen int, took time.Duration) {
 	missing, err := h.missingAcked(ctx, acked)
 	if err != nil {
-		h.note("postgresql after the crash: read the log: %v", err)
-		return
+		h.harnessErr(nil, "postgresql after the crash: read the log back: %v", err)
+		missing = -1
 	}
 	res.missing = missing
 	h.faultMu.add(res.kind, 1)

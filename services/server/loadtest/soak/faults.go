@@ -184,14 +184,14 @@ func (h *harness) killWorker(ctx context.Context) {
 	victim := p.riverClientID()
 	killedAt := h.recordFault(faultKill)
 	if err := p.kill(); err != nil {
-		h.note("SIGKILL %s: %v", p.name, err)
+		h.harnessErr(nil, "SIGKILL %s: %v", p.name, err)
 		return
 	}
 	h.faultMu.add(faultKill, 1)
 	// Listed once the process is gone: a job it had finished but whose
 	// completion River had not written yet would otherwise count as taken
 	// over at once.
-	held := h.heldJobs(ctx, victim)
+	held := h.heldJobs(context.WithoutCancel(ctx), p.name, victim)
 	h.measures.Add(1)
 	go func() {
 		defer h.measures.Done()
@@ -199,7 +199,7 @@ func (h *harness) killWorker(ctx context.Context) {
 	}()
 	n, err := h.startWorker(context.WithoutCancel(ctx))
 	if err != nil {
-		h.note("restart after SIGKILL of %s: %v", p.name, err)
+		h.problem("restart after SIGKILL of %s: %v", p.name, err)
 		return
 	}
 	h.logf("fault: SIGKILL %s (pid %d, left %d running jobs and sender claims), restarted as %s (pid %d)", p.name, p.pid(), len(held), n.name, n.pid())
@@ -251,7 +251,7 @@ func (h *harness) terminatePool(ctx context.Context) {
 	h.recordFault(faultTermPool)
 	n, err := h.terminate(ctx, names)
 	if err != nil {
-		h.note("terminate backends of %s: %v", p.name, err)
+		h.harnessErr(nil, "terminate backends of %s: %v", p.name, err)
 		return
 	}
 	h.faultMu.add(faultTermPool, n)
@@ -272,7 +272,7 @@ func (h *harness) terminateListen(ctx context.Context) {
 	h.recordFault(faultTermListen)
 	n, err := h.terminate(ctx, names)
 	if err != nil {
-		h.note("terminate LISTEN backends: %v", err)
+		h.harnessErr(nil, "terminate LISTEN backends: %v", err)
 		return
 	}
 	h.faultMu.add(faultTermListen, n)
@@ -322,7 +322,7 @@ func (h *harness) revokeWebhook(ctx context.Context) {
 		return err
 	})
 	if err != nil {
-		h.note("revoke webhook owner: %v", err)
+		h.harnessErr(nil, "revoke webhook owner: %v", err)
 		return
 	}
 	t.mu.Lock()
@@ -350,7 +350,7 @@ func (h *harness) revokePush(ctx context.Context) {
 		return err
 	})
 	if err != nil {
-		h.note("revoke push receiver: %v", err)
+		h.harnessErr(nil, "revoke push receiver: %v", err)
 		return
 	}
 	h.procMu.Lock()
@@ -366,7 +366,7 @@ func (h *harness) lateSubscription(ctx context.Context) {
 		return err
 	})
 	if err != nil {
-		h.note("create late subscription: %v", err)
+		h.harnessErr([]string{checkLateSubscriber}, "create late subscription: %v", err)
 		return
 	}
 	t := h.target("healthy-late")
@@ -423,7 +423,7 @@ func (h *harness) set410(on bool) func(context.Context) {
 			return err
 		})
 		if err != nil {
-			h.note("enable %s: %v", t.name, err)
+			h.harnessErr([]string{checkEnabledResumes}, "enable %s: %v", t.name, err)
 			return
 		}
 		if res.WasCause == "" {

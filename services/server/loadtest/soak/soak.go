@@ -7,7 +7,7 @@
 // services/server import the server's internal packages.
 //
 //	go run ./perf/soak [--duration 2m] [--short] [--rate 40] [--producers 4] [--workers 3]
-//	    [--pg-crash auto|on|off] [--seed N] [--keep] [--bin path]
+//	    [--pg-crash auto|on|off] [--pg-port N] [--seed N] [--keep] [--bin path]
 //
 // It runs PostgreSQL itself: a private cluster (package pgcluster) in a
 // temporary directory, with settings that keep unflushed WAL in memory for
@@ -31,7 +31,14 @@
 // mode one amid all traffic), and a right revoked mid-stream for a webhook
 // owner and for a push receiver. Then it drains, verifies (among the checks: every
 // acknowledged event is in the log at its seq with its id) and prints a
-// table, and returns ErrViolations if any check failed. The receivers count
+// table. The report keeps product violations (bothy broke a promise) apart
+// from harness errors (the soak failed at something of its own: a fault it
+// could not inject, a query of its own that timed out). Run returns
+// ErrViolations if any product check failed, and ErrChecksHidden if none
+// did but a harness error kept a check from running; a harness error that
+// hides no check is reported and does not fail the run. The checks run on
+// plain data (history), loaded from the database and the harness's records
+// once the run is over, so each has a table test. The receivers count
 // arrivals: a message that should have arrived and did not is a violation;
 // a copy of a message already accepted (a duplicate arrival) is counted and
 // attributed to the fault that hit the moment between the send and its
@@ -77,9 +84,14 @@ import (
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
-// ErrViolations is returned when the run finished and at least one check
-// failed; the table says which.
+// ErrViolations is returned when the run finished and at least one
+// product check failed; the table says which.
 var ErrViolations = errors.New("soak: violations found")
+
+// ErrChecksHidden is returned when no product check failed but a harness
+// error (a fault the soak could not inject, a table it could not read)
+// kept a check from running; the report says which.
+var ErrChecksHidden = errors.New("soak: checks not run because of harness errors")
 
 type options struct {
 	duration     time.Duration
@@ -89,6 +101,7 @@ type options struct {
 	producers    int
 	workers      int
 	pgCrash      string
+	pgPort       int
 	seed         uint64
 	keep         bool
 	bin          string
@@ -105,6 +118,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&o.producers, "producers", 4, "concurrent producers")
 	fs.IntVar(&o.workers, "workers", 3, "bothy server --role=worker processes (at least 3)")
 	fs.StringVar(&o.pgCrash, "pg-crash", "auto", "crash the private cluster (once in --short, twice otherwise): auto (unless BOTHY_DATABASE_URL is set), on, off")
+	fs.IntVar(&o.pgPort, "pg-port", 0, "port of the private cluster (0: a free port, chosen at start; runs in parallel need no setting)")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for fault times (0: from the clock; printed)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the database (the private cluster's directory, or the scratch database) and the process logs")
 	fs.StringVar(&o.bin, "bin", "", "use this bothy binary instead of building the module's")
@@ -137,6 +151,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--workers %d: want 3..8", o.workers)
 	case !slices.Contains([]string{"auto", "on", "off"}, o.pgCrash):
 		return nil, fmt.Errorf("--pg-crash %q: want auto, on or off", o.pgCrash)
+	case o.pgPort != 0 && (o.pgPort < 1024 || o.pgPort > 65535):
+		return nil, fmt.Errorf("--pg-port %d: want 0 (a free port) or 1024..65535", o.pgPort)
 	}
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
@@ -212,8 +228,13 @@ type harness struct {
 	errsOther  int // producer errors from faults (commit in doubt)
 
 	faultMu sync2Map
-	notes   []string // problems seen while running (unexpected exits, failed restarts)
-	notesMu gosync.Mutex
+	// problems are the bothy processes' failures seen while running
+	// (failed starts, unexpected exits, unclean stops, refused appends):
+	// product violations. harnessErrs are the soak's own failures (a fault
+	// it could not inject, a query of its own that failed).
+	problems    []string
+	harnessErrs []harnessError
+	notesMu     gosync.Mutex
 
 	// faultLog is every process or database fault with its moment, to
 	// attribute duplicate arrivals; takeovers what each SIGKILL left and
@@ -244,22 +265,39 @@ func (m *sync2Map) add(kind string, extra int) {
 	m.x[kind] += extra
 }
 
-func (m *sync2Map) get(kind string) (int, int) {
+// snapshot returns every kind's count and figure.
+func (m *sync2Map) snapshot() map[string]faultCount {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.n[kind], m.x[kind]
+	out := map[string]faultCount{}
+	for k, n := range m.n {
+		out[k] = faultCount{n: n, x: m.x[k]}
+	}
+	return out
 }
 
 func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.out, "t+%5.1fs  %s\n", time.Since(h.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func (h *harness) note(format string, args ...any) {
+// problem records a failure of a bothy process: a product violation.
+func (h *harness) problem(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	h.notesMu.Lock()
-	h.notes = append(h.notes, s)
+	h.problems = append(h.problems, s)
 	h.notesMu.Unlock()
 	h.logf("PROBLEM: %s", s)
+}
+
+// harnessErr records a failure of the soak itself. hides names the checks
+// it leaves without what they need (none when a later attempt or another
+// check covers it); the run fails only for those.
+func (h *harness) harnessErr(hides []string, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	h.notesMu.Lock()
+	h.harnessErrs = append(h.harnessErrs, harnessError{text: s, hides: hides})
+	h.notesMu.Unlock()
+	h.logf("HARNESS ERROR: %s", s)
 }
 
 func (h *harness) randDur(lo, hi float64) time.Duration {
@@ -417,16 +455,16 @@ func (h *harness) drainAndVerify(ctx context.Context) error {
 	// A clean stop of every process still running is part of the check.
 	for _, p := range h.liveProcs() {
 		if err := p.stop(30 * time.Second); err != nil {
-			h.note("%v", err)
+			h.problem("%v", err)
 		}
 	}
-	rep, err := h.verify(ctx, drained, drainTook)
-	if err != nil {
-		return fmt.Errorf("verify: %w", err)
-	}
+	rep := h.verify(ctx, drained, drainTook)
 	fmt.Fprint(h.out, rep.String())
 	if n := len(rep.violations); n > 0 {
-		return fmt.Errorf("%w: %d", ErrViolations, n)
+		return fmt.Errorf("%w: %d (checks failed: %s)", ErrViolations, n, strings.Join(rep.failedChecks(), "; "))
+	}
+	if hidden := rep.hidden(); len(hidden) > 0 {
+		return fmt.Errorf("%w: %s", ErrChecksHidden, strings.Join(hidden, "; "))
 	}
 	return nil
 }
@@ -723,12 +761,12 @@ func (h *harness) ensureWorkers(ctx context.Context) {
 	h.procMu.Unlock()
 	for _, p := range dead {
 		_, err := p.hasExited()
-		h.note("%s (pid %d) exited on its own: %v; last log lines:\n%s", p.name, p.pid(), err, indent(p.tailText()))
+		h.problem("%s (pid %d) exited on its own: %v; last log lines:\n%s", p.name, p.pid(), err, indent(p.tailText()))
 	}
 	for len(h.liveWorkers()) < h.opts.workers && ctx.Err() == nil {
 		p, err := h.startWorker(ctx)
 		if err != nil {
-			h.note("restart of a worker failed: %v", err)
+			h.problem("restart of a worker failed: %v", err)
 			return
 		}
 		h.logf("started %s (pid %d) to keep %d workers", p.name, p.pid(), h.opts.workers)
@@ -767,7 +805,7 @@ func (h *harness) produce(ctx context.Context, n int) {
 		h.recordTx(tx, evs, err)
 		var refused *refusedError
 		if errors.As(err, &refused) {
-			h.note("producer %d: %v", n, err)
+			h.problem("producer %d: the api refused a valid append: %v", n, err)
 		}
 		if err != nil && tx.roll > 1 {
 			select { // the database is away: do not spin

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // faultEvent is one process or database fault and the moment it began.
@@ -65,29 +66,34 @@ WHERE id = ANY ($1) AND state = 'running' AND attempted_by[array_upper(attempted
 UNION ALL
 SELECT 0, id::text FROM webhook_subscriptions WHERE id = ANY ($3) AND pump_owner = $2 AND pump_until > now()`
 
-// heldJobs lists the jobs River believes clientID runs.
-func (h *harness) heldJobs(ctx context.Context, clientID string) []heldJob {
+// heldJobs lists the jobs River believes clientID, the killed worker
+// name, runs. When it cannot, the takeover of that kill goes unmeasured:
+// a harness error that hides that check.
+func (h *harness) heldJobs(ctx context.Context, name, clientID string) []heldJob {
+	hides := []string{fmt.Sprintf("%s (%s)", checkTakeoverOfAKill, name)}
 	if clientID == "" {
-		h.note("a worker to kill logged no River client ID (liveness lock)")
+		h.harnessErr(hides, "%s logged no River client ID (liveness lock) before it was killed", name)
 		return nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	rows, err := h.pool.Query(qctx, heldJobsSQL, clientID)
-	if err != nil {
-		h.logf("could not list the jobs of %s before the kill: %v", clientID, err)
-		return nil
-	}
-	defer rows.Close()
 	var out []heldJob
-	for rows.Next() {
+	err := h.query(ctx, 10*time.Second, func(ctx context.Context) error {
+		rows, err := h.pool.Query(ctx, heldJobsSQL, clientID)
+		if err != nil {
+			return err
+		}
+		out = nil
 		var j heldJob
 		var sub string
-		if err := rows.Scan(&j.id, &j.kind, &sub); err != nil {
+		_, err = pgx.ForEachRow(rows, []any{&j.id, &j.kind, &sub}, func() error {
+			j.sub, _ = uuid.Parse(sub)
+			out = append(out, j)
 			return nil
-		}
-		j.sub, _ = uuid.Parse(sub)
-		out = append(out, j)
+		})
+		return err
+	})
+	if err != nil {
+		h.harnessErr(hides, "list the jobs of %s after the kill: %v", name, err)
+		return nil
 	}
 	return out
 }
