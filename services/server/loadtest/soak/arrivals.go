@@ -32,7 +32,7 @@ type duplicate struct {
 }
 
 // attributionSlack is how long before the accepted arrival its fault may
-// have begun: the request was in flight when the sender was killed or
+// have been over: the request was in flight when the sender was killed or
 // frozen, and the receiver still answered it.
 const attributionSlack = time.Second
 
@@ -42,9 +42,9 @@ const attributionSlack = time.Second
 var duplicateCauses = []string{faultKill, faultTermPool, faultPGCrashQuiet, faultPGCrash}
 
 // duplicates finds every duplicate arrival at the receivers and attributes
-// it to the first fault among duplicateCauses that began after the accepted
-// arrival (less attributionSlack) and before the copy: the fault that hit
-// the moment between the 2xx and its record. That moment includes the wait
+// it to the first fault among duplicateCauses that was under way between
+// the accepted arrival (less attributionSlack) and the copy: the fault that
+// hit the moment between the 2xx and its record. That moment includes the wait
 // for a pool connection for the record, which under load can be far longer
 // than the insert itself.
 func (hi *history) duplicates() []duplicate {
@@ -77,7 +77,7 @@ func (hi *history) duplicates() []duplicate {
 		d := &out[i]
 		d.cause = noFault
 		for _, f := range faults {
-			if slices.Contains(duplicateCauses, f.kind) && !f.at.Before(d.first.Add(-attributionSlack)) && !f.at.After(d.again) {
+			if slices.Contains(duplicateCauses, f.kind) && f.during(d.first.Add(-attributionSlack), d.again) {
 				d.cause = f.kind
 				break
 			}
@@ -86,6 +86,10 @@ func (hi *history) duplicates() []duplicate {
 	return out
 }
 
+// during reports whether the fault was under way at some moment from
+// from to to.
+func (f faultEvent) during(from, to time.Time) bool { return !f.until.Before(from) && !f.at.After(to) }
+
 // recordLossWindow is how long after a push service's 2xx the worker may
 // still be writing its record to push_sends: the send log gathers answers
 // for a few milliseconds, may first finish writing earlier ones, then
@@ -93,15 +97,15 @@ func (hi *history) duplicates() []duplicate {
 // conflict.
 const recordLossWindow = 15 * time.Second
 
-// recordLossCause names the first fault among duplicateCauses that began
-// between a message's acceptance (less attributionSlack) and
+// recordLossCause names the first fault among duplicateCauses that was
+// under way between a message's acceptance (less attributionSlack) and
 // recordLossWindow after it, the one that can have lost its record; ""
 // when there was none.
 func (hi *history) recordLossCause(accepted time.Time) string {
 	cause, at := "", time.Time{}
 	for _, f := range hi.faultLog {
-		if slices.Contains(duplicateCauses, f.kind) && !f.at.Before(accepted.Add(-attributionSlack)) &&
-			!f.at.After(accepted.Add(recordLossWindow)) && (cause == "" || f.at.Before(at)) {
+		if slices.Contains(duplicateCauses, f.kind) && f.during(accepted.Add(-attributionSlack), accepted.Add(recordLossWindow)) &&
+			(cause == "" || f.at.Before(at)) {
 			cause, at = f.kind, f.at
 		}
 	}

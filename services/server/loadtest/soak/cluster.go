@@ -109,7 +109,8 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 		if quiet {
 			kind, frozen = faultPGCrashQuiet, h.liveWorkers()
 		}
-		h.recordFault(kind)
+		_, end := h.beginFault(kind)
+		defer end()
 		fz := h.freezeWorkers(frozen, quiet)
 		defer fz.thaw()
 		before := h.ackCount()
@@ -129,6 +130,7 @@ func (h *harness) crashPG(quiet bool) func(ctx context.Context) {
 		}
 		took := time.Since(t0)
 		fz.thaw()
+		end()
 		res := crashResult{kind: kind, acked: len(acked)}
 		if quiet {
 			res.quiet = len(acked) - before

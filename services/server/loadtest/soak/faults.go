@@ -182,8 +182,10 @@ func (h *harness) killWorker(ctx context.Context) {
 	h.killed[p] = true
 	h.procMu.Unlock()
 	victim := p.riverClientID()
-	killedAt := h.recordFault(faultKill)
-	if err := p.kill(); err != nil {
+	killedAt, killed := h.beginFault(faultKill)
+	err := p.kill()
+	killed()
+	if err != nil {
 		h.harnessErr(nil, "SIGKILL %s: %v", p.name, err)
 		return
 	}
@@ -248,8 +250,9 @@ func (h *harness) terminatePool(ctx context.Context) {
 	if !ok {
 		return
 	}
-	h.recordFault(faultTermPool)
+	_, end := h.beginFault(faultTermPool)
 	n, err := h.terminate(ctx, names)
+	end()
 	if err != nil {
 		h.harnessErr(nil, "terminate backends of %s: %v", p.name, err)
 		return
@@ -269,8 +272,9 @@ func (h *harness) terminateListen(ctx context.Context) {
 	if !ok {
 		return
 	}
-	h.recordFault(faultTermListen)
+	_, end := h.beginFault(faultTermListen)
 	n, err := h.terminate(ctx, names)
+	end()
 	if err != nil {
 		h.harnessErr(nil, "terminate LISTEN backends: %v", err)
 		return

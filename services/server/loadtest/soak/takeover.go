@@ -4,25 +4,35 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	gosync "sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
-// faultEvent is one process or database fault and the moment it began.
+// faultEvent is one process or database fault: from the moment the soak
+// began it to the moment it was over (the process gone, the backends
+// terminated, the server back). It acts at any moment in between: a
+// termination waits for each backend to exit, a crash follows a freeze.
 type faultEvent struct {
-	kind string
-	at   time.Time
+	kind      string
+	at, until time.Time
 }
 
-// recordFault notes that a fault of kind begins now and returns the moment.
-func (h *harness) recordFault(kind string) time.Time {
+// beginFault notes that a fault of kind begins now and returns the moment
+// and the function that notes it is over; only its first call counts.
+func (h *harness) beginFault(kind string) (time.Time, func()) {
 	now := time.Now()
 	h.faultLogMu.Lock()
-	h.faultLog = append(h.faultLog, faultEvent{kind: kind, at: now})
+	i := len(h.faultLog)
+	h.faultLog = append(h.faultLog, faultEvent{kind: kind, at: now, until: now})
 	h.faultLogMu.Unlock()
-	return now
+	return now, gosync.OnceFunc(func() {
+		h.faultLogMu.Lock()
+		h.faultLog[i].until = time.Now()
+		h.faultLogMu.Unlock()
+	})
 }
 
 // heldJob is a job River still believed a killed worker was running once

@@ -149,7 +149,8 @@ func craftFaults(hi *history) {
 	}
 	hi.faults[faultTermPool] = faultCount{n: 1, x: 4}
 	hi.faults[faultTermListen] = faultCount{n: 1, x: 3}
-	hi.faultLog = []faultEvent{{faultKill, at(2)}, {faultTermPool, at(3)}, {faultTermListen, at(3.5)}, {faultPGCrashQuiet, at(4)}}
+	hi.faultLog = []faultEvent{{faultKill, at(2), at(2.1)}, {faultTermPool, at(3), at(3.2)}, {faultTermListen, at(3.5), at(3.6)},
+		{faultPGCrashQuiet, at(3), at(4.5)}}
 	hi.takeovers = []takeover{{victim: "worker-1", at: at(2), jobs: []heldJob{{id: 1, kind: webhooks.KindDeliver, sub: hi.target("healthy-a").id}},
 		took: []time.Duration{time.Second}}}
 	hi.freezes = []freeze{{from: at(3), to: at(4.5)}}
@@ -332,8 +333,18 @@ func TestCheck_Push(t *testing.T) {
 		// A kill right after the answer explains the lost record.
 		{"ArrivalWithoutARecordAfterAKill", func(hi *history) {
 			delete(hi.pushSends[hi.reg("pu-1-phone")], 5)
-			hi.faultLog = append(hi.faultLog, faultEvent{faultKill, at(25.5)})
+			hi.faultLog = append(hi.faultLog, faultEvent{faultKill, at(25.5), at(25.6)})
 		}, nil, nil},
+		// A termination that waited for its backends from 10 s before the
+		// answer to just after it.
+		{"ArrivalWithoutARecordDuringALongTermination", func(hi *history) {
+			delete(hi.pushSends[hi.reg("pu-1-phone")], 5)
+			hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(15), at(25.2)})
+		}, nil, nil},
+		{"ArrivalWithoutARecordLongAfterAFault", func(hi *history) {
+			delete(hi.pushSends[hi.reg("pu-1-phone")], 5)
+			hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(15), at(23)})
+		}, []string{checkPushRecorded}, nil},
 		{"RequestFailedVAPIDOrDecryption", func(hi *history) { hi.pushErrors = []error{errors.New("bad VAPID token")} },
 			[]string{checkPushService}, nil},
 		{"PayloadNotJSON", func(hi *history) { hi.pushBadJSON = 1 }, []string{checkPushService}, nil},
@@ -353,8 +364,11 @@ func TestCheck_DuplicateArrivals(t *testing.T) {
 		d := hi.device("pu-1-phone")
 		d.msgs = append(d.msgs, pushMessage{seq: craftedHead, at: at(60)})
 	}
-	between := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(45)}) }
-	listenOnly := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermListen, at(45)}) }
+	between := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(45), at(45.5)}) }
+	listenOnly := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermListen, at(45), at(45.5)}) }
+	// The first copy of seq 11 was accepted at 31 s.
+	longBefore := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(25), at(29)}) }
+	underWay := func(hi *history) { hi.faultLog = append(hi.faultLog, faultEvent{faultTermPool, at(25), at(31.2)}) }
 	runCheckCases(t, []checkCase{
 		{"WebhookCopyWithoutAFault", webhookCopy, []string{checkDuplicates}, nil},
 		{"PushCopyWithoutAFault", pushCopy, []string{checkDuplicates}, nil},
@@ -363,6 +377,19 @@ func TestCheck_DuplicateArrivals(t *testing.T) {
 		// A terminated LISTEN connection delays wake-ups; it cannot lose a
 		// record.
 		{"CopyAfterAListenTerminationOnly", func(hi *history) { webhookCopy(hi); listenOnly(hi) }, []string{checkDuplicates}, nil},
+		{"CopyAfterAFaultOverBeforeTheFirstArrival", func(hi *history) { webhookCopy(hi); longBefore(hi) }, []string{checkDuplicates}, nil},
+		{"CopyAfterAFaultUnderWayAtTheFirstArrival", func(hi *history) { webhookCopy(hi); underWay(hi) }, nil, nil},
+		// The sender, its record of seqs 9 and 11 lost, sends them again in
+		// order: duplicates, not requests out of order.
+		{"ResentSuffixAfterAFault", func(hi *history) {
+			t := hi.target("healthy-a")
+			t.arrivals = append(t.arrivals, arrival{seq: 9, at: at(60), status: 204}, arrival{seq: 11, at: at(60.1), status: 204})
+			between(hi)
+		}, nil, nil},
+		{"ResentSuffixWithoutAFault", func(hi *history) {
+			t := hi.target("healthy-a")
+			t.arrivals = append(t.arrivals, arrival{seq: 9, at: at(60), status: 204}, arrival{seq: 11, at: at(60.1), status: 204})
+		}, []string{checkDuplicates}, nil},
 	})
 }
 

@@ -227,13 +227,16 @@ type arrivalScan struct {
 // scanArrivals counts the requests that came after one of a higher seq and
 // those that came after the owner's right was revoked (for a later event,
 // or started later than a sender's timeout after the revocation), and lists
-// the seqs accepted with a 2xx.
+// the seqs accepted with a 2xx. A copy of a message already accepted is a
+// duplicate, not a request out of order: a sender whose record of the 2xx
+// was lost sends from the last recorded one again, in order, and the
+// duplicate check judges whether a fault explains it.
 func (s *subscription) scanArrivals() arrivalScan {
 	sc := arrivalScan{got2xx: map[int64]bool{}}
 	var maxSeq int64
 	var maxAt time.Time
 	for _, a := range s.arrivals {
-		if a.seq < maxSeq {
+		if a.seq < maxSeq && !sc.got2xx[a.seq] {
 			if sc.outOfOrder == 0 {
 				sc.firstOutOfOrder = fmt.Sprintf("seq %d (answered %d) %.2fs after seq %d", a.seq, a.status, a.at.Sub(maxAt).Seconds(), maxSeq)
 			}
