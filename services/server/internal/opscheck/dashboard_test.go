@@ -22,29 +22,15 @@ import (
 // dashboardDir is ops/dashboards seen from this package.
 const dashboardDir = "../../../../ops/dashboards"
 
-// notYetExported are metric names dashboards may use although the
-// in-process server of this test does not export them: they are registered
-// by feature modules this test does not load. Keep it short; delete a name
-// once the test can start its module.
-var notYetExported = map[string]string{
-	"bothy_webhook_deliveries_total": "webhooks module (M2-26), being built",
-	"bothy_push_deliveries_total":    "push module (push.NewMetrics), not started by this test",
-	// Read from the database by the webhooks module (webhooks.NewMetrics),
-	// not started by this test; webhooks' TestMetrics_PromtoolCheckMetrics
-	// lints them.
-	"bothy_webhook_subscriptions":                       "webhooks module (webhooks.NewMetrics), not started by this test",
-	"bothy_webhook_oldest_pending_delivery_age_seconds": "webhooks module (webhooks.NewMetrics), not started by this test",
-	"bothy_webhook_delivery_stall_seconds":              "webhooks module (webhooks.NewMetrics), not started by this test",
-}
-
 // metricName finds metric names in PromQL; every bothy metric has the prefix.
 var metricName = regexp.MustCompile(`\bbothy_[a-zA-Z0-9_:]+`)
 
 // consumerMetric names the per-consumer series that must follow $consumer.
 var consumerMetric = regexp.MustCompile(`\bbothy_event_consumer_(lag|pending_age_seconds|last_success_timestamp_seconds|rounds_total|round_duration_seconds_bucket|events_total|jobs_total|lost_events_total)\b`)
 
-// exportedNames scrapes a role=all server and returns every sample name it
-// exposes (histograms with their _bucket, _sum and _count series).
+// exportedNames scrapes a role=all server with every feature and returns
+// every sample name it exposes (histograms with their _bucket, _sum and
+// _count series).
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -134,22 +120,17 @@ func TestDashboards(t *testing.T) {
 				require.NotEmpty(t, names, "%s: %q queries no bothy_ metric", q.where, q.expr)
 				for _, n := range names {
 					used[n] = true
-					_, allowed := notYetExported[n]
-					require.True(t, exported[n] || allowed, "%s: %s is not exported by the server (and not in notYetExported)", q.where, n)
+					require.True(t, exported[n], "%s: %s is not exported by the server", q.where, n)
 				}
 				if strings.HasPrefix(q.where, "panel ") && consumerMetric.MatchString(q.expr) {
 					require.Contains(t, q.expr, `consumer=~"$consumer"`, "%s: per-consumer query ignores $consumer", q.where)
 				}
 			}
-			for n, why := range notYetExported {
-				if exported[n] {
-					t.Logf("%s is exported now (%s): remove it from notYetExported", n, why)
-				}
-			}
 			require.True(t, used["bothy_event_consumer_lag"] && used["bothy_event_consumer_pending_age_seconds"] &&
 				used["bothy_event_consumer_rounds_total"] && used["bothy_event_consumer_round_duration_seconds_bucket"] &&
-				used["bothy_webhook_deliveries_total"] && used["bothy_push_deliveries_total"],
-				"the dashboard shows lag, pending age, rounds, round duration and deliveries")
+				used["bothy_webhook_deliveries_total"] && used["bothy_push_deliveries_total"] &&
+				used["bothy_webhook_attempt_duration_seconds_bucket"],
+				"the dashboard shows lag, pending age, rounds, round duration, deliveries and webhook attempt latency")
 
 			// The PromQL parses: promtool checks it as recording rules, with
 			// Grafana's variables replaced by values.

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/ops/promtooltest"
@@ -20,42 +18,28 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/module"
-	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/push"
 )
-
-// idleConsumer stands in for the real consumers (webhooks, push: their
-// cursor rows come with the baseline migration), so the worker runs
-// rounds and exports its per-consumer series.
-type idleConsumer struct{ name string }
-
-func (c idleConsumer) Name() string { return c.name }
-
-func (idleConsumer) Handle(context.Context, pgx.Tx, []sync.Event) ([]sync.Job, error) {
-	return nil, nil
-}
-
-type idleModule struct{}
-
-func (idleModule) Consumers() []sync.Consumer {
-	return []sync.Consumer{idleConsumer{"webhooks"}, idleConsumer{"push"}}
-}
-func (idleModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
-func (idleModule) Routes(*http.ServeMux, *river.Client[pgx.Tx])  {}
 
 // scrape starts "bothy server" with role on a fresh database, waits until
 // its /metrics shows what the role exports and returns the exposition text.
 func scrape(t *testing.T, role string) string {
 	t.Helper()
 	db := dbtest.NewDB(t)
+	// Push registers its metrics only when it has a VAPID key pair.
+	keys, err := push.GenerateVAPIDKeys()
+	require.NoError(t, err)
 	cfg, err := config.Load("", nil, map[string]string{
-		"database.url":       db.URL,
-		"server.listen_addr": "127.0.0.1:0",
-		"server.role":        role,
+		"database.url":           db.URL,
+		"server.listen_addr":     "127.0.0.1:0",
+		"server.role":            role,
+		"push.vapid_public_key":  keys.Public,
+		"push.vapid_private_key": keys.Private,
 	})
 	require.NoError(t, err)
-	srv := app.NewServer(cfg, slog.New(slog.DiscardHandler),
-		[]module.Factory{func(*module.Deps) (module.Module, error) { return idleModule{}, nil }})
+	// The features every bothy server runs, so the scrape has every metric
+	// they register.
+	srv := app.NewServer(cfg, slog.New(slog.DiscardHandler), app.Features(cfg))
 	base := apptest.Run(t, srv)
 
 	// The worker registers its round metrics after the listener starts and
