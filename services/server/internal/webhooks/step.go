@@ -38,15 +38,16 @@ type subRow struct {
 func (s *subRow) active() bool { return s.status == StatusActive || s.probing }
 
 // lockSubSQL locks the subscription, reads what its requests need and says
-// whether its lease is live: unexpired, and either this job's ($2), of
-// this process ($3), of a process outside liveness, or of a process whose
-// lock is held. Only an unexpired lease of another process pays for the
-// liveness check.
+// whether its lease is live: unexpired, naming a job (a lease without one
+// was reserved for whichever delivery job runs first, see reserve), and
+// either this job's ($2), of this process ($3), of a process outside
+// liveness, or of a process whose lock is held. Only an unexpired lease of
+// another process pays for the liveness check.
 var lockSubSQL = `
 SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
        headers, token_id, status, probing, failing_since IS NOT NULL,
        coalesce(pump_job_id = $2, false),
-       CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
+       CASE WHEN pump_until IS NULL OR pump_until <= now() OR pump_job_id IS NULL THEN false
             WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
             ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
        END,

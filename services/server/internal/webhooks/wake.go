@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -73,7 +74,40 @@ func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settl
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("webhooks: senders: %w", err)
 	}
+	if err := reserve(ctx, tx, jobs); err != nil {
+		return nil, err
+	}
 	return jobs, notifyWake(ctx, tx, wake)
+}
+
+// reservation is how long the lease a job is inserted with waits for the
+// job to start: until then, rounds wake nobody and insert no other job.
+const reservation = time.Minute
+
+// reserveSQL gives subscriptions $1 a lease that names no job for $2 ms,
+// skipping any whose row another transaction holds: a round never waits
+// for an owner's change of a subscription (at worst a later round inserts
+// a second job, which ends at once).
+const reserveSQL = `
+UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_owner = NULL, pump_until = now() + $2::bigint * interval '1 millisecond'
+WHERE id IN (SELECT id FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)`
+
+// reserve gives the subscriptions of jobs a lease that names no job: live
+// for the rounds, which insert no other job for them meanwhile, and free
+// for whichever of their delivery jobs runs first (lockSubSQL). Without it,
+// every round until a sender has started would insert another job.
+func reserve(ctx context.Context, tx pgx.Tx, jobs []DeliverArgs) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(jobs))
+	for i := range jobs {
+		ids[i] = jobs[i].SubscriptionID
+	}
+	if _, err := tx.Exec(ctx, reserveSQL, ids, reservation.Milliseconds()); err != nil {
+		return fmt.Errorf("webhooks: reserve %d subscriptions for their jobs: %w", len(ids), err)
+	}
+	return nil
 }
 
 // notifyWake queues, in tx, the notifications naming ids on WakeChannel.

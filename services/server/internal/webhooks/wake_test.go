@@ -35,3 +35,22 @@ func TestConsumer_WakesTheLiveSenderWithoutAJob(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
 	require.Equal(t, 1, jobs, "one job for four deliveries")
 }
+
+// TestConsumer_OneJobUntilItsSenderStarts: rounds that give a subscription
+// deliveries before its job has started insert no further job: the first
+// job's sender sends them all.
+func TestConsumer_OneJobUntilItsSenderStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	rv := newReceiver(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	evs := b.emit(t, "s1", 1)
+	require.Equal(t, 1, b.round(t).Jobs)
+	for range 3 {
+		evs = append(evs, b.emit(t, "s1", 1)...)
+		require.Zero(t, b.round(t).Jobs, "a job waits to start already")
+	}
+	b.start(t)
+	b.waitDelivered(t, s.ID, seqsOfEvents(evs)...)
+	require.Equal(t, seqsOfEvents(evs), seqsOf(rv.requests()))
+}
