@@ -70,8 +70,12 @@ func NewHTTPClient(timeout time.Duration, allowPrivate bool) *http.Client {
 		Proxy:                  nil,
 		DialContext:            dialer.DialContext,
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           256,
-		MaxIdleConnsPerHost:    16,
+		// Every sender keeps a connection to its receiver, and an unordered
+		// one up to max_in_flight: many subscriptions of one owner often
+		// share a host, and a connection closed for want of an idle slot
+		// costs a new handshake per request.
+		MaxIdleConns:           4096,
+		MaxIdleConnsPerHost:    1024,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
 		ResponseHeaderTimeout:  timeout,
