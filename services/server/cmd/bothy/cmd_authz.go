@@ -24,7 +24,7 @@ func init() {
 // tokenScopes are the scopes a token may carry, for the --scopes help.
 // TestTokenScopes_AreAuthzKnownScopes fails when authz knows another.
 var tokenScopes = []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage,
-	authz.ScopeOpsRead}
+	authz.ScopeOpsRead, authz.ScopePrincipalsManage}
 
 // principalJSON is what "bothy authz principal --json" prints.
 type principalJSON struct {
@@ -142,7 +142,7 @@ type tokenJSON struct {
 
 func setupAuthzTokenCreate(fs *flag.FlagSet) func(context.Context, *call) error {
 	principal := fs.String("principal", "", "owner of the token (required)")
-	scopes := fs.String("scopes", "", "comma-separated, each optionally @SPACE (except "+authz.ScopeOpsRead+", which covers every space): "+strings.Join(tokenScopes, ", "))
+	scopes := fs.String("scopes", "", "comma-separated, each optionally @SPACE (except "+authz.ScopeOpsRead+" and "+authz.ScopePrincipalsManage+", which cover every space): "+strings.Join(tokenScopes, ", "))
 	name := fs.String("name", "", "label")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {

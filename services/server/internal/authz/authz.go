@@ -39,6 +39,10 @@ const (
 	// ActionPushManage registers or removes a push subscription: read on
 	// the space and scope push:manage.
 	ActionPushManage Action = "push.manage"
+	// ActionEventsRead reads a space's events through the API (pull,
+	// stream, by id, the types seen): read on the space and scope
+	// events:read, what a delivery of them needs.
+	ActionEventsRead Action = "events.read"
 )
 
 // Right is a principal's right on a space. Rights are ordered: admin
@@ -81,12 +85,19 @@ const (
 	// (consumer cursors and lag). That state spans every space, so the
 	// scope has no space-restricted form.
 	ScopeOpsRead = "ops:read"
+	// ScopePrincipalsManage lets a token administer principals: create
+	// them, mint and revoke their tokens, and change the members of the
+	// spaces its principal is admin of (see admin.go). A token minted with
+	// it can act as any principal it mints a token for, so it is handed
+	// out like database access: by the bootstrap CLI, or by a token that
+	// carries it. It has no space-restricted form.
+	ScopePrincipalsManage = "principals:manage"
 )
 
-var knownScopes = []string{ScopeEventsRead, ScopeWebhooksManage, ScopePushManage, ScopeOpsRead}
+var knownScopes = []string{ScopeEventsRead, ScopeWebhooksManage, ScopePushManage, ScopeOpsRead, ScopePrincipalsManage}
 
 // globalScopes are the known scopes that take no "@SPACE".
-var globalScopes = []string{ScopeOpsRead}
+var globalScopes = []string{ScopeOpsRead, ScopePrincipalsManage}
 
 // rule is what an action needs.
 type rule struct {
@@ -99,6 +110,7 @@ var rules = map[Action]rule{
 	ActionPushDeliver:    {right: RightRead, scope: ScopeEventsRead},
 	ActionWebhookManage:  {right: RightRead, scope: ScopeWebhooksManage},
 	ActionPushManage:     {right: RightRead, scope: ScopePushManage},
+	ActionEventsRead:     {right: RightRead, scope: ScopeEventsRead},
 }
 
 var (

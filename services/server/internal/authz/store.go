@@ -30,15 +30,22 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
 // CreatePrincipal creates principal id of kind. It is idempotent: an
 // existing principal is left as it is.
 func CreatePrincipal(ctx context.Context, q Querier, id string, kind PrincipalKind) error {
+	if err := checkPrincipal(id, kind); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `INSERT INTO principals (id, kind) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, string(kind))
+	if err != nil {
+		return fmt.Errorf("create principal %q: %w", id, err)
+	}
+	return nil
+}
+
+func checkPrincipal(id string, kind PrincipalKind) error {
 	if !namePattern.MatchString(id) {
 		return fmt.Errorf("principal %q: %w name: want 1-128 characters of letters, digits and ._:@-", id, ErrInvalid)
 	}
 	if kind != KindUser && kind != KindApp {
 		return fmt.Errorf("principal kind %q: %w: want user or app", kind, ErrInvalid)
-	}
-	_, err := q.Exec(ctx, `INSERT INTO principals (id, kind) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, string(kind))
-	if err != nil {
-		return fmt.Errorf("create principal %q: %w", id, err)
 	}
 	return nil
 }
@@ -117,6 +124,9 @@ type Token struct {
 	CreatedAt time.Time
 	ExpiresAt *time.Time
 	RevokedAt *time.Time
+	// LastUsedAt is when it last authenticated, to the minute; nil if
+	// never.
+	LastUsedAt *time.Time
 }
 
 // CreateTokenParams describes a new token.
@@ -203,8 +213,8 @@ func RevokeToken(ctx context.Context, q Querier, id uuid.UUID) error {
 // GetToken reads a token without its secret.
 func GetToken(ctx context.Context, q Querier, id uuid.UUID) (*Token, error) {
 	t := &Token{ID: id}
-	err := q.QueryRow(ctx, `SELECT principal, scopes, name, created_at, expires_at, revoked_at FROM tokens WHERE id = $1`, id).
-		Scan(&t.Principal, &t.Scopes, &t.Name, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt)
+	err := q.QueryRow(ctx, `SELECT principal, scopes, name, created_at, expires_at, revoked_at, last_used_at FROM tokens WHERE id = $1`, id).
+		Scan(&t.Principal, &t.Scopes, &t.Name, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt, &t.LastUsedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("token %s: %w", id, ErrNotFound)
 	}
@@ -258,4 +268,27 @@ FROM tokens t JOIN principals p ON p.id = t.principal WHERE t.id = $1`, id).Scan
 	// Best effort: a failure to record use must not fail the request.
 	_, _ = q.Exec(ctx, `UPDATE tokens SET last_used_at = now() WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, id)
 	return s, nil
+}
+
+// EnsurePrincipal creates principal id of kind unless it exists, and
+// returns it as it is now with whether this call created it. An existing
+// principal is left as it is, whatever its kind.
+func EnsurePrincipal(ctx context.Context, q Querier, id string, kind PrincipalKind) (*Principal, bool, error) {
+	if err := checkPrincipal(id, kind); err != nil {
+		return nil, false, err
+	}
+	rows, err := q.Query(ctx, `INSERT INTO principals (id, kind) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING
+RETURNING `+principalColumns, id, string(kind))
+	if err != nil {
+		return nil, false, fmt.Errorf("create principal %q: %w", id, err)
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPrincipal)
+	if err == nil {
+		return &p, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("create principal %q: %w", id, err)
+	}
+	existing, err := GetPrincipal(ctx, q, id)
+	return existing, false, err
 }

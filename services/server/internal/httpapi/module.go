@@ -191,6 +191,16 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/portal-links", handler: a.createPortalLink},
 
 		{pattern: "GET /v1/consumers", handler: a.listConsumers},
+
+		{pattern: "POST /v1/principals", handler: a.createPrincipal},
+		{pattern: "GET /v1/principals", handler: a.listPrincipals},
+		{pattern: "GET /v1/principals/{id}", handler: a.getPrincipal},
+		{pattern: "POST /v1/principals/{id}/tokens", handler: a.createToken},
+		{pattern: "GET /v1/principals/{id}/tokens", handler: a.listTokens},
+		{pattern: "DELETE /v1/tokens/{id}", handler: a.revokeToken},
+		{pattern: "GET /v1/spaces/{space}/members", handler: a.listMembers},
+		{pattern: "PUT /v1/spaces/{space}/members/{principal}", handler: a.putMember},
+		{pattern: "DELETE /v1/spaces/{space}/members/{principal}", handler: a.deleteMember},
 	}
 }
 

@@ -33,13 +33,15 @@ const (
 var ErrBadCursor = errors.New("not a cursor of this list: pass next_cursor of the previous page as it is")
 
 // Key is the sort key of a page's last item. Lists ordered by time set Time
-// and ID, lists ordered by seq set Seq.
+// and ID, lists ordered by seq set Seq, lists ordered by a name (principals,
+// members) set Name, lists ordered by a UUIDv7 set ID.
 type Key struct {
 	// List names the list the cursor belongs to.
 	List string    `json:"l"`
 	Time time.Time `json:"t,omitzero"`
 	ID   uuid.UUID `json:"i,omitzero"`
 	Seq  int64     `json:"s,omitempty"`
+	Name string    `json:"n,omitempty"`
 }
 
 // Encode returns the cursor for k.
