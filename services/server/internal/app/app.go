@@ -296,7 +296,7 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	cfg, logger := r.s.cfg, r.s.logger
 	rounds := postgres.NewRoundRunner(r.pool, r.events, r.river, &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger,
-		Tracer: r.tracing.Provider()})
+		Budget: sync.WorkBudget{Jobs: cfg.Consumer.RoundMaxJobs, Receivers: cfg.Consumer.RoundMaxReceivers}, Tracer: r.tracing.Provider()})
 	w, err := sync.NewWorker(rounds, r.consumers, &sync.WorkerConfig{
 		PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: logger, Metrics: sync.NewMetrics(r.s.registry),
 	})

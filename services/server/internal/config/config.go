@@ -58,6 +58,8 @@ type Consumer struct {
 	BatchSize         int
 	PollInterval      time.Duration
 	RoundTimeout      time.Duration
+	RoundMaxJobs      int
+	RoundMaxReceivers int
 	PendingAlertAfter time.Duration
 }
 
@@ -102,6 +104,7 @@ type Push struct {
 	AllowPrivateTargets bool
 	BatchSize           int
 	OriginConcurrency   int
+	RightsMaxAge        time.Duration
 }
 
 // Console configures the web console on the api role.

@@ -70,6 +70,12 @@ var Keys = []Key{
 		set: func(c *Config, v string) error {
 			return dur(&c.Consumer.RoundTimeout, v, 100*time.Millisecond, 10*time.Minute)
 		}},
+	{Name: "consumer.round_max_jobs", Default: "1000", Range: "1..100000",
+		Doc: "Most jobs one round of a consumer that can stop early (push) inserts; the rest of its events wait for the next round.",
+		set: func(c *Config, v string) error { return intIn(&c.Consumer.RoundMaxJobs, v, 1, 100000) }},
+	{Name: "consumer.round_max_receivers", Default: "50000", Range: "1..10000000",
+		Doc: "Most receivers (a message to one device) one round of a consumer that can stop early (push) reads; the rest of its events wait for the next round.",
+		set: func(c *Config, v string) error { return intIn(&c.Consumer.RoundMaxReceivers, v, 1, 10_000_000) }},
 	{Name: "consumer.pending_alert_after", Default: "1h", Range: "1s..8760h, below sync.event_retention",
 		Doc: "BothyEventConsumerLag fires when the oldest unprocessed event is older than this.",
 		set: func(c *Config, v string) error {
@@ -175,8 +181,13 @@ var Keys = []Key{
 		Doc: "Urgency header of push messages (RFC 8030 5.3).",
 		set: func(c *Config, v string) error { return oneOf(&c.Push.Urgency, v, "very-low", "low", "normal", "high") }},
 	{Name: "push.batch_size", Default: "500", Range: "1..5000",
-		Doc: "Most devices one push.deliver job sends an event to; a round makes one job per event, push service and batch.",
+		Doc: "Most messages (an event to a device) one push.deliver job sends; a round makes one job per push service and batch.",
 		set: func(c *Config, v string) error { return intIn(&c.Push.BatchSize, v, 1, 5000) }},
+	{Name: "push.rights_max_age", Default: "1s", Range: "10ms..1m",
+		Doc: "Oldest a rights decision may be when a push request starts: a revoked right stops every push request that starts later than this after the revocation commits.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Push.RightsMaxAge, v, 10*time.Millisecond, time.Minute)
+		}},
 	{Name: "push.origin_concurrency", Default: "16", Range: "1..256",
 		Doc: "Most requests a worker process has in flight to one push service (scheme and host of the endpoints), over all its jobs.",
 		set: func(c *Config, v string) error { return intIn(&c.Push.OriginConcurrency, v, 1, 256) }},

@@ -15,4 +15,9 @@ var (
 	// ErrRoundPanicked wraps a panic recovered inside a round; the round was
 	// rolled back.
 	ErrRoundPanicked = errors.New("consumer round panicked")
+
+	// ErrBadPrefix is returned, and the round rolled back, when a
+	// ConsumerPrefixHandler says it covered no event or more events than
+	// it was given.
+	ErrBadPrefix = errors.New("consumer covered an impossible prefix of the events")
 )

@@ -66,6 +66,30 @@ type Consumer interface {
 	Handle(ctx context.Context, tx pgx.Tx, events []Event) ([]Job, error)
 }
 
+// WorkBudget bounds the work one round creates, beside the number of
+// events it reads (consumer.batch_size): a round whose events fan out to
+// many receivers would otherwise grow with them, past its timeout.
+type WorkBudget struct {
+	// Jobs is the most jobs a round inserts (consumer.round_max_jobs).
+	Jobs int
+	// Receivers is the most receiver rows a round reads or writes, such
+	// as one message to one device or one delivery to one subscription
+	// (consumer.round_max_receivers).
+	Receivers int
+}
+
+// ConsumerPrefixHandler is an optional capability of a Consumer, found by
+// type assertion, for consumers whose work per event can be large. The
+// round calls HandlePrefix instead of Handle. It creates the jobs of the
+// leading events[:n] only, staying within budget, and returns n: at least
+// one, whatever the first event costs, so every round makes progress, and
+// at most len(events). The round advances the cursor past events[n-1]
+// only; the next round reads the rest again. Handle's contract holds
+// otherwise (only the database, nothing outside it; no commit).
+type ConsumerPrefixHandler interface {
+	HandlePrefix(ctx context.Context, tx pgx.Tx, events []Event, budget WorkBudget) (jobs []Job, n int, err error)
+}
+
 // ConsumerLossHandler is an optional capability of a Consumer, found by type
 // assertion. HandleLost is told, inside the round's transaction, the exact
 // range of seqs that retention removed before the consumer read them. What

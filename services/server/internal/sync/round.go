@@ -21,6 +21,9 @@ type RoundConfig struct {
 	// BatchSize is the most events one round reads (consumer.batch_size).
 	// Default 1000.
 	BatchSize int
+	// Budget bounds the work of one round of a ConsumerPrefixHandler.
+	// Defaults: 1000 jobs, 50,000 receivers.
+	Budget WorkBudget
 	// Logger is told about lost ranges that no handler took. Default: slog.Default().
 	Logger *slog.Logger
 	// Tracer makes a span of every round that reads events, linked to the
@@ -46,6 +49,8 @@ func NewRoundRunner(db TxBeginner, cursors CursorStore, events EventSource, jobs
 		c = *cfg
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, 1000)
+	c.Budget.Jobs = cmp.Or(c.Budget.Jobs, 1000)
+	c.Budget.Receivers = cmp.Or(c.Budget.Receivers, 50_000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -62,6 +67,10 @@ type RoundResult struct {
 	Locked bool
 	// Events and Jobs processed and inserted.
 	Events, Jobs int
+	// Read is how many events the round read; more than Events when a
+	// ConsumerPrefixHandler covered only a prefix. It is set also when the
+	// round fails after reading.
+	Read int
 	// Lost is the range retention removed before it was read (Len 0: none).
 	Lost SeqRange
 	// From and To are the cursor before and after the round.
@@ -72,15 +81,22 @@ type RoundResult struct {
 
 // Run runs one round of c (spec step 2): in one transaction, lock the
 // cursor without waiting, report any range lost to retention, read up to
-// BatchSize events after it, let the consumer create its jobs, insert them,
-// advance the cursor and commit. Any error, a panic in the consumer, a
+// BatchSize events after it, let the consumer create its jobs (for a
+// leading part of them only, if it is a ConsumerPrefixHandler), insert
+// them, advance the cursor past the events covered and commit. Any error, a panic in the consumer, a
 // cancelled context or a lost connection rolls everything back: no job
 // exists without its cursor move and no cursor moves without its jobs.
 //
 // A round that reads events is traced (RoundConfig.Tracer): its span links
 // to the spans that committed them, and each job whose Args name its event
 // (EventArgs) carries that event's trace context in its metadata.
-func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err error) {
+func (r *RoundRunner) Run(ctx context.Context, c Consumer) (RoundResult, error) {
+	return r.run(ctx, c, r.cfg.BatchSize)
+}
+
+// run is Run reading at most batch events; the worker shrinks batch after
+// rounds that timed out.
+func (r *RoundRunner) run(ctx context.Context, c Consumer, batch int) (res RoundResult, err error) {
 	name := c.Name()
 	start := time.Now()
 	tx, err := r.db.Begin(ctx)
@@ -111,7 +127,7 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 	}
 	res.From, res.To = cur.LastSeq, cur.LastSeq
 
-	events, err := r.readBatch(ctx, tx, c, name, &res)
+	events, err := r.readBatch(ctx, tx, c, name, batch, &res)
 	if err != nil {
 		return res, err
 	}
@@ -131,13 +147,15 @@ func (r *RoundRunner) Run(ctx context.Context, c Consumer) (res RoundResult, err
 	return res, nil
 }
 
-// readBatch reads up to BatchSize events after the cursor (res.From) and
+// readBatch reads up to batch events after the cursor (res.From) and
 // reports the range retention removed before them (reportLost).
-func (r *RoundRunner) readBatch(ctx context.Context, tx pgx.Tx, c Consumer, name string, res *RoundResult) ([]Event, error) {
-	events, err := r.events.EventsAfter(ctx, tx, &EventsAfterParams{AfterSeq: res.From, Limit: r.cfg.BatchSize})
+func (r *RoundRunner) readBatch(ctx context.Context, tx pgx.Tx, c Consumer, name string, batch int, res *RoundResult) ([]Event, error) {
+	events, err := r.events.EventsAfter(ctx, tx, &EventsAfterParams{AfterSeq: res.From, Limit: batch})
 	if err != nil {
 		return nil, fmt.Errorf("round %q: read events: %w", name, err)
 	}
+	res.Read = len(events)
+	res.Full = len(events) == batch
 	if err := r.reportLost(ctx, tx, c, name, events, res); err != nil {
 		return nil, err
 	}
@@ -178,14 +196,16 @@ func (r *RoundRunner) reportLost(ctx context.Context, tx pgx.Tx, c Consumer, nam
 	return nil
 }
 
-// handle lets the consumer create the jobs of the events read, carries
-// each event's trace context to its jobs and inserts them in tx; res then
-// covers the events.
+// handle lets the consumer create the jobs of the events read, or of a
+// leading part of them (ConsumerPrefixHandler), carries each event's trace
+// context to its jobs and inserts them in tx; res then covers the events
+// handled.
 func (r *RoundRunner) handle(ctx context.Context, tx pgx.Tx, c Consumer, name string, events []Event, res *RoundResult) error {
-	jobs, err := c.Handle(ctx, tx, events)
+	jobs, n, err := r.consume(ctx, tx, c, events)
 	if err != nil {
 		return fmt.Errorf("round %q: handle %d events: %w", name, len(events), err)
 	}
+	events = events[:n]
 	if err := carryTraceParents(jobs, events); err != nil {
 		return fmt.Errorf("round %q: trace context of jobs: %w", name, err)
 	}
@@ -196,8 +216,23 @@ func (r *RoundRunner) handle(ctx context.Context, tx pgx.Tx, c Consumer, name st
 	}
 	res.Events = len(events)
 	res.To = events[len(events)-1].Seq
-	res.Full = len(events) == r.cfg.BatchSize
+	res.Full = res.Full || n < res.Read
 	return nil
+}
+
+// consume calls HandlePrefix with the round's budget if c has it, else
+// Handle, and returns the jobs and how many leading events they cover.
+func (r *RoundRunner) consume(ctx context.Context, tx pgx.Tx, c Consumer, events []Event) ([]Job, int, error) {
+	p, ok := c.(ConsumerPrefixHandler)
+	if !ok {
+		jobs, err := c.Handle(ctx, tx, events)
+		return jobs, len(events), err
+	}
+	jobs, n, err := p.HandlePrefix(ctx, tx, events, r.cfg.Budget)
+	if err == nil && (n < 1 || n > len(events)) {
+		err = fmt.Errorf("%w: covered %d of %d events", ErrBadPrefix, n, len(events))
+	}
+	return jobs, n, err
 }
 
 // maxRoundLinks bounds the links of a round's span: one per distinct

@@ -19,7 +19,8 @@ type WorkerConfig struct {
 	// PollInterval. Wake-ups do not end it early. Default 50ms.
 	ErrorBackoff time.Duration
 	// RoundTimeout bounds one round, so shutdown never hangs on a query.
-	// Default 30s.
+	// A round that runs out of it is tried again with half the events
+	// (batchSizer). Default 30s.
 	RoundTimeout time.Duration
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -60,7 +61,7 @@ func NewWorker(rounds *RoundRunner, consumers []Consumer, cfg *WorkerConfig) (*W
 		}
 		seen[con.Name()] = true
 		if c.Metrics != nil {
-			c.Metrics.init(con.Name())
+			c.Metrics.init(con.Name(), rounds.cfg.BatchSize)
 		}
 	}
 	w := &Worker{rounds: rounds, consumers: consumers, cfg: c}
@@ -102,6 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 	name := c.Name()
+	batch := newBatchSizer(w.rounds.cfg.BatchSize, 10*w.cfg.RoundTimeout)
 	backoff := time.Duration(0)
 	timer := time.NewTimer(0) // first round at once
 	defer timer.Stop()
@@ -120,14 +122,14 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 		case <-timer.C:
 		}
 		for {
-			res, err := w.runOnce(ctx, c)
+			res, err := w.runOnce(ctx, c, batch)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				backoff = min(cmp.Or(backoff*2, w.cfg.ErrorBackoff), w.cfg.PollInterval)
 				w.cfg.Logger.ErrorContext(ctx, "consumer round failed", slog.String("consumer", name),
-					slog.Duration("retry_in", backoff), slog.Any("error", err))
+					slog.Int("batch", batch.size), slog.Duration("retry_in", backoff), slog.Any("error", err))
 				resetTimer(timer, backoff)
 				break
 			}
@@ -141,16 +143,25 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 	}
 }
 
-func (w *Worker) runOnce(ctx context.Context, c Consumer) (RoundResult, error) {
+// runOnce runs one round of at most batch.size events within RoundTimeout
+// and lets batch learn from how it went.
+func (w *Worker) runOnce(ctx context.Context, c Consumer, batch *batchSizer) (RoundResult, error) {
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.RoundTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := w.rounds.Run(rctx, c)
+	res, err := w.rounds.run(rctx, c, batch.size)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return RoundResult{}, ctx.Err() // shutting down: the round rolled back, nothing to report
 	}
+	took, timedOut := time.Since(start), err != nil && isTimeout(err)
+	switch {
+	case timedOut:
+		batch.timedOut(res.Read, start)
+	case err == nil && !res.Locked:
+		batch.succeeded(took, w.cfg.RoundTimeout, start)
+	}
 	if w.cfg.Metrics != nil {
-		w.cfg.Metrics.observe(c.Name(), res, time.Since(start).Seconds(), err)
+		w.cfg.Metrics.observe(c.Name(), &roundOutcome{res: res, seconds: took.Seconds(), err: err, timedOut: timedOut, batch: batch.size})
 	}
 	if w.cfg.AfterRound != nil {
 		w.cfg.AfterRound(c.Name(), res, err)
