@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -162,113 +163,128 @@ type ConsumerConfig struct {
 	// Disabled makes the consumer advance without creating jobs (VAPID keys
 	// are not configured, so nothing could be sent). Default false.
 	Disabled bool
-	// BatchSize is the most devices one push.deliver job sends to
-	// (push.batch_size). Default 500.
+	// BatchSize is the most messages (an event to a device) one
+	// push.deliver job sends (push.batch_size). Default 500.
 	BatchSize int
+	// PageSize is the most receiving devices of a space a round reads for
+	// its events: a space with more is paged through by push.page jobs,
+	// this many devices per page. Default 1000.
+	PageSize int
+	// PageEvents is the most events of one space a push.page job carries.
+	// Default 20.
+	PageEvents int
+}
+
+func (c *ConsumerConfig) withDefaults() ConsumerConfig {
+	out := ConsumerConfig{}
+	if c != nil {
+		out = *c
+	}
+	out.BatchSize = cmp.Or(out.BatchSize, 500)
+	out.PageSize = cmp.Or(out.PageSize, 1000)
+	out.PageEvents = cmp.Or(out.PageEvents, 20)
+	return out
 }
 
 // Consumer is the sync.Consumer named "push": for each event, the devices
 // of every principal who may read the event's space, has not muted it, and
 // is not the event's actor receive a message. A round makes one
 // push.deliver job per push service origin and batch of up to BatchSize
-// devices, which carries the round's events for those devices: a job per
+// messages, which carries the round's events for those devices: a job per
 // event would cost River's job lifecycle per event where rounds are many
 // and small, and a round gets larger when the consumer falls behind.
+//
+// A round's work is bounded (sync.ConsumerPrefixHandler): it reads at most
+// PageSize+1 devices per space, and stops before the event that would take
+// it past its budget of receivers or jobs. A space with more than PageSize
+// devices is not read in the round at all: its events go into push.page
+// jobs (PageWorker), which page through its devices, so one event to any
+// number of devices costs a round one job.
 type Consumer struct {
 	cfg ConsumerConfig
 }
 
-var _ sync.Consumer = (*Consumer)(nil)
+var (
+	_ sync.Consumer              = (*Consumer)(nil)
+	_ sync.ConsumerPrefixHandler = (*Consumer)(nil)
+)
 
 // NewConsumer returns the push consumer.
 func NewConsumer(cfg *ConsumerConfig) *Consumer {
-	c := &Consumer{}
-	if cfg != nil {
-		c.cfg = *cfg
-	}
-	c.cfg.BatchSize = cmp.Or(c.cfg.BatchSize, 500)
-	return c
+	return &Consumer{cfg: cfg.withDefaults()}
 }
 
 // Name implements sync.Consumer.
 func (c *Consumer) Name() string { return ConsumerName }
 
-// receiversSQL finds the receiving devices of a whole batch in one
-// statement: the events arrive as arrays, unnested with their position.
-// Membership here is the cheap pre-filter (a current right of at least read,
-// an active principal); the delivery job asks authz again with the rights
-// and token scopes as they are at send time, so this query only
-// has to be no narrower than authz. Each device comes with its push
-// service's origin (scheme and authority of the endpoint, cut at its
-// slashes, cheaper than a regular expression), which groups
-// devices into jobs.
-const receiversSQL = `
-SELECT e.ord, split_part(r.endpoint, '/', 1) || '//' || split_part(r.endpoint, '/', 3), r.id, r.principal
-FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(space, actor, ord)
-JOIN space_members m ON m.space = e.space AND m."right" >= 'read' AND m.principal <> e.actor
-JOIN principals p ON p.id = m.principal AND p.disabled_at IS NULL
-JOIN push_registrations r ON r.principal = m.principal
-WHERE NOT EXISTS (
-    SELECT 1 FROM push_preferences pp
-    WHERE pp.principal = m.principal AND pp.space = e.space AND NOT pp.notify)
-ORDER BY e.ord, 2, r.id`
+// spaceDevicesSQL reads up to $2 receiving devices of each space in $1:
+// members with a current right of at least read, active principals, their
+// registrations, minus those who muted the space. It is the cheap
+// pre-filter (the delivery job asks authz at send time), so it only has to
+// be no narrower than authz. The actor is left out per event, in Go. Each
+// device comes with its push service's origin (scheme and authority of the
+// endpoint, cut at its slashes, cheaper than a regular expression), which
+// groups devices into jobs. No order inside a space: a space that returns
+// $2 rows is paged instead, and sorting its devices would read them all.
+const spaceDevicesSQL = `
+SELECT s.ord, split_part(d.endpoint, '/', 1) || '//' || split_part(d.endpoint, '/', 3), d.id, d.principal
+FROM unnest($1::text[]) WITH ORDINALITY AS s(space, ord)
+CROSS JOIN LATERAL (
+    SELECT r.endpoint, r.id, r.principal
+    FROM space_members m
+    JOIN principals p ON p.id = m.principal AND p.disabled_at IS NULL
+    JOIN push_registrations r ON r.principal = m.principal
+    WHERE m.space = s.space AND m."right" >= 'read'
+      AND NOT EXISTS (
+        SELECT 1 FROM push_preferences pp
+        WHERE pp.principal = m.principal AND pp.space = s.space AND NOT pp.notify)
+    LIMIT $2) d`
 
-// Handle implements sync.Consumer with one query per batch of events.
+// Handle implements sync.Consumer: HandlePrefix without a budget.
 func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
+	jobs, _, err := c.HandlePrefix(ctx, tx, events, sync.WorkBudget{Jobs: math.MaxInt, Receivers: math.MaxInt})
+	return jobs, err
+}
+
+// HandlePrefix implements sync.ConsumerPrefixHandler. It reads the devices
+// of the events' spaces a few spaces per statement, only as far as the
+// budget reaches, and stops before the first event that would take the
+// round past budget.Receivers, or once its jobs reach budget.Jobs.
+func (c *Consumer) HandlePrefix(ctx context.Context, tx pgx.Tx, events []sync.Event, budget sync.WorkBudget) ([]sync.Job, int, error) {
 	if c.cfg.Disabled || len(events) == 0 {
-		return nil, nil
+		return nil, len(events), nil
 	}
-	spaces := make([]string, len(events))
-	actors := make([]string, len(events))
+	r := &roundPlan{cfg: &c.cfg, budget: budget, devices: map[string]*spaceDevices{},
+		batches: newBatcher(c.cfg.BatchSize), pages: map[string]*PageArgs{}}
+	order := firstAppearances(events)
+	n := 0
 	for i := range events {
-		spaces[i], actors[i] = events[i].Space, events[i].Actor
-	}
-	rows, err := tx.Query(ctx, receiversSQL, spaces, actors)
-	if err != nil {
-		return nil, fmt.Errorf("push receivers: %w", err)
-	}
-	defer rows.Close()
-	// One job per push service and batch: a job carries the round's events,
-	// each with its devices at that push service, up to BatchSize devices.
-	type batch struct {
-		args    DeliverArgs
-		lastOrd int64
-		n       int
-	}
-	var batches []*batch
-	open := map[string]*batch{} // the batch being filled, by origin
-	for rows.Next() {
-		var ord int64
-		var origin *string
-		var d Device
-		if err := rows.Scan(&ord, &origin, &d.RegistrationID, &d.Principal); err != nil {
-			return nil, fmt.Errorf("push receivers: %w", err)
+		e := &events[i]
+		if _, read := r.devices[e.Space]; !read {
+			k, err := r.readSpaces(ctx, tx, order)
+			if err != nil {
+				return nil, 0, err
+			}
+			order = order[k:]
 		}
-		key := ""
-		if origin != nil {
-			key = *origin
+		if i > 0 && !r.fits(e) {
+			break
 		}
-		b := open[key]
-		if b == nil || b.n == c.cfg.BatchSize {
-			b = &batch{}
-			open[key] = b
-			batches = append(batches, b)
+		r.add(e)
+		n++
+	}
+	return r.jobs(), n, nil
+}
+
+// firstAppearances lists the events' spaces in the order they first appear.
+func firstAppearances(events []sync.Event) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range events {
+		if !seen[events[i].Space] {
+			seen[events[i].Space] = true
+			out = append(out, events[i].Space)
 		}
-		if len(b.args.Events) == 0 || b.lastOrd != ord {
-			e := &events[ord-1]
-			b.args.Events = append(b.args.Events, BatchEvent{Space: e.Space, Seq: e.Seq, EventID: e.ID, Type: e.Type, CommittedAt: e.CommittedAt})
-			b.lastOrd = ord
-		}
-		be := &b.args.Events[len(b.args.Events)-1]
-		be.Devices = append(be.Devices, d)
-		b.n++
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("push receivers: %w", err)
-	}
-	jobs := make([]sync.Job, len(batches))
-	for i, b := range batches {
-		jobs[i] = sync.Job{Args: b.args}
-	}
-	return jobs, nil
+	return out
 }

@@ -54,6 +54,8 @@ type setupOpts struct {
 	respond func(device string) pushtest.Response
 	// deliverCfg adjusts the worker's configuration.
 	deliverCfg func(*push.DeliverConfig)
+	// consumer configures the consumer and the push.page worker.
+	consumer *push.ConsumerConfig
 }
 
 func setup(t *testing.T, opts *setupOpts) *bundle {
@@ -80,6 +82,7 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, push.NewPageWorker(db.Pool, opts.consumer))
 	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{push.Queue: {MaxWorkers: 10}},
 		Workers:           workers,
@@ -91,7 +94,7 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 	log := postgres.NewEventLog(db.Pool, nil)
 	t.Cleanup(log.Close)
 	rounds := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: logger})
-	b := &bundle{db: db, log: log, river: rc, rounds: rounds, consumer: push.NewConsumer(nil),
+	b := &bundle{db: db, log: log, river: rc, rounds: rounds, consumer: push.NewConsumer(opts.consumer),
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true}), rcv: rcv, vapid: vapid, worker: worker}
 	t.Cleanup(func() {
 		if b.started {

@@ -11,10 +11,11 @@ import (
 )
 
 // Module plugs push into the server: the consumer and the push.deliver
-// worker in the worker role.
+// and push.page workers in the worker role.
 type Module struct {
 	consumer *Consumer
 	worker   *DeliverWorker
+	pages    *PageWorker
 }
 
 // ModuleConfig configures the push module. Without VAPID keys push is
@@ -43,7 +44,7 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		m.consumer, m.worker = NewConsumer(&cfg.Consumer), w
+		m.consumer, m.worker, m.pages = NewConsumer(&cfg.Consumer), w, NewPageWorker(d.Pool, &cfg.Consumer)
 		return m, nil
 	}
 }
@@ -57,6 +58,7 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 		return nil
 	}
 	river.AddWorker(w, m.worker)
+	river.AddWorker(w, m.pages)
 	return []module.Queue{{Name: Queue}}
 }
 
