@@ -63,6 +63,7 @@ func PushConfig(cfg *config.Config) *push.ModuleConfig {
 		Deliver: push.DeliverConfig{
 			VAPIDPublicKey: p.VAPIDPublicKey, VAPIDPrivateKey: p.VAPIDPrivateKey, VAPIDSubject: p.VAPIDSubject,
 			TTL: p.TTL, Urgency: p.Urgency, AllowPrivateTargets: p.AllowPrivateTargets, OriginConcurrency: p.OriginConcurrency,
+			RightsMaxAge: p.RightsMaxAge,
 		},
 		Consumer: push.ConsumerConfig{BatchSize: p.BatchSize},
 	}

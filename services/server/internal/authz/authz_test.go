@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -151,4 +152,59 @@ func TestCovers(t *testing.T) {
 	require.True(t, authz.Covers([]string{"events:read@a@b"}, "events:read", "a@b"))
 	require.False(t, authz.Covers([]string{"events:read@a"}, "events:read", "a@b"))
 	require.False(t, authz.Covers(nil, "events:read", "a"))
+}
+
+// TestQueueMany_DecidesAsAllowed: one statement for many requests gives
+// each the decision Allowed gives it alone.
+func TestQueueMany_DecidesAsAllowed(t *testing.T) {
+	t.Parallel()
+	ctx, db := setup(t)
+	q := db.Pool
+	for _, p := range []string{"bob", "carol", "off"} {
+		require.NoError(t, authz.CreatePrincipal(ctx, q, p, authz.KindUser))
+	}
+	for _, g := range []authz.GrantParams{{Space: "s1", Principal: "alice", Right: authz.RightRead},
+		{Space: "s1", Principal: "bob", Right: authz.RightAdmin}, {Space: "s2", Principal: "carol", Right: authz.RightWrite},
+		{Space: "s1", Principal: "off", Right: authz.RightRead}} {
+		require.NoError(t, authz.Grant(ctx, q, &g))
+	}
+	require.NoError(t, authz.SetPrincipalDisabled(ctx, q, "off", true))
+	good, _, err := authz.CreateToken(ctx, q, &authz.CreateTokenParams{Principal: "alice", Scopes: []string{"events:read@s1"}})
+	require.NoError(t, err)
+	narrow, _, err := authz.CreateToken(ctx, q, &authz.CreateTokenParams{Principal: "bob", Scopes: []string{"webhooks:manage"}})
+	require.NoError(t, err)
+	revoked, _, err := authz.CreateToken(ctx, q, &authz.CreateTokenParams{Principal: "bob", Scopes: []string{"events:read"}})
+	require.NoError(t, err)
+	require.NoError(t, authz.RevokeToken(ctx, q, revoked.ID))
+	missing := uuid.New()
+
+	var reqs []authz.Request
+	for _, principal := range []string{"alice", "bob", "carol", "off", "nobody"} {
+		for _, space := range []string{"s1", "s2"} {
+			for _, tok := range []*uuid.UUID{nil, &good.ID, &narrow.ID, &revoked.ID, &missing} {
+				reqs = append(reqs, authz.Request{Action: authz.ActionPushDeliver, Principal: principal, Space: space, Token: tok})
+			}
+			reqs = append(reqs, authz.Request{Action: authz.ActionPushDeliver, Principal: principal, Space: space, Scopes: []string{}})
+		}
+	}
+	b := &pgx.Batch{}
+	pending, err := authz.QueueMany(b, reqs)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Len(), "one statement for all")
+	require.NoError(t, q.SendBatch(ctx, b).Close())
+	allowed := 0
+	for i := range reqs {
+		got, err := pending[i].Decision()
+		require.NoError(t, err)
+		want, err := authz.Allowed(ctx, q, &reqs[i])
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%+v", reqs[i])
+		if got.Allowed {
+			allowed++
+		}
+	}
+	require.Equal(t, 4, allowed, "alice and bob on s1, carol on s2, each on their own rights; alice through her token")
+
+	_, err = authz.QueueMany(&pgx.Batch{}, []authz.Request{{Action: "nope"}})
+	require.ErrorIs(t, err, authz.ErrUnknownAction)
 }

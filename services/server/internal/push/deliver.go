@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
@@ -53,6 +52,10 @@ type DeliverConfig struct {
 	Timeout time.Duration
 	// QueryTimeout bounds each database call of a delivery. Default 5s.
 	QueryTimeout time.Duration
+	// RightsMaxAge is the oldest a rights decision may be when a request
+	// starts (push.rights_max_age); an older one is read again first.
+	// Default 1s.
+	RightsMaxAge time.Duration
 	// MaxRetryAfter caps how long a Retry-After can postpone a retry.
 	// Default 1h.
 	MaxRetryAfter time.Duration
@@ -86,6 +89,9 @@ func (c *DeliverConfig) validate() error {
 	}
 	if c.OriginConcurrency < 1 {
 		return fmt.Errorf("push.origin_concurrency %d: must be at least 1", c.OriginConcurrency)
+	}
+	if c.RightsMaxAge < 0 {
+		return fmt.Errorf("push.rights_max_age %s: must not be negative", c.RightsMaxAge)
 	}
 	if c.PruneEvery < 0 {
 		return fmt.Errorf("push deliver config: PruneEvery %s must not be negative", c.PruneEvery)
@@ -151,6 +157,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	c.OriginConcurrency = cmp.Or(c.OriginConcurrency, 16)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 5*time.Second)
+	c.RightsMaxAge = cmp.Or(c.RightsMaxAge, time.Second)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
 	c.PruneEvery = cmp.Or(c.PruneEvery, time.Minute)
 	if c.Logger == nil {
@@ -305,10 +312,9 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	out := make([]outcome, len(msgs))
 	live := w.expire(job, msgs, out)
 
-	var toSend []int
-	var targets []target
+	s := &sending{msgs: msgs, out: out}
 	if len(live) > 0 {
-		if targets, toSend, err = w.screen(ctx, msgs, live, out); err != nil {
+		if err = w.screen(ctx, s, live); err != nil {
 			return err
 		}
 	}
@@ -322,13 +328,12 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	// will run again waits for them, so its retry finds them; one that
 	// completes does not: nothing runs it again unless its completion is
 	// lost, and then the records have had the same time to be written.
-	var recorded gosync.WaitGroup
-	if len(toSend) > 0 {
-		w.sendAll(ctx, msgs, targets, toSend, out, &recorded)
+	if len(s.toSend) > 0 {
+		w.sendAll(ctx, s)
 	}
-	err = w.finish(ctx, job, msgs, targets, out)
+	err = w.finish(ctx, job, msgs, s.targets, out)
 	if err != nil {
-		recorded.Wait()
+		s.recorded.Wait()
 	}
 	return err
 }
@@ -350,31 +355,43 @@ func (w *DeliverWorker) expire(job *river.Job[DeliverArgs], msgs []message, out 
 	return live
 }
 
+// sending is one run of a job as sendAll works on it: the job's messages,
+// a target and an outcome per message, the messages to send, the batch's
+// rights, and the records of its answers not yet written.
+type sending struct {
+	msgs     []message
+	targets  []target
+	out      []outcome
+	toSend   []int
+	rights   *rights
+	recorded gosync.WaitGroup
+}
+
 // screen reads the registrations and rights of the live messages (check)
-// and returns a target per message of the batch and the messages to send;
-// the other live messages get their outcome in out, not yet counted. When
-// the read fails, every live message is counted as a retry.
-func (w *DeliverWorker) screen(ctx context.Context, msgs []message, live []int, out []outcome) ([]target, []int, error) {
+// and fills s with a target per message of the batch and the messages to
+// send; the other live messages get their outcome in s.out, not yet
+// counted. When the read fails, every live message is counted as a retry.
+func (w *DeliverWorker) screen(ctx context.Context, s *sending, live []int) error {
 	lm := make([]message, len(live))
 	for j, i := range live {
-		lm[j] = msgs[i]
+		lm[j] = s.msgs[i]
 	}
-	ts, decs, err := w.check(ctx, lm)
+	ts, r, err := w.check(ctx, lm)
 	if err != nil {
 		w.countN(resultRetry, len(live))
-		return nil, nil, err
+		return err
 	}
-	targets := make([]target, len(msgs))
-	var toSend []int
+	s.targets, s.rights = make([]target, len(s.msgs)), r
 	for j, i := range live {
-		targets[i] = ts[j]
-		if o, send := screenOne(&ts[j], &msgs[i], &decs[j]); send {
-			toSend = append(toSend, i)
+		s.targets[i] = ts[j]
+		dec := r.decision(keyOf(&s.msgs[i], &ts[j]))
+		if o, send := screenOne(&ts[j], &s.msgs[i], &dec); send {
+			s.toSend = append(s.toSend, i)
 		} else {
-			out[i] = o
+			s.out[i] = o
 		}
 	}
-	return targets, toSend, nil
+	return nil
 }
 
 // screenOne reports whether message m is to be sent to target t, or else
@@ -399,11 +416,11 @@ func screenOne(t *target, m *message, dec *authz.Decision) (outcome, bool) {
 	}
 }
 
-// sendAll sends the messages toSend, at most OriginConcurrency at a time
+// sendAll sends the messages s.toSend, at most OriginConcurrency at a time
 // per origin over the whole worker, hands each final answer to the send
-// log as it arrives (recorded counts them until written) and fills out.
-// Messages it could not start before ctx ended are left for a retry.
-func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []target, toSend []int, out []outcome, recorded *gosync.WaitGroup) {
+// log as it arrives (s.recorded counts them until written) and fills
+// s.out. Messages it could not start before ctx ended are left for a retry.
+func (w *DeliverWorker) sendAll(ctx context.Context, s *sending) {
 	// A request is started only if it can end before the job does: one
 	// cut off in flight may have been delivered without an answer, and
 	// its retry would send it twice.
@@ -414,11 +431,11 @@ func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []t
 		defer cancel()
 	}
 	var wg gosync.WaitGroup
-	for k, i := range toSend {
-		slot, err := w.slots.acquire(startCtx, originOf(targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
+	for k, i := range s.toSend {
+		slot, err := w.slots.acquire(startCtx, originOf(s.targets[i].endpoint), w.cfg.OriginConcurrency, w.slotWait)
 		if err != nil {
-			for _, rest := range toSend[k:] {
-				out[rest] = outcome{result: resultRetry, counted: true, reason: fmt.Errorf("not sent before the job ended: %w", err)}
+			for _, rest := range s.toSend[k:] {
+				s.out[rest] = outcome{result: resultRetry, counted: true, reason: fmt.Errorf("not sent before the job ended: %w", err)}
 				w.count(resultRetry)
 			}
 			break
@@ -427,18 +444,23 @@ func (w *DeliverWorker) sendAll(ctx context.Context, msgs []message, targets []t
 		go func() {
 			defer wg.Done()
 			defer slot.release()
-			out[i] = w.deliverOne(ctx, &msgs[i], &targets[i], recorded)
+			s.out[i] = w.deliverOne(ctx, s, i)
 		}()
 	}
 	wg.Wait()
 }
 
-// deliverOne sends one message and classifies the answer. A 2xx and a
-// final refusal go to the send log at once.
-func (w *DeliverWorker) deliverOne(ctx context.Context, m *message, t *target, recorded *gosync.WaitGroup) outcome {
-	status, retryAfter, err := w.send(ctx, m, t)
+// deliverOne sends message i of s, under a rights decision at most
+// RightsMaxAge old when its request starts, and classifies the answer. A
+// 2xx and a final refusal go to the send log at once.
+func (w *DeliverWorker) deliverOne(ctx context.Context, s *sending, i int) outcome {
+	m, t, recorded := &s.msgs[i], &s.targets[i], &s.recorded
+	status, retryAfter, err := w.send(ctx, m, t, s.rights)
 	var o outcome
+	var denied *deniedError
 	switch {
+	case errors.As(err, &denied):
+		o = outcome{result: resultDenied, reason: err}
 	case err != nil:
 		if errors.Is(err, errPrivateTarget) || errors.Is(err, errUnsendable) {
 			o = outcome{result: resultFailed, reason: err}
@@ -573,136 +595,6 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 	return next
 }
 
-// decisionKey is one authz question of a batch: the same principal, space
-// and event type (and token, for a device registered through one) get the
-// same answer, so they are asked once.
-type decisionKey struct {
-	principal, space, eventType string
-	token                       uuid.UUID
-}
-
-// check reads the batch's registrations, with their preferences and
-// recorded answers, and decides push.deliver for each distinct principal
-// and space, all in one round trip. Devices registered through a token
-// need that token's current scopes, which only their registration names:
-// their decisions are read in a second round trip, which only batches with
-// such devices pay. It returns a target and a decision per message.
-func (w *DeliverWorker) check(ctx context.Context, msgs []message) ([]target, []authz.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
-	defer cancel()
-	b := &pgx.Batch{}
-	targets := queueTargets(b, msgs)
-	pending := map[decisionKey]*authz.Pending{}
-	for _, m := range msgs {
-		if err := queueDecision(b, pending, decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, fmt.Errorf("read %d registrations and rights: %w", len(msgs), err)
-	}
-	if err := w.checkTokens(ctx, msgs, targets, pending); err != nil {
-		return nil, nil, err
-	}
-	decs, err := decisions(msgs, targets, pending)
-	if err != nil {
-		return nil, nil, err
-	}
-	return targets, decs, nil
-}
-
-// queueTargets adds the read of msgs' registrations (targetsSQL) to b and
-// returns a target per message, filled in when b's results are read; a
-// message whose registration is gone keeps a target not found.
-func queueTargets(b *pgx.Batch, msgs []message) []target {
-	// uuid.UUID would be encoded through its text form; [16]byte is
-	// copied as it is.
-	regs := make([][16]byte, len(msgs))
-	spaces := make([]string, len(msgs))
-	seqs := make([]int64, len(msgs))
-	for i, m := range msgs {
-		regs[i], spaces[i], seqs[i] = m.device.RegistrationID, m.ev.Space, m.ev.Seq
-	}
-	targets := make([]target, len(msgs))
-	b.Queue(targetsSQL, regs, spaces, seqs).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var ord int64
-			var t target
-			if err := rows.Scan(&ord, &t.principal, &t.endpoint, &t.p256dh, &t.auth, &t.tokenID, &t.wants, &t.recorded); err != nil {
-				return err
-			}
-			if ord < 1 || int(ord) > len(targets) {
-				return fmt.Errorf("registration row %d of %d", ord, len(targets))
-			}
-			t.found = true
-			targets[ord-1] = t
-		}
-		return rows.Err()
-	})
-	return targets
-}
-
-// checkTokens reads, in a second round trip, the decisions of the
-// messages whose device was registered through a token, with that
-// token's current scopes; a batch without such devices makes none.
-func (w *DeliverWorker) checkTokens(ctx context.Context, msgs []message, targets []target, pending map[decisionKey]*authz.Pending) error {
-	b := &pgx.Batch{}
-	for i, m := range msgs {
-		if t := targets[i]; t.found && t.tokenID != nil {
-			k := decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type, token: *t.tokenID}
-			if err := queueDecision(b, pending, k); err != nil {
-				return err
-			}
-		}
-	}
-	if b.Len() > 0 {
-		if err := w.db.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("read token scopes: %w", err)
-		}
-	}
-	return nil
-}
-
-// decisions returns each message's decision from the reads pending, with
-// its token's if its device has one; a message whose registration is gone
-// has none.
-func decisions(msgs []message, targets []target, pending map[decisionKey]*authz.Pending) ([]authz.Decision, error) {
-	decs := make([]authz.Decision, len(msgs))
-	for i, m := range msgs {
-		if !targets[i].found {
-			continue
-		}
-		k := decisionKey{principal: m.device.Principal, space: m.ev.Space, eventType: m.ev.Type}
-		if targets[i].tokenID != nil {
-			k.token = *targets[i].tokenID
-		}
-		dec, err := pending[k].Decision()
-		if err != nil {
-			return nil, err
-		}
-		decs[i] = dec
-	}
-	return decs, nil
-}
-
-// queueDecision adds the reads of k's decision to b unless they are
-// already pending.
-func queueDecision(b *pgx.Batch, pending map[decisionKey]*authz.Pending, k decisionKey) error {
-	if pending[k] != nil {
-		return nil
-	}
-	req := &authz.Request{Action: authz.ActionPushDeliver, Principal: k.principal, Space: k.space, EventType: k.eventType}
-	if k.token != uuid.Nil {
-		req.Token = &k.token
-	}
-	p, err := authz.Queue(b, req)
-	if err != nil {
-		return err
-	}
-	pending[k] = p
-	return nil
-}
-
 // recordLinger is how long the send log lets answers gather before it
 // writes them: one insert for many answers, from every job of the worker,
 // costs PostgreSQL far less than one each, and it lengthens the window in
@@ -835,10 +727,11 @@ func (w *DeliverWorker) remove(ctx context.Context, ids []uuid.UUID, endpoints [
 	return nil
 }
 
-// send encrypts and posts the message (RFC 8030 section 5), and returns
-// the status and any Retry-After. No database transaction is open while it
-// runs.
-func (w *DeliverWorker) send(ctx context.Context, m *message, t *target) (int, time.Duration, error) {
+// send encrypts the message, asks rights for a decision no older than
+// RightsMaxAge (a *deniedError when it is a no, and no request), and posts
+// it (RFC 8030 section 5); it returns the status and any Retry-After. No
+// database transaction is open while it runs.
+func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *rights) (int, time.Duration, error) {
 	ev := m.ev
 	payload, err := json.Marshal(Payload{Space: ev.Space, Seq: ev.Seq, EventID: ev.EventID, Type: ev.Type})
 	if err != nil {
@@ -862,6 +755,9 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target) (int, t
 	req.Header.Set("Urgency", w.cfg.Urgency)
 	req.Header.Set("Topic", Topic(ev.EventID))
 	req.Header.Set("Authorization", auth)
+	if err := r.allow(ctx, keyOf(m, t)); err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	resp, err := w.client.Do(req)
 	if w.cfg.Metrics != nil {
