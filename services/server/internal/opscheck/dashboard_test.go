@@ -26,7 +26,7 @@ const dashboardDir = "../../../../ops/dashboards"
 var metricName = regexp.MustCompile(`\bbothy_[a-zA-Z0-9_:]+`)
 
 // consumerMetric names the per-consumer series that must follow $consumer.
-var consumerMetric = regexp.MustCompile(`\bbothy_event_consumer_(lag|pending_age_seconds|last_success_timestamp_seconds|rounds_total|round_duration_seconds_bucket|events_total|jobs_total|lost_events_total)\b`)
+var consumerMetric = regexp.MustCompile(`\bbothy_event_consumer_(lag|pending_age_seconds|last_success_timestamp_seconds|rounds_total|round_duration_seconds_bucket|round_events_bucket|round_jobs_bucket|batch_size|events_total|jobs_total|lost_events_total)\b`)
 
 // exportedNames scrapes a role=all server with every feature and returns
 // every sample name it exposes (histograms with their _bucket, _sum and
