@@ -4,10 +4,12 @@
 //
 // Everything is read from the database at each call, through the caller's
 // pool or transaction, so a revoked right, a revoked token or a removed
-// scope takes effect on the very next decision (the delivery jobs of
-// webhooks and push call Allowed right before every send). There is no
-// cache on purpose; one decision is one round trip of indexed reads, which
-// a caller may share with its own queries (Queue).
+// scope takes effect on the very next decision. There is no cache on
+// purpose; one decision is one round trip of indexed reads, which a caller
+// may share with its own queries (Queue), and many decisions are one
+// statement (QueueMany). How old a decision a delivery may still act on is
+// the caller's rule: push reads its batch's decisions again once they are
+// push.rights_max_age old (ADR 0031); webhooks, ADR 0016.
 package authz
 
 import (

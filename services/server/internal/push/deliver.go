@@ -103,9 +103,12 @@ func (c *DeliverConfig) validate() error {
 // messages (an event to a device); for each, it checks that the device
 // still exists and still wants the space and that its principal still may
 // read it (authz.ActionPushDeliver), then sends one encrypted message. It
-// reads the whole batch, and the rights of all its principals, in one round
-// trip, sends with at most OriginConcurrency requests in flight per push
-// service origin, and holds no transaction while it talks to push services.
+// reads the whole batch, and the rights of all its principals in one
+// statement, in one round trip, sends with at most OriginConcurrency
+// requests in flight per push service origin, and holds no transaction
+// while it talks to push services. A request starts only under a rights
+// decision at most RightsMaxAge old (rights): a revocation stops every
+// request that starts later than that after it commits.
 //
 // Every message's final answer is recorded in push_sends within
 // milliseconds of its arrival (see sendLog): a 2xx, or a refusal no retry
@@ -113,9 +116,12 @@ func (c *DeliverConfig) validate() error {
 // got 429, 5xx or no answer, or a rerun because its completion was lost or
 // its process died) sends only the messages without a record
 // (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
-// TestDeliver_RunAgainAfterABatchSendsNothing). Only a process that dies,
-// or loses the database, between a 2xx and its record leaves no record;
-// the job then sends that message again. The second copy
+// TestDeliver_RunAgainAfterABatchSendsNothing). A message is sent again
+// only when its record is missing when another run reads the records: the
+// process died or lost the database between the 2xx and the record's
+// commit, the record's insert failed (bothy_push_sends_unrecorded_total)
+// and the job ran again, or two runs of the job overlapped because another
+// worker judged this live process dead (package liveness). The second copy
 // carries the same Topic header (derived from the event ID), so a push
 // service that still holds the first one undelivered replaces it (RFC 8030
 // section 5.4), and the same payload; clients deduplicate by its event_id.
