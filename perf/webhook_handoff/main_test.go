@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +13,13 @@ import (
 	"github.com/bothy/bothy/services/server/loadtest/harness"
 	"github.com/bothy/bothy/services/server/loadtest/webhookhandoff"
 )
+
+func TestMain(m *testing.M) {
+	// The load test starts its receiver and producer as children of this
+	// test binary.
+	harness.RunChild(webhookhandoff.ChildRoles())
+	os.Exit(m.Run())
+}
 
 // TestWebhookHandoffShort runs the load test in its short mode (3 s at 100
 // events/s over 8 subscriptions, 2 of them unordered) and requires every
@@ -22,11 +32,83 @@ import (
 // ./perf/webhook_handoff), which exits non-zero above the budget.
 func TestWebhookHandoffShort(t *testing.T) {
 	dir := t.TempDir()
-	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget, "--short", "--out", dir)
+	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget, "--short", "--json", "--out", dir)
 	require.NoError(t, err)
 	// events, deliveries, four quantiles, then missing, duplicates,
 	// out-of-order and bad signatures, all zero.
 	require.Regexp(t, regexp.MustCompile(`(?m)^\s+300\s+300\s+(\S+\s+){4}0\s+0\s+0\s+0$`), out)
 	require.FileExists(t, filepath.Join(dir, "webhook_handoff.txt"))
 	require.FileExists(t, filepath.Join(dir, "webhook_handoff.png"))
+	line := lastJSON(t, out)
+	requireFigures(t, line, false)
+	require.Contains(t, line, "p95_ms")
+}
+
+// TestWebhookHandoffBacklogShort drains a small backlog (20 events for each
+// of 8 subscriptions, 2 unordered) with one worker on a private cluster,
+// once as the subscriptions come and once with max_batch on the ordered
+// ones (JSON array bodies), and requires every delivery to arrive once,
+// signed, in order where ordered, and the JSON line to carry every figure,
+// the private cluster's WAL and CPU among them. It needs the PostgreSQL
+// server binaries; without them it skips, except under CI=true.
+func TestWebhookHandoffBacklogShort(t *testing.T) {
+	if err := harness.PrivateAvailable(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the backlog mode needs a private cluster: %v", err)
+		}
+		t.Skipf("the backlog mode needs a private cluster: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"AsSubscribed", nil},
+		{"MaxBatch", []string{"--max-batch", "7"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--backlog", "20", "--subscriptions", "8", "--spaces", "2", "--unordered", "2",
+				"--json", "--statements"}, tt.args...)
+			out, err := harness.RunForTest(t, webhookhandoff.Run, nil, args...)
+			require.NoError(t, err)
+			line := lastJSON(t, out)
+			requireFigures(t, line, true)
+			require.EqualValues(t, 160, line["deliveries"])
+			if strings.Contains(out, "pg_stat_statements loaded") {
+				require.IsType(t, float64(0), line["statements_per_delivery"])
+			}
+		})
+	}
+}
+
+// lastJSON parses the output's last line as a JSON object.
+func lastJSON(t *testing.T, out string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &line), "the last line is the JSON line")
+	return line
+}
+
+// requireFigures requires every figure in the JSON line, the checks at 0,
+// and, on a private server, the WAL and PostgreSQL CPU.
+func requireFigures(t *testing.T, line map[string]any, private bool) {
+	t.Helper()
+	for _, k := range []string{"deliveries", "seconds", "deliveries_per_s", "db_round_trips_per_delivery",
+		"transactions_per_delivery", "river_jobs_per_delivery"} {
+		require.IsType(t, float64(0), line[k], k)
+	}
+	for _, k := range []string{"missing", "duplicates", "order_violations", "bad_signatures"} {
+		require.EqualValues(t, 0, line[k], k)
+	}
+	require.Contains(t, line, "wal_bytes_per_delivery")
+	cpu, ok := line["cpu_ms_per_delivery"].(map[string]any)
+	require.True(t, ok, "cpu_ms_per_delivery is an object")
+	for _, k := range []string{"worker", "postgres", "receiver"} {
+		require.Contains(t, cpu, k)
+	}
+	require.Greater(t, line["deliveries"], float64(0))
+	if private {
+		require.IsType(t, float64(0), line["wal_bytes_per_delivery"])
+		require.IsType(t, float64(0), cpu["postgres"])
+	}
 }

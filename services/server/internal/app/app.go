@@ -46,6 +46,8 @@ type Server struct {
 	registry *prometheus.Registry
 	// tracer, if set, replaces the tracing the environment configures.
 	tracer trace.TracerProvider
+	// poolConfig, if set, adjusts the pool's configuration (ConfigurePool).
+	poolConfig func(*pgxpool.Config)
 
 	// Addr is the HTTP listener's address once Run has started it.
 	addrCh chan net.Addr
@@ -74,6 +76,13 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // in-memory exporter) instead of the tracing the OTEL_* environment
 // configures (telemetry.NewTracing). Call it before Run.
 func (s *Server) TraceWith(tp trace.TracerProvider) { s.tracer = tp }
+
+// ConfigurePool makes Run call f with the configuration of the server's
+// pool before it connects, after every setting of its own: load tests
+// install a pgx tracer there that counts the role's database round trips.
+// The LISTEN and liveness connections are not from the pool. Call it
+// before Run.
+func (s *Server) ConfigurePool(f func(*pgxpool.Config)) { s.poolConfig = f }
 
 // RiverConfig is the River configuration every client of this process uses:
 // the same short FetchCooldown everywhere, because an inserting client paces

@@ -18,6 +18,12 @@ import (
 
 // OpenPool connects to the configured database.
 func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	return openPool(ctx, cfg, nil)
+}
+
+// openPool is OpenPool with configure, if not nil, applied to the pool's
+// configuration last (Server.ConfigurePool).
+func openPool(ctx context.Context, cfg *config.Config, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
@@ -29,6 +35,9 @@ func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
 	}
 	postgres.RequireSynchronousCommit(pc)
+	if configure != nil {
+		configure(pc)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -53,7 +62,7 @@ func (s *Server) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
 			return nil, err
 		}
 	}
-	pool, err := OpenPool(ctx, s.cfg)
+	pool, err := openPool(ctx, s.cfg, s.poolConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -140,6 +140,21 @@ func (c *Cluster) pgctlStop(ctx context.Context, mode string) error {
 // Port is the port the server listens on (known after the first Start).
 func (c *Cluster) Port() int { return c.port }
 
+// PID is the process id of the running server's postmaster, which every
+// other server process is a child of (read from postmaster.pid).
+func (c *Cluster) PID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: is the server running? %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pgcluster: postmaster.pid: no process id on its first line")
+	}
+	return pid, nil
+}
+
 // Data is the cluster's data directory.
 func (c *Cluster) Data() string { return c.data }
 

@@ -27,6 +27,9 @@ type ScratchParams struct {
 	// the environment); its database.url names the server to use.
 	ConfigFile string
 	Environ    []string
+	// ServerURL, if set, names the server to create the scratch database
+	// on instead of database.url's (a private cluster, PrivateServer.URL).
+	ServerURL string
 	// Keys are the load test's own configuration keys, set on top of the
 	// caller's and of the worker's (server.role worker, server.listen_addr
 	// on a free loopback port, log.level warn, webhooks and push allowed to
@@ -68,7 +71,11 @@ func OpenScratch(ctx context.Context, p *ScratchParams) (*Scratch, error) {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	if s.URL, err = dburl.NewURL(base.Database.URL, "bothy_perf"); err != nil {
+	server := base.Database.URL
+	if p.ServerURL != "" {
+		server = p.ServerURL
+	}
+	if s.URL, err = dburl.NewURL(server, "bothy_perf"); err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	if s.Cfg, err = s.Config(nil); err != nil {
@@ -79,17 +86,34 @@ func OpenScratch(ctx context.Context, p *ScratchParams) (*Scratch, error) {
 		s.Close(ctx)
 		return nil, fmt.Errorf("migrate scratch database: %w", err)
 	}
-	pc, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		s.Close(ctx)
-		return nil, err
-	}
-	pc.MaxConns = int32(max(p.MaxConns, 4))
-	if s.Pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+	if err := s.Connect(ctx); err != nil {
 		s.Close(ctx)
 		return nil, err
 	}
 	return s, nil
+}
+
+// Connect opens Pool (MaxConns connections at most) unless it is open.
+func (s *Scratch) Connect(ctx context.Context) error {
+	if s.Pool != nil {
+		return nil
+	}
+	pc, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = int32(max(s.p.MaxConns, 4))
+	s.Pool, err = pgxpool.NewWithConfig(ctx, pc)
+	return err
+}
+
+// Disconnect closes Pool until the next Connect, so that the load test has
+// no session on the database while it measures what others do there.
+func (s *Scratch) Disconnect() {
+	if s.Pool != nil {
+		s.Pool.Close()
+		s.Pool = nil
+	}
 }
 
 // Config is the worker's configuration: the caller's, then the load
@@ -111,9 +135,7 @@ func (s *Scratch) Config(extra map[string]string) (*config.Config, error) {
 
 // Close closes the pool and drops the database unless Keep was set.
 func (s *Scratch) Close(ctx context.Context) {
-	if s.Pool != nil {
-		s.Pool.Close()
-	}
+	s.Disconnect()
 	if s.p.Keep {
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -20,11 +22,28 @@ type Worker struct {
 	stop func()
 }
 
-// StartWorker runs app.Server with cfg and modules until Stop, and waits
-// (at most 30 s) until it listens.
-func StartWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger, modules ...module.Factory) (*Worker, error) {
+// WorkerParams says how to run the worker role.
+type WorkerParams struct {
+	// Cfg is the server's configuration (Scratch.Cfg). Required.
+	Cfg *config.Config
+	// Logger receives the server's logs. Required.
+	Logger *slog.Logger
+	// Modules are the features it runs (webhooks, push).
+	Modules []module.Factory
+	// PoolConfig, if set, adjusts the server's pool configuration before it
+	// connects (app.Server.ConfigurePool), such as a tracer counting its
+	// round trips.
+	PoolConfig func(*pgxpool.Config)
+}
+
+// StartWorker runs app.Server with p until Stop, and waits (at most 30 s)
+// until it listens.
+func StartWorker(ctx context.Context, p *WorkerParams) (*Worker, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	srv := app.NewServer(cfg, logger, modules)
+	srv := app.NewServer(p.Cfg, p.Logger, p.Modules)
+	if p.PoolConfig != nil {
+		srv.ConfigurePool(p.PoolConfig)
+	}
 	ran := make(chan error, 1)
 	go func() {
 		ran <- srv.Run(sctx)

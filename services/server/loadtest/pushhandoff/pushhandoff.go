@@ -52,6 +52,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -473,7 +474,7 @@ func (h *harness) segment(ctx context.Context, v variant, d time.Duration) ([]uu
 // server --role=worker" does, until stop is called (once or more); done
 // receives what its Run returned.
 func (h *harness) startWorker(ctx context.Context, cfg *config.Config) (done <-chan error, stop func(), err error) {
-	w, err := shared.StartWorker(ctx, cfg, h.logger, push.NewModule(app.PushConfig(cfg)))
+	w, err := shared.StartWorker(ctx, &shared.WorkerParams{Cfg: cfg, Logger: h.logger, Modules: []module.Factory{push.NewModule(app.PushConfig(cfg))}})
 	if err != nil {
 		return nil, nil, err
 	}

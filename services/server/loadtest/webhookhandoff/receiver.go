@@ -1,10 +1,13 @@
 package webhookhandoff
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	gosync "sync"
 	"time"
@@ -13,113 +16,284 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
-// delivery names one request: the subscription's index and the event.
-type delivery struct {
-	sub int
-	id  uuid.UUID
+// receiverRole is the child process that receives the webhooks, so that
+// its CPU time is its own.
+const receiverRole = "webhook_handoff.receiver"
+
+// receiverParams are the receiver's endpoints: subscription k is served
+// at /hook/k.
+type receiverParams struct {
+	Endpoints []endpointParams `json:"endpoints"`
+}
+
+type endpointParams struct {
+	Secret  string `json:"secret"`
+	Ordered bool   `json:"ordered"`
+	// Space and Type are what the subscription filters: an event of
+	// another arriving there is unexpected.
+	Space string `json:"space"`
+	Type  string `json:"type"`
+}
+
+// receiverHello is the receiver's first line: where it listens.
+type receiverHello struct {
+	URL string `json:"url"`
+}
+
+// expectation says which deliveries count: those of events with a seq in
+// (After, Upto], Counts[k] of them at subscription k.
+type expectation struct {
+	After  int64 `json:"after"`
+	Upto   int64 `json:"upto"`
+	Counts []int `json:"counts"`
+}
+
+// receiverStats are the receiver's counts.
+type receiverStats struct {
+	// Missing is how many expected deliveries have not arrived; Expected
+	// how many arrived.
+	Missing  int `json:"missing"`
+	Expected int `json:"expected"`
+	// Received counts distinct deliveries (subscription, event id) since
+	// the start, expected or not; Requests every request.
+	Received int `json:"received"`
+	Requests int `json:"requests"`
+	// Duplicates counts an event arriving again at a subscription;
+	// OrderViolations an event arriving at an ordered subscription after
+	// one with a higher seq; BadSignatures requests whose signature (or
+	// body) failed; Unexpected events of another space or type than the
+	// subscription's.
+	Duplicates      int `json:"duplicates"`
+	OrderViolations int `json:"order_violations"`
+	BadSignatures   int `json:"bad_signatures"`
+	Unexpected      int `json:"unexpected"`
+	// LastArrival is when the last delivery arrived.
+	LastArrival time.Time `json:"last_arrival"`
+}
+
+// arrivalRecord is one expected delivery's arrival, as /ctl/arrivals
+// lists them.
+type arrivalRecord struct {
+	Sub int       `json:"sub"`
+	ID  uuid.UUID `json:"id"`
+	At  time.Time `json:"at"`
+}
+
+type arrival struct {
+	seq int64
+	at  time.Time
+	// stray: of another space or type than the subscription's.
+	stray bool
 }
 
 // endpoint is one subscription's receiver path.
 type endpoint struct {
-	verifier *standardwebhooks.Webhook
-	ordered  bool
-	lastSeq  int64 // highest seq received
+	verifier   *standardwebhooks.Webhook
+	ordered    bool
+	space, typ string
+	lastSeq    int64 // highest seq received
+	seen       map[uuid.UUID]arrival
+	expected   int // distinct arrivals the expectation counts
 }
 
-// receiver serves every subscription at /hook/{index} on 127.0.0.1. It
-// verifies each request's signature with the Standard Webhooks library and
-// answers 204 at once; a request is received when its signature verified,
-// and that moment ends its latency.
+// receiver serves every subscription at /hook/{index}. It verifies each
+// request's signature with the Standard Webhooks library and answers 204
+// at once; a body is one event's envelope or a JSON array of them, and
+// each envelope is a delivery, received when the signature verified.
 type receiver struct {
-	srv *httptest.Server
-
-	mu         gosync.Mutex
-	endpoints  []*endpoint
-	arrivals   map[delivery]time.Time
-	perEvent   map[uuid.UUID]int // distinct subscriptions that received the event
-	badSig     int
-	duplicates int
-	outOfOrder int // on ordered subscriptions: a seq below one received before
+	mu        gosync.Mutex
+	endpoints []*endpoint
+	want      expectation
+	stats     receiverStats
+	complete  chan struct{} // closed once nothing expected is missing
 }
 
-func newReceiver() *receiver {
-	r := &receiver{arrivals: map[delivery]time.Time{}, perEvent: map[uuid.UUID]int{}}
+// runReceiver is the receiver role: it serves until its parent stops it.
+func runReceiver(ctx context.Context, cio *harness.ChildIO) error {
+	var p receiverParams
+	if err := cio.Params(&p); err != nil {
+		return err
+	}
+	r := &receiver{complete: make(chan struct{})}
+	close(r.complete)
+	for _, e := range p.Endpoints {
+		v, err := standardwebhooks.NewWebhook(e.Secret)
+		if err != nil {
+			return err
+		}
+		r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r.mux(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := cio.Send(receiverHello{URL: "http://" + ln.Addr().String()}); err != nil {
+		return err
+	}
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (r *receiver) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook/{index}", r.serve)
-	r.srv = httptest.NewServer(mux)
-	return r
-}
-
-func (r *receiver) close() { r.srv.Close() }
-
-// add serves the next subscription with its signing secret and returns
-// its URL.
-func (r *receiver) add(secret string, ordered bool) (string, error) {
-	v, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		return "", err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: ordered})
-	return r.srv.URL + "/hook/" + strconv.Itoa(len(r.endpoints)-1), nil
+	mux.HandleFunc("POST /ctl/expect", r.serveExpect)
+	mux.HandleFunc("GET /ctl/wait", r.serveWait)
+	mux.HandleFunc("GET /ctl/arrivals", r.serveArrivals)
+	return mux
 }
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	i, err := strconv.Atoi(req.PathValue("index"))
-	r.mu.Lock()
-	ok := err == nil && i >= 0 && i < len(r.endpoints)
-	var ep *endpoint
-	if ok {
-		ep = r.endpoints[i]
-	}
-	r.mu.Unlock()
-	if !ok {
+	if err != nil || i < 0 || i >= len(r.endpoints) {
 		http.NotFound(w, req)
 		return
 	}
+	ep := r.endpoints[i]
 	body, _ := io.ReadAll(req.Body)
 	verr := ep.verifier.Verify(body, req.Header)
 	at := time.Now()
-	var env sync.Envelope
-	jerr := json.Unmarshal(body, &env)
+	envs, jerr := envelopes(body)
 	r.mu.Lock()
-	r.record(i, ep, &env, at, verr == nil && jerr == nil)
+	r.stats.Requests++
+	if verr != nil || jerr != nil {
+		r.stats.BadSignatures++
+	} else {
+		for k := range envs {
+			r.record(i, &envs[k], at)
+		}
+	}
 	r.mu.Unlock()
 	// A bad signature is answered 204 too: it is not received, so it shows
 	// as missing, and a retry would only repeat it.
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// record counts one request; r.mu is held.
-func (r *receiver) record(i int, ep *endpoint, env *sync.Envelope, at time.Time, verified bool) {
-	if !verified {
-		r.badSig++
-		return
+// envelopes reads a body: one envelope, or a JSON array of them.
+func envelopes(body []byte) ([]sync.Envelope, error) {
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+		var envs []sync.Envelope
+		if err := json.Unmarshal(b, &envs); err != nil {
+			return nil, err
+		}
+		if len(envs) == 0 {
+			return nil, errors.New("empty batch")
+		}
+		return envs, nil
 	}
-	k := delivery{sub: i, id: env.ID}
-	if _, seen := r.arrivals[k]; seen {
-		r.duplicates++
-		return
-	}
-	r.arrivals[k] = at
-	r.perEvent[env.ID]++
-	if ep.ordered && env.Seq < ep.lastSeq {
-		r.outOfOrder++
-	}
-	ep.lastSeq = max(ep.lastSeq, env.Seq)
+	var env sync.Envelope
+	err := json.Unmarshal(body, &env)
+	return []sync.Envelope{env}, err
 }
 
-// missing is how many deliveries of ids have not been received yet; want
-// says how many subscriptions an event goes to.
-func (r *receiver) missing(ids []uuid.UUID, want func(uuid.UUID) int) int {
+// record counts one delivery at subscription i; r.mu is held.
+func (r *receiver) record(i int, env *sync.Envelope, at time.Time) {
+	ep := r.endpoints[i]
+	if _, seen := ep.seen[env.ID]; seen {
+		r.stats.Duplicates++
+		return
+	}
+	a := arrival{seq: env.Seq, at: at, stray: env.Space != ep.space || env.Type != ep.typ}
+	ep.seen[env.ID] = a
+	r.stats.Received++
+	r.stats.LastArrival = at
+	if a.stray {
+		r.stats.Unexpected++
+	}
+	if ep.ordered && env.Seq < ep.lastSeq {
+		r.stats.OrderViolations++
+	}
+	ep.lastSeq = max(ep.lastSeq, env.Seq)
+	if r.counts(i, a) {
+		ep.expected++
+		r.stats.Expected++
+		if ep.expected <= r.want.Counts[i] {
+			r.stats.Missing--
+			if r.stats.Missing == 0 {
+				close(r.complete)
+			}
+		}
+	}
+}
+
+// counts says whether arrival a at subscription i is one the expectation
+// waits for; r.mu is held.
+func (r *receiver) counts(i int, a arrival) bool {
+	return !a.stray && i < len(r.want.Counts) && a.seq > r.want.After && a.seq <= r.want.Upto
+}
+
+// serveExpect sets the expectation and counts what arrived already.
+func (r *receiver) serveExpect(w http.ResponseWriter, req *http.Request) {
+	var want expectation
+	if err := json.NewDecoder(req.Body).Decode(&want); err != nil || len(want.Counts) != len(r.endpoints) {
+		http.Error(w, "want {after, upto, counts: one per endpoint}", http.StatusBadRequest)
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, id := range ids {
-		n += max(0, want(id)-r.perEvent[id])
+	r.want, r.stats.Missing, r.stats.Expected = want, 0, 0
+	for i, ep := range r.endpoints {
+		ep.expected = 0
+		for _, a := range ep.seen {
+			if r.counts(i, a) {
+				ep.expected++
+			}
+		}
+		r.stats.Expected += ep.expected
+		r.stats.Missing += max(0, want.Counts[i]-ep.expected)
 	}
-	return n
+	r.complete = make(chan struct{})
+	if r.stats.Missing == 0 {
+		close(r.complete)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// serveWait answers the counts once nothing expected is missing, or after
+// ?timeout (default 1s).
+func (r *receiver) serveWait(w http.ResponseWriter, req *http.Request) {
+	timeout, err := time.ParseDuration(req.URL.Query().Get("timeout"))
+	if err != nil {
+		timeout = time.Second
+	}
+	r.mu.Lock()
+	complete := r.complete
+	r.mu.Unlock()
+	select {
+	case <-complete:
+	case <-time.After(timeout):
+	case <-req.Context().Done():
+		return
+	}
+	r.mu.Lock()
+	stats := r.stats
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(stats)
+}
+
+// serveArrivals lists the expected deliveries that arrived.
+func (r *receiver) serveArrivals(w http.ResponseWriter, _ *http.Request) {
+	r.mu.Lock()
+	var out []arrivalRecord
+	for i, ep := range r.endpoints {
+		for id, a := range ep.seen {
+			if r.counts(i, a) {
+				out = append(out, arrivalRecord{Sub: i, ID: id, At: a.at})
+			}
+		}
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }

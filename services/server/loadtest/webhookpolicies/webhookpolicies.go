@@ -46,6 +46,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -165,7 +166,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return fmt.Errorf("seed: %w", err)
 	}
 
-	w, err := shared.StartWorker(ctx, cfg, logger, webhooks.NewModule(app.WebhooksConfig(cfg)))
+	w, err := shared.StartWorker(ctx, &shared.WorkerParams{Cfg: cfg, Logger: logger, Modules: []module.Factory{webhooks.NewModule(app.WebhooksConfig(cfg))}})
 	if err != nil {
 		return err
 	}
