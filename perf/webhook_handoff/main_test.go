@@ -67,7 +67,7 @@ func TestWebhookHandoffBacklogShort(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"--backlog", "20", "--subscriptions", "8", "--spaces", "2", "--unordered", "2",
-				"--json", "--statements"}, tt.args...)
+				"--json", "--statements", "--drain", "60s"}, tt.args...)
 			out, err := harness.RunForTest(t, webhookhandoff.Run, nil, args...)
 			require.NoError(t, err)
 			line := lastJSON(t, out)
