@@ -110,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	})
 	o := &options{Flags: common}
 	fs.IntVar(&o.subscriptions, "subscriptions", 100, "webhook subscriptions")
-	fs.IntVar(&o.spaces, "spaces", 10, "spaces the subscriptions are spread over")
+	fs.IntVar(&o.spaces, "spaces", 10, "spaces the subscriptions are spread over (unless given, at most --subscriptions)")
 	fs.IntVar(&o.fanout, "fanout", 1, "subscriptions each event goes to (they share its space and type)")
 	fs.IntVar(&o.unordered, "unordered", 0, "subscriptions with the unordered policy (the rest are ordered)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long deliveries may still arrive after the load (backlog mode: the whole drain, default 15m); later ones count as missing")
@@ -125,6 +125,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["spaces"] {
+		o.spaces = max(1, min(o.spaces, o.subscriptions))
+	}
 	if o.backlog > 0 {
 		o.private = o.private || !set["private"]
 		if !set["drain"] {
