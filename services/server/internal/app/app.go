@@ -162,12 +162,16 @@ type run struct {
 	consumers []sync.Consumer
 	alive     *liveness.Holder
 	river     *river.Client[pgx.Tx]
+	// appended is woken by every NOTIFY event_log the process hears, for
+	// the API's long polls and streams.
+	appended *sync.Broadcast
 }
 
 // buildModules builds every feature from its factory.
 func (r *run) buildModules() error {
+	r.appended = sync.NewBroadcast()
 	deps := &module.Deps{Pool: r.pool, Events: r.events, Source: r.events, Rounds: postgres.CursorStore{},
-		ConsumerStatus: r.events, Logger: r.s.logger, Registry: r.s.registry}
+		ConsumerStatus: r.events, Reader: r.events, Appended: r.appended, Logger: r.s.logger, Registry: r.s.registry}
 	for _, f := range r.s.modules {
 		m, err := f(deps)
 		if err != nil {
@@ -284,6 +288,13 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 			g.Go(func() error { return rm.Run(gctx) })
 		}
 	}
+	if r.s.api() && !r.s.worker() {
+		// The worker's LISTEN connection wakes the API too; an api role
+		// alone needs its own.
+		listener := postgres.NewListener(r.appended.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: r.s.logger,
+			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid())})
+		g.Go(func() error { return listener.Run(gctx) })
+	}
 	if r.s.worker() {
 		if err := r.startWorker(ctx, gctx, g); err != nil {
 			// End what was started, so no goroutine outlives Run.
@@ -315,7 +326,8 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	if err := checkConsumers(ctx, r.pool, r.consumers); err != nil {
 		return err
 	}
-	listener := postgres.NewListener(w.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: logger,
+	wake := func() { w.Wake(); r.appended.Wake() }
+	listener := postgres.NewListener(wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: logger,
 		ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid()), Channels: r.notifications()})
 	rescuer, err := liveness.NewRescuer(r.pool, r.alive, &liveness.RescuerConfig{Registerer: r.s.registry, Logger: logger})
 	if err != nil {

@@ -37,6 +37,12 @@ type Deps struct {
 	Rounds sync.RoundBarrier
 	// ConsumerStatus reads every consumer's cursor and lag.
 	ConsumerStatus sync.ConsumerStatusReader
+	// Reader reads a space's events for clients that pull them.
+	Reader sync.SpaceEventReader
+	// Appended tells long polls and streams that the log may have grown:
+	// the same NOTIFY event_log that wakes the consumers, heard by a LISTEN
+	// connection in every role that serves the API.
+	Appended sync.AppendWatcher
 	// Logger is the process's logger.
 	Logger *slog.Logger
 	// Registry takes the feature's metrics.

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -109,10 +108,6 @@ func (l *Limits) withDefaults() Limits {
 	return c
 }
 
-// maxTypeFilterLen is the longest filter that can match anything: event
-// types are at most 128 bytes (sync.NewEvent).
-const maxTypeFilterLen = 128
-
 // validateEventTypes checks a filter list against the grammar and the
 // limit, naming the field as the HTTP API spells it.
 func validateEventTypes(types []string, l Limits) error {
@@ -121,9 +116,9 @@ func validateEventTypes(types []string, l Limits) error {
 			"use a prefix filter such as item.* instead of listing its types", ErrLimit, len(types), l.MaxEventTypes)
 	}
 	for _, t := range types {
-		if len(t) > maxTypeFilterLen || !typeFilter.MatchString(t) {
+		if !sync.ValidTypePattern(t) {
 			return fmt.Errorf("%w: event_types: filter %q: want item.created, item.* or *, at most %d bytes",
-				ErrInvalid, t, maxTypeFilterLen)
+				ErrInvalid, t, sync.MaxTypePatternLen)
 		}
 	}
 	return nil
@@ -221,7 +216,6 @@ type CreateParams struct {
 	Policy *PolicyParams
 }
 
-var typeFilter = regexp.MustCompile(`^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?)$`)
 
 // Create validates and stores a subscription and returns it with its
 // signing secret (shown once). It starts at the head of the log: only
