@@ -1,22 +1,22 @@
 // Package dbmigrate brings a database to the schema this binary expects:
 // River's tables through rivermigrate, then the project's numbered SQL files
-// from the migrations directory (those in one transaction), behind an
-// advisory lock so two processes running "bothy migrate up" at once serialize instead
-// of racing. Applying is idempotent: applied versions are recorded in
-// bothy_schema_migrations and skipped.
+// from the migrations directory, each in a transaction of its own (or, when
+// marked, alone outside one), behind an advisory lock so two processes
+// running "bothy migrate up" at once serialize instead of racing.
+//
+// Applied files are recorded in bothy_schema_migrations with the SHA-256 of
+// their text. Applying is idempotent, and a database whose applied files
+// differ from the binary's is refused, naming the files, so an edited
+// migration is noticed instead of silently skipped.
 package dbmigrate
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
-	"slices"
-	"strconv"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -24,101 +24,74 @@ import (
 	"github.com/bothy/bothy/migrations"
 )
 
-// lockKey is the pg_advisory_xact_lock key that serializes migrations.
+// lockKey is the pg_advisory_lock key that serializes migrations.
 // ("bothymig" in ASCII.)
 const lockKey int64 = 0x626f7468796d6967
-
-// Migration is one of the project's SQL files.
-type Migration struct {
-	Version int
-	Name    string
-	SQL     string
-}
 
 // Status reports which migrations a database has.
 type Status struct {
 	// RiverCurrent is River's newest applied migration version; RiverLatest
 	// the newest this binary knows.
 	RiverCurrent, RiverLatest int
-	// Applied and Pending list the project's own migrations.
+	// Applied and Pending list the binary's files the database has applied
+	// and has not.
 	Applied, Pending []Migration
+	// Edited lists applied files whose text or name in this binary differs
+	// from what the database ran.
+	Edited []Edit
+	// Missing lists applied migrations this binary has no file for,
+	// although it has later ones.
+	Missing []Record
+	// Newer lists applied migrations numbered after this binary's last
+	// file: a newer release applied them and this binary was rolled back.
+	Newer []Record
+	// OutOfOrder lists pending files numbered below an applied one.
+	OutOfOrder []Migration
 }
 
-// Current reports whether nothing is pending.
+// Current reports whether nothing is pending and the history agrees with
+// this binary's files.
 func (s *Status) Current() bool {
-	return len(s.Pending) == 0 && s.RiverCurrent >= s.RiverLatest
+	return len(s.Pending) == 0 && s.RiverCurrent >= s.RiverLatest && s.Check() == nil
 }
 
-// Result lists what Up applied.
+// Result lists what Up did.
 type Result struct {
 	RiverApplied []int
 	Applied      []Migration
+	// DroppedInvalid names INVALID indexes that an earlier, failed run of a
+	// CREATE INDEX CONCURRENTLY file left behind, dropped before the file
+	// ran again.
+	DroppedInvalid []string
 }
 
-var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
-
-// Load reads the embedded migrations in version order. It fails on a file
-// whose name does not follow NNNN_name.sql or on a duplicate version, so a
-// mistake is caught by every test run rather than in production.
-func Load() ([]Migration, error) {
-	return load(migrations.FS)
-}
-
-func load(fsys fs.FS) ([]Migration, error) {
-	entries, err := fs.ReadDir(fsys, ".")
-	if err != nil {
-		return nil, fmt.Errorf("read migrations: %w", err)
-	}
-	var out []Migration
-	seen := map[int]string{}
-	for _, e := range entries {
-		if e.IsDir() || e.Name() == "embed.go" {
-			continue
-		}
-		m := fileName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("migration file %q: name must be NNNN_name.sql", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		if prev, ok := seen[v]; ok {
-			return nil, fmt.Errorf("migration version %d used by %q and %q", v, prev, e.Name())
-		}
-		seen[v] = e.Name()
-		body, err := fs.ReadFile(fsys, e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("read migration %q: %w", e.Name(), err)
-		}
-		out = append(out, Migration{Version: v, Name: m[2], SQL: string(body)})
-	}
-	slices.SortFunc(out, func(a, b Migration) int { return cmp.Compare(a.Version, b.Version) })
-	return out, nil
-}
-
-const createVersionTable = `
-CREATE TABLE IF NOT EXISTS bothy_schema_migrations (
-    version    integer     PRIMARY KEY,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)`
-
-// Up applies every pending migration. It is safe to run concurrently from
-// several processes: the second waits for the first's lock and then finds
-// nothing to do.
+// Up applies every pending migration, each of the project's files in its
+// own transaction (a no-transaction file alone, outside one), in version
+// order. A failure stops at that file: the files before it stay applied and
+// recorded, and the next Up starts with it. Up refuses, before applying
+// anything of its own, a database whose history Status.Check rejects.
+//
+// It is safe to run concurrently from several processes: the second waits
+// for the first's lock and then finds nothing to do.
 func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
-	all, err := Load()
+	return up(ctx, pool, migrations.FS)
+}
+
+func up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (*Result, error) {
+	files, err := load(fsys)
 	if err != nil {
 		return nil, err
 	}
 	// A session-level lock on a dedicated connection: River's migrations
-	// must run in transactions of their own (one adds an enum value that a
-	// later one uses), so one transaction cannot hold everything.
+	// and ours run in several transactions, and no-transaction files in
+	// none, so no transaction can hold it.
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: acquire: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take lock: %w", err)
+	if err := lock(ctx, conn); err != nil {
+		return nil, err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck
 
@@ -126,10 +99,53 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (*Result, error) {
 	if res.RiverApplied, err = upRiver(ctx, pool); err != nil {
 		return nil, err
 	}
-	if res.Applied, err = upOwn(ctx, conn, all); err != nil {
-		return nil, err
+	if _, err := conn.Exec(ctx, createHistoryTable); err != nil {
+		return nil, fmt.Errorf("migrate: bookkeeping table: %w", err)
+	}
+	recs, err := readHistory(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	st := compare(files, recs)
+	if err := st.Check(); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range st.Pending {
+		if err := apply(ctx, conn, m, res); err != nil {
+			return res, fmt.Errorf("migrate: %w", err)
+		}
+		res.Applied = append(res.Applied, m)
 	}
 	return res, nil
+}
+
+// lockPoll is how often a migrator waiting for another one's lock asks
+// again.
+const lockPoll = 200 * time.Millisecond
+
+// lock takes the migration lock on conn, asking with pg_try_advisory_lock
+// until it gets it rather than waiting inside pg_advisory_lock: a session
+// waiting there holds a snapshot, and CREATE INDEX CONCURRENTLY, run by the
+// lock's holder, waits for every older snapshot to go, so the two would
+// deadlock (TestUp_ConcurrentProcessesBuildAnIndexConcurrently).
+func lock(ctx context.Context, conn *pgxpool.Conn) error {
+	for {
+		var got bool
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := conn.QueryRow(tctx, `SELECT pg_try_advisory_lock($1)`, lockKey).Scan(&got)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("migrate: take lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: wait for another migrator's lock: %w", ctx.Err())
+		case <-time.After(lockPoll):
+		}
+	}
 }
 
 // upRiver applies River's pending migrations and returns their versions.
@@ -149,47 +165,15 @@ func upRiver(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	return applied, nil
 }
 
-// upOwn applies the project's migrations of all not yet recorded, in one
-// transaction on conn (all or none), and returns them.
-func upOwn(ctx context.Context, conn *pgxpool.Conn, all []Migration) ([]Migration, error) {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
-	if _, err := tx.Exec(ctx, createVersionTable); err != nil {
-		return nil, fmt.Errorf("migrate: version table: %w", err)
-	}
-	applied, err := appliedVersions(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkNames(all, applied); err != nil {
-		return nil, err
-	}
-	var done []Migration
-	for _, m := range all {
-		if _, ok := applied[m.Version]; ok {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO bothy_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			return nil, fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
-		}
-		done = append(done, m)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("migrate: commit: %w", err)
-	}
-	return done, nil
+// GetStatus reads which migrations are applied, without changing anything.
+// It returns ErrDevDatabase for a database that cannot be upgraded; an
+// edited history is reported in the Status (see Status.Check).
+func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
+	return getStatus(ctx, pool, migrations.FS)
 }
 
-// GetStatus reads which migrations are applied, without changing anything.
-func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
-	all, err := Load()
+func getStatus(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (*Status, error) {
+	files, err := load(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +181,11 @@ func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status: river migrator: %w", err)
 	}
-	st := &Status{}
+	recs, err := readHistory(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	st := compare(files, recs)
 	if av := rm.AllVersions(); len(av) > 0 {
 		st.RiverLatest = av[len(av)-1].Version
 	}
@@ -208,63 +196,7 @@ func GetStatus(ctx context.Context, pool *pgxpool.Pool) (*Status, error) {
 	if len(existing) > 0 {
 		st.RiverCurrent = existing[len(existing)-1].Version
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("status: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass('bothy_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	applied := map[int]string{}
-	if exists {
-		if applied, err = appliedVersions(ctx, tx); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkNames(all, applied); err != nil {
-		return nil, err
-	}
-	for _, m := range all {
-		if _, ok := applied[m.Version]; ok {
-			st.Applied = append(st.Applied, m)
-		} else {
-			st.Pending = append(st.Pending, m)
-		}
-	}
 	return st, nil
-}
-
-// appliedVersions maps each applied version to its recorded name.
-func appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]string, error) {
-	rows, err := tx.Query(ctx, `SELECT version, name FROM bothy_schema_migrations`)
-	if err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	out := map[int]string{}
-	var v int
-	var name string
-	_, err = pgx.ForEachRow(rows, []any{&v, &name}, func() error { out[v] = name; return nil })
-	if err != nil {
-		return nil, fmt.Errorf("read applied migrations: %w", err)
-	}
-	return out, nil
-}
-
-// checkNames refuses a database whose applied migration carries another
-// name than the binary's file of the same version: its schema came from a
-// different history (a development database from before the baseline
-// migration), and skipping the binary's file by number would be wrong.
-func checkNames(all []Migration, applied map[int]string) error {
-	for _, m := range all {
-		if name, ok := applied[m.Version]; ok && name != m.Name {
-			return fmt.Errorf("migration %04d_%s: the database recorded %04d_%s under this version; "+
-				"it was made by a development build from before the baseline migration: recreate it (drop the database, then bothy migrate up)",
-				m.Version, m.Name, m.Version, name)
-		}
-	}
-	return nil
 }
 
 func isUndefinedTable(err error) bool {
