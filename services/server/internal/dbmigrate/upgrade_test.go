@@ -265,7 +265,7 @@ func TestLoad_NoTransactionMarker(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, text, wantErr, wantIndex string
-		wantNoTx                      bool
+		wantNoTx                       bool
 	}{
 		{"PlainFileRunsInATransaction", "CREATE TABLE a (x int);", "", "", false},
 		{"MarkerOnTheFirstLine", dbmigrate.NoTransactionMarker + "\r\nVACUUM a;", "", "", true},
