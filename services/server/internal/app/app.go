@@ -242,7 +242,7 @@ func (r *run) mux() *http.ServeMux {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.s.registry, promhttp.HandlerOpts{Registry: r.s.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
-		if err := ready(req.Context(), r.pool); err != nil {
+		if _, err := ready(req.Context(), r.pool); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

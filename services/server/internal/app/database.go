@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -67,10 +68,21 @@ func (s *Server) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	// Code that expects tables a pending migration would create fails in
-	// confusing ways; refuse to start instead.
-	if err := ready(ctx, pool); err != nil {
+	// confusing ways, and code on a schema whose applied migrations differ
+	// from the binary's files has no known schema at all: refuse to start.
+	st, err := ready(ctx, pool)
+	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w (or start with --migrate)", err)
+		if errors.Is(err, errPending) {
+			return nil, fmt.Errorf("%w (or start with --migrate)", err)
+		}
+		return nil, err
+	}
+	if len(st.Newer) > 0 {
+		// A rolled-back binary: it runs on the schema a newer release
+		// expanded, which every release must allow.
+		s.logger.WarnContext(ctx, "the database has migrations newer than this binary",
+			slog.String("newest", st.Newer[len(st.Newer)-1].File()), slog.Int("count", len(st.Newer)))
 	}
 	if err := ensurePartitions(ctx, pool, s.cfg); err != nil {
 		pool.Close()
@@ -98,17 +110,25 @@ func checkConsumers(ctx context.Context, pool *pgxpool.Pool, consumers []sync.Co
 	return nil
 }
 
-func ready(ctx context.Context, pool *pgxpool.Pool) error {
+// errPending is returned by ready while migrations are pending.
+var errPending = errors.New("migrations pending")
+
+// ready checks that the database's migrations are the binary's: none
+// pending, none edited (dbmigrate.Status.Check, which names the files).
+func ready(ctx context.Context, pool *pgxpool.Pool) (*dbmigrate.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	st, err := dbmigrate.GetStatus(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if err := st.Check(); err != nil {
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	if !st.Current() {
-		return fmt.Errorf("%d migrations pending (run bothy migrate up)", len(st.Pending))
+		return nil, fmt.Errorf("%w: bothy %d, River at %d of %d (run bothy migrate up)", errPending, len(st.Pending), st.RiverCurrent, st.RiverLatest)
 	}
-	return nil
+	return st, nil
 }
 
 // ensurePartitions creates the partitions for now and the next three

@@ -26,16 +26,27 @@ func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) error
 	}
 	defer pool.Close()
 	res, err := dbmigrate.Up(ctx, pool)
+	// What a failed run applied before the failing file stays applied.
+	logMigrated(ctx, logger, res)
 	if err != nil {
 		return err
+	}
+	return ensurePartitions(ctx, pool, cfg)
+}
+
+func logMigrated(ctx context.Context, logger *slog.Logger, res *dbmigrate.Result) {
+	if res == nil {
+		return
 	}
 	for _, v := range res.RiverApplied {
 		logger.InfoContext(ctx, "applied river migration", slog.Int("version", v))
 	}
+	for _, name := range res.DroppedInvalid {
+		logger.WarnContext(ctx, "dropped an invalid index left by a failed concurrent build, to build it again", slog.String("index", name))
+	}
 	for _, m := range res.Applied {
 		logger.InfoContext(ctx, "applied migration", slog.Int("version", m.Version), slog.String("name", m.Name))
 	}
-	return ensurePartitions(ctx, pool, cfg)
 }
 
 func createDatabase(ctx context.Context, dbURL string, logger *slog.Logger) error {

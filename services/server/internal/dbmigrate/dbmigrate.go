@@ -183,7 +183,7 @@ func getStatus(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (*Status, er
 	}
 	recs, err := readHistory(ctx, pool)
 	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
+		return nil, err
 	}
 	st := compare(files, recs)
 	if av := rm.AllVersions(); len(av) > 0 {

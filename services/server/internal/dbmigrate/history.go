@@ -21,9 +21,10 @@ var ErrEdited = errors.New("applied migration differs from this binary's file")
 var ErrOutOfOrder = errors.New("pending migration numbered below an applied one")
 
 // ErrDevDatabase is returned for a database migrated by a development build
-// from before the baseline migration: its bookkeeping has no checksums and
-// its versions mean other files. It cannot be upgraded; it is recreated.
-var ErrDevDatabase = errors.New("database made by a development build from before the baseline migration")
+// from before the first release: its bookkeeping has no checksums, and its
+// versions may mean other files (those the baseline migration replaced). It
+// cannot be upgraded; it is recreated.
+var ErrDevDatabase = errors.New("database made by a development build of bothy before its first release")
 
 // Record is an applied migration as the database recorded it.
 type Record struct {
@@ -41,6 +42,11 @@ type Edit struct {
 	Applied Record
 	File    Migration
 }
+
+// HistoryVersion numbers the shape of the bookkeeping table. It changes
+// with createHistoryTable, so that a test template migrated by an earlier
+// runner is not taken for a current one.
+const HistoryVersion = 2
 
 const createHistoryTable = `
 CREATE TABLE IF NOT EXISTS bothy_schema_migrations (

@@ -133,7 +133,7 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 	for _, m := range migs {
 		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", m.Version, m.Name, m.SQL)
 	}
-	fmt.Fprint(h, "river-v0.51.2")
+	fmt.Fprintf(h, "river-v0.51.2\x00history-%d", dbmigrate.HistoryVersion)
 	name := "bothy_tpl_" + hex.EncodeToString(h.Sum(nil))[:16]
 
 	conn, err := pgx.Connect(ctx, admin)
