@@ -95,13 +95,8 @@ func up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (*Result, error) {
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck
 
-	res := &Result{}
-	if res.RiverApplied, err = upRiver(ctx, pool); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, createHistoryTable); err != nil {
-		return nil, fmt.Errorf("migrate: bookkeeping table: %w", err)
-	}
+	// The history is checked before anything changes, River's tables
+	// included: a refused database is left as it was.
 	recs, err := readHistory(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
@@ -109,6 +104,13 @@ func up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) (*Result, error) {
 	st := compare(files, recs)
 	if err := st.Check(); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	res := &Result{}
+	if res.RiverApplied, err = upRiver(ctx, pool); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, createHistoryTable); err != nil {
+		return nil, fmt.Errorf("migrate: bookkeeping table: %w", err)
 	}
 	for _, m := range st.Pending {
 		if err := apply(ctx, conn, m, res); err != nil {

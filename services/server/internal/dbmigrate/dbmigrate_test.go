@@ -132,6 +132,9 @@ func TestUp_RefusesADatabaseFromBeforeTheBaseline(t *testing.T) {
 	_, err = dbmigrate.Up(ctx, pool)
 	require.ErrorIs(t, err, dbmigrate.ErrDevDatabase)
 	require.ErrorContains(t, err, "recreate it")
+	var river bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass('river_job') IS NOT NULL`).Scan(&river))
+	require.False(t, river, "a refused database is left as it was")
 	_, err = dbmigrate.GetStatus(ctx, pool)
 	require.ErrorIs(t, err, dbmigrate.ErrDevDatabase)
 	require.ErrorContains(t, err, "dropdb bothy_test_mig_")
