@@ -1,9 +1,9 @@
--- 0001 baseline: the whole schema of bothy's first release, in one file.
+-- 0001 baseline: the schema as bothy's development migrations left it, folded into one file before the first
+-- release.
 --
--- The development history of the schema was folded into this file before the first release. From here on a
--- landed migration is never edited: every change is a new file (0002_..., applied after this one) that follows
--- the expand/contract rules of docs/adr/0066-schema-changes-and-upgrades.md, and the migrator refuses to run
--- against a database whose applied files differ from the binary's.
+-- From here on a landed migration is never edited: every change is a new file (0002_..., applied after this one)
+-- that follows the expand/contract rules of ops/upgrades.md (the reasons are in the ADR "Schema changes and
+-- upgrades" in docs/adr/), and the migrator refuses a database whose applied files differ from the binary's.
 --
 -- Tables, by area:
 --
