@@ -18,6 +18,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
+	"github.com/bothy/bothy/services/server/loadtest/cost"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -270,8 +271,8 @@ type cpuMark struct {
 func (h *harness) markCPU(ctx context.Context, rp *receiverProc) cpuMark {
 	var m cpuMark
 	m.pg = h.pgBackendCPU(ctx)
-	m.self = selfCPU()
-	m.rcv, m.rcvErr = procCPU(rp.pid())
+	m.self = cost.SelfCPU()
+	m.rcv, m.rcvErr = cost.ProcessCPU(rp.pid())
 	m.wall = time.Now()
 	return m
 }
@@ -280,8 +281,8 @@ func (h *harness) markCPU(ctx context.Context, rp *receiverProc) cpuMark {
 // spent since the mark.
 func (m cpuMark) spent(ctx context.Context, h *harness, rp *receiverProc, drainedAt time.Time, ev *fanoutEvent) error {
 	ev.wall = drainedAt.Sub(m.wall)
-	ev.self = selfCPU() - m.self
-	rcv1, err := procCPU(rp.pid())
+	ev.self = cost.SelfCPU() - m.self
+	rcv1, err := cost.ProcessCPU(rp.pid())
 	if err = errors.Join(m.rcvErr, err); err != nil {
 		return fmt.Errorf("receiver CPU: %w", err)
 	}
@@ -346,7 +347,7 @@ func (h *harness) pgBackendCPU(ctx context.Context) map[int]time.Duration {
 	}
 	out := make(map[int]time.Duration, len(pids))
 	for _, pid := range pids {
-		c, err := procCPU(int(pid))
+		c, err := cost.ProcessCPU(int(pid))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				continue // ended meanwhile, or not ours to see
