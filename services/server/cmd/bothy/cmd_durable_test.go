@@ -46,6 +46,38 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	require.Equal(t, int64(7), head, "consumers status printed a head that the crash took back")
 }
 
+// TestRestoreFinalizeDryRunShowsOnlyDurableState: "restore finalize"
+// without --yes prints the head each cursor would move to; like "consumers
+// status" it must not print a head that a crash then takes back.
+func TestRestoreFinalizeDryRunShowsOnlyDurableState(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	environ := []string{"BOTHY_DATABASE_URL=" + p.URL}
+	pool := p.Pool(t)
+
+	// Warm up first (see dbtest.BeginAsync), as TestConsumersStatusShowsOnlyDurableState.
+	_, err := pool.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`)
+	require.NoError(t, err)
+	for range 2 {
+		code, _, stderr := runCLI(t, environ, "restore", "finalize", "--json")
+		require.Equal(t, 0, code, stderr)
+	}
+	dbtest.BumpSeqAsync(t, pool, 7)
+
+	code, out, stderr := runCLI(t, environ, "restore", "finalize", "--json")
+	require.Equal(t, 0, code, stderr)
+	var plan restoreReport
+	require.NoError(t, json.Unmarshal([]byte(out), &plan))
+	require.True(t, plan.DryRun)
+	require.NotEmpty(t, plan.Cursors)
+	require.Equal(t, int64(7), plan.Cursors[0].To)
+
+	pool = p.CrashAndReopen(t, pool)
+	head, err := postgres.Head(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), head, "restore finalize printed a head that the crash took back")
+}
+
 // privateSubscription starts a private cluster and creates in it, through
 // the CLI, principal alice with admin on s1 and a subscription of hers; it
 // returns the cluster, the CLI's environment and the subscription's id.

@@ -57,6 +57,10 @@ func setupRestoreFinalize(fs *flag.FlagSet) func(context.Context, *call) error {
 			if err != nil {
 				return err
 			}
+			// The head may come from a producer's commit that is not on disk yet.
+			if err := postgres.Durable(ctx, pool); err != nil {
+				return err
+			}
 			return c.printRestore(&restoreReport{DryRun: true, Cursors: plan, Workers: workers}, *asJSON)
 		}
 		if len(workers) > 0 && !*force {

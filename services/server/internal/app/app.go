@@ -225,7 +225,7 @@ func (r *run) newRiver() error {
 			}
 		}
 		rcfg.Queues, rcfg.Workers = queues, workers
-		rcfg.Middleware = append(rcfg.Middleware, telemetry.NewRiverMetrics(r.s.registry, r.pool, &telemetry.RiverMetricsConfig{Logger: r.s.logger}))
+		rcfg.Middleware = append(rcfg.Middleware, telemetry.NewRiverMetrics(r.s.registry, r.pool, r.events, &telemetry.RiverMetricsConfig{Logger: r.s.logger}))
 	}
 	rc, err := river.NewClient(riverpgxv5.New(r.pool), rcfg)
 	if err != nil {

@@ -34,11 +34,12 @@ type Producer interface {
 // Producers' and rounds' commits are asynchronous: another session can read
 // them before their WAL is flushed, and a crash in between takes them back,
 // seq and all. Whatever shows the log or what consumers made of it (an API
-// answer, a CLI listing, a metric) reads first and calls Durable before
-// showing: it returns once the WAL is flushed past every commit visible
-// before the call. Effects sent by jobs need no call: the commit that
-// claims a job or a delivery is synchronous and flushes the WAL first.
-// Durable is safe for concurrent use; concurrent calls share fsyncs.
+// answer, a CLI listing, a gauge read from the database at a scrape) reads
+// first and calls Durable before showing: it returns once the WAL is
+// flushed past every commit visible before the call. Effects sent by jobs
+// need no call: the commit that claims a job or a delivery is synchronous
+// and flushes the WAL first. Durable is safe for concurrent use; concurrent
+// calls share fsyncs.
 type DurabilityBarrier interface {
 	Durable(ctx context.Context) error
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // Outcomes counted by bothy_river_job_runs_total.
@@ -48,8 +50,9 @@ type RiverMetricsConfig struct {
 type RiverMetrics struct {
 	river.MiddlewareDefaults
 
-	pool *pgxpool.Pool
-	cfg  RiverMetricsConfig
+	pool    *pgxpool.Pool
+	durable sync.DurabilityBarrier
+	cfg     RiverMetricsConfig
 
 	runs     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -64,8 +67,8 @@ type queueKind struct{ queue, kind string }
 var _ rivertype.WorkerMiddleware = (*RiverMetrics)(nil)
 
 // NewRiverMetrics registers River's job metrics on reg; the counts read
-// pool at every scrape.
-func NewRiverMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *RiverMetricsConfig) *RiverMetrics {
+// pool at every scrape and pass durable before they are exported.
+func NewRiverMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.DurabilityBarrier, cfg *RiverMetricsConfig) *RiverMetrics {
 	c := RiverMetricsConfig{}
 	if cfg != nil {
 		c = *cfg
@@ -75,7 +78,7 @@ func NewRiverMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, cfg *RiverMe
 	}
 	c.Timeout = cmp.Or(c.Timeout, 5*time.Second)
 	m := &RiverMetrics{
-		pool: pool, cfg: c, seen: map[queueKind]bool{},
+		pool: pool, durable: durable, cfg: c, seen: map[queueKind]bool{},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bothy_river_job_runs_total",
 			Help: "River job runs by queue, kind and outcome: completed, error (retried or discarded by River), snoozed (a wait the job asked for), cancelled, panicked.",
@@ -161,9 +164,12 @@ SELECT queue, kind, state::text, count(*) FROM river_job
 WHERE state IN ('available', 'running', 'retryable', 'scheduled')
 GROUP BY queue, kind, state`
 
-// Collect implements prometheus.Collector. If the counts cannot be read it
-// logs and leaves bothy_river_jobs out of this scrape: an invalid metric
-// would fail the whole scrape and take the process's other metrics with it.
+// Collect implements prometheus.Collector. Rounds insert jobs with commits
+// that are not durable yet when others can read them, so the counts pass
+// the durability barrier after the read: a scrape never counts a job a
+// crash takes back. If the counts cannot be read or made durable it logs
+// and leaves bothy_river_jobs out of this scrape: an invalid metric would
+// fail the whole scrape and take the process's other metrics with it.
 func (m *RiverMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectJobs(ch)
 	m.runs.Collect(ch)
@@ -194,7 +200,11 @@ func (m *RiverMetrics) collectJobs(ch chan<- prometheus.Metric) {
 		}
 		counts[k][state] = float64(n)
 	}
-	if err := rows.Err(); err != nil {
+	err = rows.Err()
+	if err == nil {
+		err = m.durable.Durable(ctx)
+	}
+	if err != nil {
 		m.cfg.Logger.Warn("river metrics: count jobs", slog.Any("error", err))
 		return
 	}

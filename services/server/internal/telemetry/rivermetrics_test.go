@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -19,10 +20,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/telemetry"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// durableOn is the durability barrier on a pool, as the server's event log
+// provides it.
+type durableOn struct{ pool *pgxpool.Pool }
+
+func (d durableOn) Durable(ctx context.Context) error { return postgres.Durable(ctx, d.pool) }
 
 // outcomeArgs is a job that ends as its Outcome says.
 type outcomeArgs struct {
@@ -71,7 +79,7 @@ func TestRiverMetrics_CountsJobsByQueueAndKind(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	m := telemetry.NewRiverMetrics(reg, db.Pool, &telemetry.RiverMetricsConfig{Logger: quiet})
+	m := telemetry.NewRiverMetrics(reg, db.Pool, durableOn{db.Pool}, &telemetry.RiverMetricsConfig{Logger: quiet})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, outcomeWorker{snoozed: &gosync.Map{}})
 	river.AddWorker(workers, idleWorker{})
@@ -138,6 +146,35 @@ bothy_river_jobs{kind="test.outcome",queue="default",state="scheduled"} 0
 	problems, err := testutil.CollectAndLint(m)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+}
+
+// TestRiverMetrics_ShowsOnlyDurableState: rounds insert jobs with
+// asynchronous commits; a scrape must not count a job that a crash then
+// takes back.
+func TestRiverMetrics_ShowsOnlyDurableState(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	pool := p.Pool(t)
+	reg := prometheus.NewRegistry()
+	telemetry.NewRiverMetrics(reg, pool, durableOn{pool}, &telemetry.RiverMetricsConfig{Logger: quiet})
+	available := map[string]string{"kind": "durability.probe", "state": "available"}
+
+	// Warm up first (see dbtest.BeginAsync): the vacuum removes dead rows
+	// the reads would prune, and the scrapes read the catalog once.
+	_, err := pool.Exec(ctx, `VACUUM`)
+	require.NoError(t, err)
+	for range 2 {
+		require.Nil(t, series(t, reg, "bothy_river_jobs", available))
+	}
+	// As a round inserts its jobs: committed with synchronous_commit off.
+	dbtest.CommitAsync(t, pool, `INSERT INTO river_job (kind, args, max_attempts) VALUES ('durability.probe', '{}', 1)`)
+
+	require.Equal(t, 1.0, series(t, reg, "bothy_river_jobs", available).GetGauge().GetValue())
+
+	pool = p.CrashAndReopen(t, pool)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'durability.probe'`).Scan(&n))
+	require.Equal(t, 1, n, "the scrape counted a job that the crash took back")
 }
 
 // series finds the series of family name whose labels include want.

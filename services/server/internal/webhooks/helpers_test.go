@@ -105,7 +105,7 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 		source = o.source(log)
 	}
 	reg := prometheus.NewRegistry()
-	del, err := webhooks.NewDeliverer(db.Pool, source, webhooks.NewMetrics(reg, db.Pool, quiet), cfg)
+	del, err := webhooks.NewDeliverer(db.Pool, source, webhooks.NewMetrics(reg, db.Pool, log, quiet), cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)

@@ -7,22 +7,24 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // Results counted by bothy_webhook_deliveries_total.
 var deliveryResults = []string{"delivered", "retry", "dead", "gone", "gap"}
 
-// Metrics are the in-process delivery metrics; the subscription and
-// pending-age gauges are read from the database at scrape time, so every
-// role exports them, not only the worker that sends.
+// Metrics are the in-process delivery metrics; the subscription, pending-age
+// and stall gauges are read from the database at scrape time, so every role
+// exports them, not only the worker that sends.
 type Metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   prometheus.Histogram
 }
 
 // NewMetrics registers the webhook metrics on reg. The gauges read pool at
-// every scrape.
-func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logger) *Metrics {
+// every scrape and pass durable before they are exported.
+func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.DurabilityBarrier, logger *slog.Logger) *Metrics {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, logger *slog.Logg
 	for _, r := range deliveryResults {
 		m.deliveries.WithLabelValues(r)
 	}
-	reg.MustRegister(m.deliveries, m.duration, &dbCollector{pool: pool, logger: logger})
+	reg.MustRegister(m.deliveries, m.duration, &dbCollector{pool: pool, durable: durable, logger: logger})
 	return m
 }
 
@@ -66,19 +68,23 @@ var (
 	oldestDesc = prometheus.NewDesc("bothy_webhook_oldest_pending_delivery_age_seconds",
 		"Age of the oldest pending delivery of an active subscription (0 if none).", nil, nil)
 	stallDesc = prometheus.NewDesc("bothy_webhook_delivery_stall_seconds",
-		"Longest time an active subscription with pending deliveries has had no live sender: since its sender's claim "+
-			"ran out or its oldest pending delivery was created, whichever is later (0 if none). A sender waiting "+
-			"for a retry keeps its claim, so failing receivers do not count.", nil, nil)
+		"Longest time an active subscription has had a delivery due and no live sender: since its sender's claim "+
+			"ran out or its first due delivery became due, whichever is later (0 if none). Deliveries waiting for "+
+			"their retry are not due, so failing receivers do not count.", nil, nil)
 )
 
 // dbCollector reads the gauges from the database at scrape time, with one
-// query. If the query fails it logs and exports none of them for this
-// scrape (bothy_event_consumer_status_up tells that the database cannot be
-// read): an invalid metric would fail the whole scrape and take the
-// process's other metrics with it.
+// query. The deliveries it counts are written by rounds, whose commits are
+// not durable yet when others can read them, so it passes the durability
+// barrier after the read: a scrape never shows a delivery a crash takes
+// back. If the query or the barrier fails it logs and exports none of the
+// gauges for this scrape (bothy_event_consumer_status_up tells that the
+// database cannot be read): an invalid metric would fail the whole scrape
+// and take the process's other metrics with it.
 type dbCollector struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
+	pool    *pgxpool.Pool
+	durable sync.DurabilityBarrier
+	logger  *slog.Logger
 }
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -89,29 +95,37 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // gaugesSQL reads the subscription counts by status, the age of the oldest
 // pending delivery of an active subscription and the longest stall, in one
-// statement. Each active subscription costs one probe of the pending index
-// for its head (lowest pending seq): a round writes its deliveries in seq
-// order, so the head is also the oldest, and the backlog behind a failing
-// receiver is never read. A subscription's claim (pump_until) is live while a
-// sender sends or waits for a retry (it runs to the retry's time plus an
-// attempt); only subscriptions without a live claim stall, counted from the
-// later of the claim's end and their head's creation.
+// statement. Each active subscription costs two index probes: its head
+// (lowest pending seq; a round writes its deliveries in seq order, so the
+// head is also the oldest) and its first due delivery (a retry by its next
+// attempt, a new one by its creation). The backlog behind a failing receiver
+// is never read. A subscription's claim (pump_until) is live while a sender
+// sends, and while an ordered sender waits for its head's retry (the claim
+// runs to the retry's time plus an attempt). An unordered pump lets go of
+// the claim when every pending delivery waits for its retry, and a job
+// comes back at the first one's time. So a subscription stalls only when a
+// delivery is due and no claim is live, counted from the later of the due
+// time and the claim's end.
 const gaugesSQL = `
 WITH heads AS (
-    SELECT h.created_at, s.pump_until
+    SELECT h.created_at, n.due, s.pump_until
     FROM webhook_subscriptions s
     CROSS JOIN LATERAL (
         SELECT d.created_at FROM webhook_deliveries d
         WHERE d.subscription_id = s.id AND d.status = 'pending'
         ORDER BY d.event_seq LIMIT 1) h
+    CROSS JOIN LATERAL (
+        SELECT coalesce(d.next_attempt_at, d.created_at) AS due FROM webhook_deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending'
+        ORDER BY coalesce(d.next_attempt_at, d.created_at) LIMIT 1) n
     WHERE s.status = 'active'
 )
 SELECT (SELECT coalesce(jsonb_object_agg(st, n), '{}')
         FROM (SELECT CASE WHEN status = 'active' THEN 'active' ELSE 'disabled_' || disabled_cause END AS st, count(*) AS n
               FROM webhook_subscriptions GROUP BY 1) c),
        greatest(coalesce(extract(epoch FROM now() - min(created_at)), 0), 0)::float8,
-       greatest(coalesce(extract(epoch FROM now() - min(greatest(created_at, pump_until))
-                                 FILTER (WHERE pump_until IS NULL OR pump_until <= now())), 0), 0)::float8
+       greatest(coalesce(extract(epoch FROM now() - min(greatest(due, pump_until))
+                                 FILTER (WHERE due <= now() AND (pump_until IS NULL OR pump_until <= now()))), 0), 0)::float8
 FROM heads`
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -119,7 +133,11 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	var counts map[string]int64
 	var oldest, stall float64
-	if err := c.pool.QueryRow(ctx, gaugesSQL).Scan(&counts, &oldest, &stall); err != nil {
+	err := c.pool.QueryRow(ctx, gaugesSQL).Scan(&counts, &oldest, &stall)
+	if err == nil {
+		err = c.durable.Durable(ctx)
+	}
+	if err != nil {
 		c.logger.Warn("webhook metrics: read the gauges", slog.Any("error", err))
 		return
 	}

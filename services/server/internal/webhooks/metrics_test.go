@@ -15,8 +15,15 @@ import (
 	"github.com/bothy/bothy/ops/promtooltest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
+
+// durableOn is the durability barrier on a pool, as the event log provides
+// it to the server's modules.
+type durableOn struct{ pool *pgxpool.Pool }
+
+func (d durableOn) Durable(ctx context.Context) error { return postgres.Durable(ctx, d.pool) }
 
 // gauges gathers reg and returns the value of every unlabelled gauge and of
 // bothy_webhook_subscriptions by status.
@@ -71,7 +78,7 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	db := dbtest.NewDB(t)
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, quiet)
+	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
 
 	g := gauges(t, reg)
 	require.Zero(t, g["bothy_webhook_delivery_stall_seconds"], "no subscriptions")
@@ -110,6 +117,70 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	require.InDelta(t, 3*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], 5)
 }
 
+// TestMetrics_DeliveryStallCountsDueDeliveriesOnly: an unordered
+// subscription whose pending deliveries all wait for their retries has no
+// sender on purpose (its pump lets go and a keeper job comes back at the
+// first retry's time), so a failing receiver must not look like a stall;
+// a retry whose time passed without a sender is one, counted from that time.
+func TestMetrics_DeliveryStallCountsDueDeliveriesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewDB(t)
+	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
+	reg := prometheus.NewRegistry()
+	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+
+	// Created two hours ago, failing since: the retries are due in 20
+	// minutes, the keeper wakes then, and no pump holds the subscription.
+	id := addSubscription(t, db.Pool, "2 hours", "NULL")
+	_, err := db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET policy = 'unordered', max_in_flight = 10,
+    keeper_wake_at = now() + interval '20 minutes' WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET attempts = 5, first_attempt_at = created_at,
+    next_attempt_at = now() + interval '20 minutes' WHERE subscription_id = $1`, id)
+	require.NoError(t, err)
+	g := gauges(t, reg)
+	require.Zero(t, g["bothy_webhook_delivery_stall_seconds"], "waiting for retries is no stall")
+	require.InDelta(t, 2*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], 5)
+
+	// The first retry was due 3 minutes ago and no sender took it.
+	_, err = db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '3 minutes'
+    WHERE subscription_id = $1 AND event_seq = 11`, id)
+	require.NoError(t, err)
+	require.InDelta(t, 180, gauges(t, reg)["bothy_webhook_delivery_stall_seconds"], 5)
+}
+
+// TestMetrics_ShowsOnlyDurableState: the gauges count deliveries that
+// rounds commit asynchronously; a scrape must not show a pending delivery
+// that a crash then takes back.
+func TestMetrics_ShowsOnlyDurableState(t *testing.T) {
+	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
+	ctx := context.Background()
+	pool := p.Pool(t)
+	require.NoError(t, authz.CreatePrincipal(ctx, pool, "alice", authz.KindUser))
+	id := addSubscription(t, pool, "", "NULL")
+	reg := prometheus.NewRegistry()
+	webhooks.NewMetrics(reg, pool, durableOn{pool}, quiet)
+
+	// Warm up first (see dbtest.BeginAsync): the vacuum removes dead rows
+	// the reads would prune, and the scrapes read the catalog once.
+	_, err := pool.Exec(ctx, `VACUUM`)
+	require.NoError(t, err)
+	for range 2 {
+		require.Zero(t, gauges(t, reg)["bothy_webhook_oldest_pending_delivery_age_seconds"])
+	}
+	// As a round writes a delivery: committed with synchronous_commit off.
+	dbtest.CommitAsync(t, pool, `INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id, created_at)
+VALUES ($1, 4242, gen_random_uuid(), now() - interval '1 hour')`, id)
+
+	require.InDelta(t, 3600, gauges(t, reg)["bothy_webhook_oldest_pending_delivery_age_seconds"], 60)
+
+	pool = p.CrashAndReopen(t, pool)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE event_seq = 4242`).Scan(&n))
+	require.Equal(t, 1, n, "the scrape showed a delivery that the crash took back")
+}
+
 // TestMetrics_UnreadableDatabaseKeepsTheScrape: a failed read drops the
 // database gauges from this scrape only; the other metrics are still
 // gathered (an invalid metric would fail the whole /metrics).
@@ -120,7 +191,7 @@ func TestMetrics_UnreadableDatabaseKeepsTheScrape(t *testing.T) {
 	require.NoError(t, err)
 	pool.Close()
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, pool, quiet)
+	webhooks.NewMetrics(reg, pool, durableOn{pool}, quiet)
 	g := gauges(t, reg)
 	require.NotContains(t, g, "bothy_webhook_delivery_stall_seconds")
 	require.NotContains(t, g, "bothy_webhook_subscriptions/active")
@@ -143,7 +214,7 @@ func TestMetrics_PromtoolCheckMetrics(t *testing.T) {
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	addSubscription(t, db.Pool, "1 minute", "NULL")
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, quiet)
+	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	var buf bytes.Buffer

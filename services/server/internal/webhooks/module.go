@@ -42,7 +42,7 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if dc.Logger == nil {
 			dc.Logger = d.Logger
 		}
-		del, err := NewDeliverer(d.Pool, d.Source, NewMetrics(d.Registry, d.Pool, d.Logger), &dc)
+		del, err := NewDeliverer(d.Pool, d.Source, NewMetrics(d.Registry, d.Pool, d.Events, d.Logger), &dc)
 		if err != nil {
 			return nil, err
 		}
