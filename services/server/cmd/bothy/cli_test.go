@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -53,7 +54,7 @@ func TestCLI_Conventions(t *testing.T) {
 		{"UnknownCommandInAGroupListsTheGroup", []string{"webhooks", "bogus"}, 2, nil, []string{`unknown command "webhooks bogus"`, "webhooks list"}},
 		{"UnknownFlagIsAUsageError", []string{"webhooks", "list", "--bogus"}, 2, nil, []string{"unknown flag --bogus", `Run "bothy webhooks list --help"`}},
 		{"UnknownFlagAfterAnArgumentIsAUsageError", []string{"webhooks", "enable", "x", "--bogus"}, 2, nil, []string{"unknown flag --bogus"}},
-		{"BadFlagValueIsAUsageError", []string{"webhooks", "deliveries", "--limit=many", "x"}, 2, nil, []string{`invalid value "many" for flag -limit`}},
+		{"BadFlagValueIsAUsageError", []string{"webhooks", "deliveries", "--limit=many", "x"}, 2, nil, []string{`invalid argument "many" for "--limit" flag`}},
 		{"MissingArgumentIsAUsageError", []string{"webhooks", "deliveries"}, 2, nil, []string{"takes SUBSCRIPTION_ID, got no arguments"}},
 		{"ExtraArgumentIsAUsageError", []string{"consumers", "status", "extra"}, 2, nil, []string{`takes no arguments, got ["extra"]`}},
 		{"BadArgumentIsAUsageError", []string{"webhooks", "enable", "not-a-uuid"}, 2, nil, []string{`"not-a-uuid" is not a subscription ID`}},
@@ -62,9 +63,9 @@ func TestCLI_Conventions(t *testing.T) {
 		{"BadConfigurationExitsOne", []string{"config", "show", "--consumer.batch_size=lots"}, 1, nil, []string{"consumer.batch_size"}},
 		{"Version", []string{"version"}, 0, []string{"bothy " + buildinfo.DevelVersion + " (revision "}, nil},
 		{"VersionFlag", []string{"--version"}, 0, []string{"bothy "}, nil},
-		{"CompletionBash", []string{"completion", "bash"}, 0, []string{"complete -o default -F _bothy bothy", "webhooks", "--attempts", "--consumer.batch_size"}, nil},
-		{"CompletionZsh", []string{"completion", "zsh"}, 0, []string{"bashcompinit", "complete -o default -F _bothy bothy"}, nil},
-		{"CompletionFish", []string{"completion", "fish"}, 0, []string{"complete -c bothy", "'webhooks deliveries'", "-l attempts", "-l consumer.batch_size -r"}, nil},
+		{"CompletionBash", []string{"completion", "bash"}, 0, []string{"complete -o default -F __start_bothy bothy", "__complete"}, nil},
+		{"CompletionZsh", []string{"completion", "zsh"}, 0, []string{"#compdef bothy", "compdef _bothy bothy", "__complete"}, nil},
+		{"CompletionFish", []string{"completion", "fish"}, 0, []string{"complete -c bothy", "__complete"}, nil},
 		{"CompletionUnknownShellIsAUsageError", []string{"completion", "tcsh"}, 2, nil, []string{`shell "tcsh": want bash, zsh or fish`}},
 	}
 	for _, tt := range tests {
@@ -101,6 +102,8 @@ func TestCLI_VersionJSON(t *testing.T) {
 	require.Equal(t, buildinfo.Read(), got)
 }
 
+// TestParseArgs: flags may stand before, after or between the
+// arguments, with one dash or two; after "--" everything is an argument.
 func TestParseArgs(t *testing.T) {
 	t.Parallel()
 
@@ -115,55 +118,113 @@ func TestParseArgs(t *testing.T) {
 		{"FlagsAfterArguments", []string{"ID", "--attempts", "--limit=5"}, []string{"ID"}, true, 5},
 		{"FlagsBetweenArguments", []string{"a", "--limit", "5", "b", "--attempts", "c"}, []string{"a", "b", "c"}, true, 5},
 		{"SingleDashFlags", []string{"ID", "-attempts", "-limit=5"}, []string{"ID"}, true, 5},
+		{"SingleDashFlagWithItsValueApart", []string{"-limit", "5", "ID"}, []string{"ID"}, false, 5},
+		{"AFlagValueThatLooksLikeAFlagStays", []string{"--status", "-attempts", "ID"}, []string{"ID"}, false, 50},
 		{"EverythingAfterDoubleDashIsAnArgument", []string{"a", "--", "--attempts", "-x"}, []string{"a", "--attempts", "-x"}, false, 50},
 		{"LoneDashIsAnArgument", []string{"-", "--attempts"}, []string{"-"}, true, 50},
-		{"NoArguments", nil, nil, false, 50},
+		{"NoArguments", nil, []string{}, false, 50},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			attempts := fs.Bool("attempts", false, "")
-			limit := fs.Int("limit", 50, "")
-			pos, err := parseArgs(fs, tt.args)
+			root := newRoot(&env{})
+			args := longFlags(root, append([]string{"webhooks", "deliveries"}, tt.args...))
+			cmd, rest, err := root.Find(args)
 			require.NoError(t, err)
-			require.Equal(t, tt.pos, pos)
-			require.Equal(t, tt.attempts, *attempts)
-			require.Equal(t, tt.limit, *limit)
+			require.NoError(t, cmd.ParseFlags(rest))
+			require.Equal(t, tt.pos, append([]string{}, cmd.Flags().Args()...))
+			attempts, _ := cmd.Flags().GetBool("attempts")
+			limit, _ := cmd.Flags().GetInt("limit")
+			require.Equal(t, tt.attempts, attempts)
+			require.Equal(t, tt.limit, limit)
 		})
 	}
 }
 
-// TestCompletion_Bash runs the generated script in bash and asks it what
-// completes a few command lines.
-func TestCompletion_Bash(t *testing.T) {
+// completions asks the command line's completion, as the shell scripts
+// do ("bothy __complete WORDS..."), and returns the candidates without
+// their descriptions.
+func completions(t *testing.T, environ []string, words ...string) []string {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, environ, append([]string{"__completeNoDesc"}, words...)...)
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.True(t, strings.HasPrefix(lines[len(lines)-1], ":"), "no directive last: %q", stdout)
+	return lines[:len(lines)-1]
+}
+
+// TestCompletion_Values asks the completion what completes a few command
+// lines: commands, flags, and the values of flags and arguments.
+func TestCompletion_Values(t *testing.T) {
 	t.Parallel()
-	bash, err := exec.LookPath("bash")
-	require.NoError(t, err)
-	_, script, _ := runCLI(t, nil, "completion", "bash")
 
 	tests := []struct {
 		name string
-		line []string // the words, the last one being completed
+		line []string // the words after "bothy", the last one being completed
 		want string
 	}{
-		{"TopLevelCommands", []string{"bothy", ""}, "authz completion config consumers dev events help migrate push restore server version webhooks"},
-		{"GroupCommands", []string{"bothy", "webhooks", "ro"}, "rotate-secret"},
-		{"NestedGroupCommands", []string{"bothy", "authz", "token", ""}, "create revoke"},
-		{"OwnFlagAfterAnArgument", []string{"bothy", "webhooks", "deliveries", "0b0e6f8e-0000-4000-8000-000000000000", "--att"}, "--attempts"},
-		{"ConfigurationFlag", []string{"bothy", "server", "--consumer.batch"}, "--consumer.batch_size"},
-		{"NoConfigurationFlagsWhereNotTaken", []string{"bothy", "version", "--con"}, ""},
-		{"Shells", []string{"bothy", "completion", ""}, "bash fish zsh"},
+		{"TopLevelCommands", []string{""}, "authz completion config consumers dev events help login logout migrate push restore server version webhooks"},
+		{"GroupCommands", []string{"webhooks", "ro"}, "rotate-secret"},
+		{"NestedGroupCommands", []string{"authz", "token", ""}, "create revoke"},
+		{"OwnFlagAfterAnArgument", []string{"webhooks", "deliveries", "0b0e6f8e-0000-4000-8000-000000000000", "--att"}, "--attempts"},
+		{"ConfigurationFlag", []string{"server", "--consumer.batch"}, "--consumer.batch_size"},
+		{"NoConfigurationFlagsWhereNotTaken", []string{"version", "--con"}, ""},
+		{"Shells", []string{"completion", ""}, "bash fish zsh"},
+		{"Policies", []string{"webhooks", "create", "--policy", ""}, "ordered ordered_dead_letter unordered"},
+		{"PoliciesOfUpdate", []string{"webhooks", "update", "x", "--policy="}, "ordered ordered_dead_letter unordered"},
+		{"DeliveryStatuses", []string{"webhooks", "deliveries", "--status", ""}, "pending delivered dead skipped"},
+		{"EnableFrom", []string{"webhooks", "enable", "x", "--from", ""}, "head backlog"},
+		{"Rights", []string{"authz", "grant", "--right", ""}, "read write admin"},
+		{"ScopesAfterAComma", []string{"authz", "token", "create", "--scopes", "events:read,"},
+			"events:read,events:write events:read,webhooks:manage events:read,push:manage events:read,ops:read events:read,principals:manage"},
+		{"EventTypesWithoutAServer", []string{"webhooks", "create", "--events", ""}, "*"},
+		{"LogFormatsFromTheConfigurationRange", []string{"server", "--log.format", ""}, "text json"},
+		{"RolesFromTheConfigurationRange", []string{"server", "--server.role", ""}, "api worker all"},
+		{"NoValuesForAFreeFormKey", []string{"server", "--consumer.batch_size", ""}, ""},
 	}
 	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, strings.Join(completions(t, nil, tt.line...), " "))
+		})
+	}
+}
+
+// TestCompletion_BashScript runs the generated bash script as bash would
+// on a TAB, with the built binary on PATH, so the script's call back into
+// the binary is exercised too.
+func TestCompletion_BashScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	require.NoError(t, err)
+	bin := buildBinary(t)
+	_, script, _ := runCLI(t, nil, "completion", "bash")
+	// A stand-in for bash-completion's word splitter, which a user's shell
+	// loads and the script uses.
+	const splitter = `_get_comp_words_by_ref() { cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD; }`
+
+	for _, tt := range []struct {
+		name string
+		line []string
+		want string
+	}{
+		{"GroupCommand", []string{"bothy", "webhooks", "ro"}, "rotate-secret"},
+		{"FlagValue", []string{"bothy", "webhooks", "create", "--policy", "ordered_"}, "ordered_dead_letter"},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var words []string
 			for _, w := range tt.line {
 				words = append(words, "'"+w+"'")
 			}
-			prog := script + "\nCOMP_WORDS=(" + strings.Join(words, " ") + "); COMP_CWORD=" + strconv.Itoa(len(tt.line)-1) + "; _bothy; echo \"${COMPREPLY[*]}\"\n"
-			out, err := exec.Command(bash, "--norc", "-c", prog).CombinedOutput()
+			prog := splitter + "\n" + script + "\nCOMP_WORDS=(" + strings.Join(words, " ") + "); COMP_CWORD=" + strconv.Itoa(len(tt.line)-1) +
+				"; __start_bothy; echo \"${COMPREPLY[*]}\"\n"
+			cmd := exec.Command(bash, "--norc", "-c", prog)
+			cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.Output() // stderr: compopt outside a real TAB complains
 			require.NoError(t, err, "%s", out)
 			require.Equal(t, tt.want, strings.TrimSpace(string(out)))
 		})

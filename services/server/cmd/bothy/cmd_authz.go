@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 )
@@ -37,7 +37,7 @@ type principalJSON struct {
 // from "already existed".
 const principalKindSQL = `SELECT kind FROM principals WHERE id = $1`
 
-func setupAuthzPrincipal(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupAuthzPrincipal(fs *pflag.FlagSet) func(context.Context, *call) error {
 	kind := fs.String("kind", "user", "user or app")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -87,7 +87,7 @@ type rightJSON struct {
 	Right     string `json:"right"`
 }
 
-func setupAuthzGrant(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupAuthzGrant(fs *pflag.FlagSet) func(context.Context, *call) error {
 	space := fs.String("space", "", "space (required)")
 	principal := fs.String("principal", "", "principal (required)")
 	right := fs.String("right", "read", "read, write or admin")
@@ -109,7 +109,7 @@ func setupAuthzGrant(fs *flag.FlagSet) func(context.Context, *call) error {
 	}
 }
 
-func setupAuthzRevoke(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupAuthzRevoke(fs *pflag.FlagSet) func(context.Context, *call) error {
 	space := fs.String("space", "", "space (required)")
 	principal := fs.String("principal", "", "principal (required)")
 	asJSON := jsonFlag(fs)
@@ -140,7 +140,7 @@ type tokenJSON struct {
 	Secret    string    `json:"secret"`
 }
 
-func setupAuthzTokenCreate(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupAuthzTokenCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	principal := fs.String("principal", "", "owner of the token (required)")
 	scopes := fs.String("scopes", "", "comma-separated, each optionally @SPACE (except "+authz.ScopeOpsRead+" and "+authz.ScopePrincipalsManage+", which cover every space): "+strings.Join(tokenScopes, ", "))
 	name := fs.String("name", "", "label")
@@ -170,7 +170,7 @@ func setupAuthzTokenCreate(fs *flag.FlagSet) func(context.Context, *call) error 
 	}
 }
 
-func setupAuthzTokenRevoke(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupAuthzTokenRevoke(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := uuid.Parse(c.args[0])

@@ -2,221 +2,213 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
-	"slices"
+	"net/url"
+	"regexp"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 func init() {
 	register(command{Name: "completion", Args: "SHELL", Summary: "print a completion script for bash, zsh or fish", NoConfig: true, Setup: setupCompletion})
 }
 
-func setupCompletion(fs *flag.FlagSet) func(context.Context, *call) error {
+// The scripts cobra writes call the binary back ("bothy __complete ...")
+// for every completion, so they complete what the binary knows at that
+// moment: commands, flags and the values below, subscription IDs included.
+func setupCompletion(fs *pflag.FlagSet) func(context.Context, *call) error {
 	return func(ctx context.Context, c *call) error {
-		t := newCompletionTree()
+		root := c.cmd.Root()
 		switch c.args[0] {
 		case "bash":
-			t.bash(c.stdout, "bash")
+			fmt.Fprintln(c.stdout, "# bash completion for bothy. Load it with: source <(bothy completion bash)   (e.g. in ~/.bashrc)")
+			return root.GenBashCompletionV2(c.stdout, true)
 		case "zsh":
-			t.bash(c.stdout, "zsh")
+			fmt.Fprintln(c.stdout, "# Load it with: source <(bothy completion zsh)   (after compinit, e.g. in ~/.zshrc)")
+			return root.GenZshCompletion(c.stdout)
 		case "fish":
-			t.fish(c.stdout)
-		default:
-			return fmt.Errorf("%w: shell %q: want bash, zsh or fish", errUsage, c.args[0])
+			fmt.Fprintln(c.stdout, "# fish completion for bothy. Load it with: bothy completion fish | source   (or save it as ~/.config/fish/completions/bothy.fish)")
+			return root.GenFishCompletion(c.stdout, true)
 		}
+		return fmt.Errorf("%w: shell %q: want bash, zsh or fish", errUsage, c.args[0])
+	}
+}
+
+// flagValues are the values of the flags whose values are a fixed set,
+// by flag name: the same name means the same thing in every command.
+var flagValues = map[string][]cobra.Completion{
+	"policy": {
+		cobra.CompletionWithDesc(webhooks.PolicyOrdered, "one at a time in seq order; a spent retry budget disables"),
+		cobra.CompletionWithDesc(webhooks.PolicyOrderedDeadLetter, "in order; a spent budget makes the delivery dead and goes on"),
+		cobra.CompletionWithDesc(webhooks.PolicyUnordered, "parallel, for receivers that dedupe by webhook-id"),
+	},
+	"status": {webhooks.DeliveryPending, webhooks.DeliveryDelivered, webhooks.DeliveryDead, webhooks.DeliverySkipped},
+	"from": {
+		cobra.CompletionWithDesc("head", "resume at the head, skipping what it missed"),
+		cobra.CompletionWithDesc("backlog", "send what it missed first, while the log holds it"),
+	},
+	"right":    {string(authz.RightRead), string(authz.RightWrite), string(authz.RightAdmin)},
+	"kind":     {string(authz.KindUser), string(authz.KindApp)},
+	"role":     {"api", "worker", "all"},
+	"postgres": {"auto", "local", "private"},
+}
+
+// argValues complete positional arguments by their name in a command's
+// Args.
+var argValues = map[string]func(ctx context.Context, s *completionSource, toComplete string) []cobra.Completion{
+	"SHELL": func(context.Context, *completionSource, string) []cobra.Completion {
+		return []string{"bash", "fish", "zsh"}
+	},
+	"SUBSCRIPTION_ID": subscriptionIDs,
+}
+
+// completionSource is where completions that need data get it: the server
+// when one is named, else the database of the configuration.
+type completionSource struct {
+	c *call
+}
+
+// completionContext bounds what completing a value may ask a server or
+// the database, so a slow one never hangs the shell.
+func completionContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, 3*time.Second)
+}
+
+// completeValues registers the value completions of cmd, which runs c.
+func completeValues(cmd *cobra.Command, c *command, src func(*cobra.Command) *completionSource) {
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if vals := flagCompletions(f); vals != nil {
+			_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(vals, cobra.ShellCompDirectiveNoFileComp))
+		}
+	})
+	if cmd.Flags().Lookup("scopes") != nil {
+		_ = cmd.RegisterFlagCompletionFunc("scopes", completeScopes)
+	}
+	if cmd.Flags().Lookup("events") != nil {
+		_ = cmd.RegisterFlagCompletionFunc("events", func(cc *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			ctx, cancel := completionContext(cc)
+			defer cancel()
+			return src(cc).eventTypes(ctx, toComplete), cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		})
+	}
+	names := strings.Fields(c.Args)
+	cmd.ValidArgsFunction = func(cc *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) >= len(names) || argValues[names[len(args)]] == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := completionContext(cc)
+		defer cancel()
+		return argValues[names[len(args)]](ctx, src(cc), toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// flagCompletions returns the fixed values of f: from flagValues, or for a
+// configuration key whose range lists its values ("text or json",
+// "api, worker or all").
+func flagCompletions(f *pflag.Flag) []cobra.Completion {
+	if vals, ok := flagValues[f.Name]; ok {
+		return vals
+	}
+	if _, ok := f.Annotations[configAnnotation]; !ok {
 		return nil
 	}
-}
-
-// completionTree is what the completion scripts know: which words follow
-// which, and each command's flags.
-type completionTree struct {
-	// next maps a command path ("" for none yet, "authz", "authz token")
-	// to the words that may follow it.
-	next map[string][]string
-	// paths is every key of next and every command name, sorted.
-	paths []string
-	// flags maps a command to its own flags; config lists the commands
-	// that also take the configuration flags.
-	flags  map[string][]*flag.Flag
-	config []string
-	// configFlags are --config and the configuration key flags.
-	configFlags []*flag.Flag
-}
-
-func newCompletionTree() *completionTree {
-	t := &completionTree{next: map[string][]string{"": {"help"}}, flags: map[string][]*flag.Flag{}}
-	for _, c := range sortedCommands("") {
-		words := strings.Fields(c.Name)
-		for i := range words {
-			parent, path := strings.Join(words[:i], " "), strings.Join(words[:i+1], " ")
-			if !slices.Contains(t.next[parent], words[i]) {
-				t.next[parent] = append(t.next[parent], words[i])
-			}
-			if !slices.Contains(t.paths, path) {
-				t.paths = append(t.paths, path)
-			}
-		}
-		in := c.prepare(&env{})
-		for _, name := range in.own {
-			t.flags[c.Name] = append(t.flags[c.Name], in.fs.Lookup(name))
-		}
-		if !c.NoConfig {
-			t.config = append(t.config, c.Name)
+	for _, k := range config.Keys {
+		if k.Name == f.Name {
+			return rangeValues(k.Range)
 		}
 	}
-	t.next["completion"] = []string{"bash", "fish", "zsh"}
-	fs := flag.NewFlagSet("config", flag.ContinueOnError)
-	configFlags(fs, &env{})
-	fs.VisitAll(func(f *flag.Flag) { t.configFlags = append(t.configFlags, f) })
-	slices.Sort(t.paths)
-	for k := range t.next {
-		slices.Sort(t.next[k])
-	}
-	return t
+	return nil
 }
 
-func flagNames(fs []*flag.Flag) string {
-	var out []string
-	for _, f := range fs {
-		out = append(out, "--"+f.Name)
-	}
-	return strings.Join(out, " ")
-}
+var rangeWord = regexp.MustCompile(`^[a-z0-9_-]+$`)
 
-func quoted(ss []string) string {
-	var out []string
-	for _, s := range ss {
-		out = append(out, "'"+s+"'")
-	}
-	return strings.Join(out, " ")
-}
-
-// bash writes a bash completion function; zsh runs it through
-// bashcompinit.
-func (t *completionTree) bash(w io.Writer, shell string) {
-	fmt.Fprintf(w, "# %s completion for bothy, generated by \"bothy completion %s\".\n", shell, shell)
-	if shell == "zsh" {
-		fmt.Fprintln(w, "# Load it with: source <(bothy completion zsh)   (after compinit, e.g. in ~/.zshrc)")
-		fmt.Fprintln(w, "autoload -U +X bashcompinit && bashcompinit")
-	} else {
-		fmt.Fprintln(w, "# Load it with: source <(bothy completion bash)   (e.g. in ~/.bashrc)")
-	}
-	fmt.Fprintf(w, "_bothy_config_flags=%q\n", flagNames(t.configFlags))
-	fmt.Fprintln(w, `_bothy() {
-	local cur=${COMP_WORDS[COMP_CWORD]} path="" next w i words="" flags=""
-	for ((i = 1; i < COMP_CWORD; i++)); do
-		w=${COMP_WORDS[i]}
-		next="${path:+$path }$w"
-		case "$next" in`)
-	fmt.Fprintf(w, "\t\t%s) path=$next ;;\n", strings.Join(quotedEach(t.paths), "|"))
-	fmt.Fprintln(w, "\t\tesac\n\tdone\n\tcase \"$path\" in")
-	for _, p := range sortedKeys(t.next) {
-		fmt.Fprintf(w, "\t%q) words=%q ;;\n", p, strings.Join(t.next[p], " "))
-	}
-	fmt.Fprintln(w, "\tesac\n\tcase \"$path\" in")
-	fmt.Fprintln(w, "\t\"\") flags=\"--help --version\" ;;")
-	for _, p := range t.paths {
-		own, cfg := t.flags[p], slices.Contains(t.config, p)
-		if len(own) == 0 && !cfg {
-			continue
+// rangeValues reads "a, b or c" as its values, nil for a range of another
+// kind ("1..100000", "empty or at least 16 characters").
+func rangeValues(r string) []cobra.Completion {
+	var out []cobra.Completion
+	for _, part := range strings.Split(strings.ReplaceAll(r, " or ", ", "), ", ") {
+		if !rangeWord.MatchString(part) || part == "empty" {
+			return nil
 		}
-		fl := flagNames(own)
-		if cfg {
-			fl = strings.TrimSpace(fl + " --help $_bothy_config_flags")
-		} else {
-			fl = strings.TrimSpace(fl + " --help")
-		}
-		fmt.Fprintf(w, "\t%q) flags=\"%s\" ;;\n", p, fl)
+		out = append(out, part)
 	}
-	fmt.Fprintln(w, `	esac
-	if [[ $cur == -* ]]; then
-		COMPREPLY=($(compgen -W "$flags" -- "$cur"))
-	else
-		COMPREPLY=($(compgen -W "$words" -- "$cur"))
-	fi
-}
-complete -o default -F _bothy bothy`)
-}
-
-// fish writes fish completions: a helper that finds the command path on
-// the line, then one line per word and flag.
-func (t *completionTree) fish(w io.Writer) {
-	fmt.Fprintln(w, "# fish completion for bothy, generated by \"bothy completion fish\".")
-	fmt.Fprintln(w, "# Load it with: bothy completion fish | source   (or save it as ~/.config/fish/completions/bothy.fish)")
-	fmt.Fprintf(w, "set -g __bothy_paths %s\n", quoted(t.paths))
-	fmt.Fprintf(w, "set -g __bothy_config_commands %s\n", quoted(t.config))
-	fmt.Fprintln(w, `function __bothy_path
-    set -l words (commandline -opc)
-    set -e words[1]
-    set -l path ''
-    for w in $words
-        set -l next (string trim -- "$path $w")
-        if contains -- $next $__bothy_paths
-            set path $next
-        end
-    end
-    echo $path
-end
-function __bothy_at -a want
-    set -l path (__bothy_path)
-    test "$path" = "$want"
-end
-function __bothy_takes_config
-    set -l path (__bothy_path)
-    contains -- "$path" $__bothy_config_commands
-end
-complete -c bothy -f`)
-	for _, p := range sortedKeys(t.next) {
-		fmt.Fprintf(w, "complete -c bothy -n '__bothy_at %s' -a %s\n", fishQuote(p), fishQuote(strings.Join(t.next[p], " ")))
-	}
-	for _, p := range t.paths {
-		for _, f := range t.flags[p] {
-			fmt.Fprintf(w, "complete -c bothy -n '__bothy_at %s' -l %s%s -d %s\n", fishQuote(p), f.Name, fishRequires(f), fishQuote(firstLine(f.Usage)))
-		}
-	}
-	for _, f := range t.configFlags {
-		fmt.Fprintf(w, "complete -c bothy -n __bothy_takes_config -l %s%s -d %s\n", f.Name, fishRequires(f), fishQuote(firstLine(f.Usage)))
-	}
-}
-
-func quotedEach(ss []string) []string {
-	var out []string
-	for _, s := range ss {
-		out = append(out, fmt.Sprintf("%q", s))
+	if len(out) < 2 {
+		return nil
 	}
 	return out
 }
 
-func sortedKeys(m map[string][]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
+// completeScopes completes the last of a comma-separated list of scopes.
+func completeScopes(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	done := ""
+	if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
+		done = toComplete[:i+1]
 	}
-	slices.Sort(out)
+	var out []cobra.Completion
+	for _, s := range tokenScopes {
+		if !strings.Contains(done, s+",") {
+			out = append(out, done+s)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+}
+
+// subscriptionIDs are the subscriptions the server lists for the token,
+// or the database has, each described by its space and URL.
+func subscriptionIDs(ctx context.Context, s *completionSource, toComplete string) []cobra.Completion {
+	svc, done, err := s.c.webhooks(ctx)
+	if err != nil {
+		return nil
+	}
+	defer done()
+	subs, _, err := svc.List(ctx, &listQuery{})
+	if err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, v := range subs {
+		if strings.HasPrefix(v.ID.String(), toComplete) {
+			out = append(out, cobra.CompletionWithDesc(v.ID.String(), v.Space+" "+redactURL(v.URL)+" ("+v.Status+")"))
+		}
+	}
 	return out
 }
 
-// fishQuote quotes s for fish, inside a single-quoted -n condition too:
-// double quotes, with fish's escapes.
-func fishQuote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `$`, `\$`, `'`, ``)
-	return `"` + r.Replace(s) + `"`
-}
-
-func fishRequires(f *flag.Flag) string {
-	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-		return ""
+// eventTypes completes the last of a comma-separated list of event types:
+// "*", and with --server the types the server has seen on --space, where
+// it says.
+func (s *completionSource) eventTypes(ctx context.Context, toComplete string) []cobra.Completion {
+	done := ""
+	if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
+		done = toComplete[:i+1]
 	}
-	return " -r"
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if r := []rune(s); len(r) > 80 {
-		s = string(r[:79]) + "…"
+	out := []cobra.Completion{done + "*"}
+	space, _ := s.c.fs.GetString("space")
+	api, err := s.c.remote.client()
+	if space == "" || api == nil || err != nil {
+		return out
 	}
-	return s
+	var res struct {
+		EventTypes []struct {
+			Type string `json:"type"`
+		} `json:"event_types"`
+	}
+	if api.do(ctx, "GET", "/v1/spaces/"+url.PathEscape(space)+"/event-types", nil, nil, &res) != nil {
+		return out
+	}
+	for _, t := range res.EventTypes {
+		out = append(out, done+t.Type)
+	}
+	return out
 }

@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"net/url"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/config"
 )
@@ -23,7 +24,7 @@ type configKeyJSON struct {
 	Secret  bool   `json:"secret"`
 }
 
-func setupConfigKeys(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupConfigKeys(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		if !*asJSON {
@@ -47,7 +48,7 @@ type configValueJSON struct {
 	Source string  `json:"source"`
 }
 
-func setupConfigShow(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupConfigShow(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		cfg, err := c.config()

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,12 +16,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/pflag"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -57,7 +57,7 @@ type devFlags struct {
 	events            int
 }
 
-func setupDev(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupDev(fs *pflag.FlagSet) func(context.Context, *call) error {
 	f := &devFlags{}
 	fs.StringVar(&f.addr, "addr", "", "address of the API (default 127.0.0.1:8080, or a free port if that is taken)")
 	fs.StringVar(&f.dir, "dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
@@ -103,7 +103,7 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 // sets any of its own.
 func devChosen(c *call) func(key string) bool {
 	visited := map[string]bool{}
-	c.fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	c.fs.Visit(func(f *pflag.Flag) { visited[f.Name] = true })
 	return func(key string) bool {
 		return visited[key] || lookupEnv(c.environ, config.EnvName(key)) != ""
 	}
@@ -212,7 +212,8 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 		return errors.Join(err, waitServer())
 	}
 	printDevUsage(out, &devUsage{base: base, token: token, subID: subID, receiverURL: rcv.url,
-		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled})
+		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled,
+		allowPrivate: cfg.Webhooks.AllowPrivateTargets})
 	if events > 0 {
 		if err := appendDevEvents(ctx, base, token, events, out); err != nil {
 			return errors.Join(err, waitServer())
@@ -244,6 +245,9 @@ type devUsage struct {
 	adminToken  string // the River UI's password
 	databaseURL string // for the bothy CLI in another terminal
 	console     bool   // whether the web console is on
+	// allowPrivate is webhooks.allow_private_targets, which the CLI on the
+	// database must share to decide as the server does.
+	allowPrivate bool
 }
 
 // printDevUsage tells the user where everything is and what to try first.
@@ -274,27 +278,28 @@ See the subscription's deliveries and attempts:
 
   curl -sS %[1]s/v1/webhooks/%[6]s/deliveries -H 'Authorization: Bearer %[5]s'
 
-Point the bothy CLI at this database (in another terminal):
+Use the bothy CLI with this server, as the demo principal (in another terminal):
 
-  export BOTHY_DATABASE_URL='%[9]s'
+  export BOTHY_SERVER=%[1]s BOTHY_TOKEN=%[5]s
+  bothy webhooks deliveries %[6]s --attempts
+
+or on its database, as an operator, with the server's setting for private targets:
+
+  export BOTHY_DATABASE_URL='%[9]s' BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=%[11]t
   bothy consumers status
 
-`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console)
+`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console, u.allowPrivate)
 }
 
 // appendDevEvents appends n demo events through the API, as a client would,
 // so the receiver has deliveries to print at once.
 func appendDevEvents(ctx context.Context, base, token string, n int, out io.Writer) error {
-	var evs []string
+	req := sync.AppendRequest{}
 	for i := 1; i <= n; i++ {
-		evs = append(evs, fmt.Sprintf(`{"type":"item.created","data":{"title":"demo item %d"}}`, i))
+		req.Events = append(req.Events, sync.NewEventRequest{Type: "item.created", Data: json.RawMessage(fmt.Sprintf(`{"title":"demo item %d"}`, i))})
 	}
-	var res struct {
-		Events []struct {
-			Seq int64 `json:"seq"`
-		} `json:"events"`
-	}
-	if err := devCall(ctx, "POST", base+"/v1/spaces/"+devSpace+"/events", token, `{"events":[`+strings.Join(evs, ",")+`]}`, &res); err != nil {
+	var res sync.AppendResponse
+	if err := newAPIClient(base, token).do(ctx, http.MethodPost, "/v1/spaces/"+devSpace+"/events", nil, &req, &res); err != nil {
 		return fmt.Errorf("append demo events: %w", err)
 	}
 	fmt.Fprintf(out, "appended %d demo events (seq %d..%d); deliveries:\n", len(res.Events), res.Events[0].Seq, res.Events[len(res.Events)-1].Seq)
@@ -357,41 +362,15 @@ func devDemo(ctx context.Context, cfg *config.Config, base string, rcv *devRecei
 			}
 		}
 	}
-	var sub struct {
-		ID     string `json:"id"`
-		Secret string `json:"secret"`
-	}
-	body := fmt.Sprintf(`{"space":%q,"url":%q}`, devSpace, rcv.url)
-	if err := devCall(ctx, "POST", base+"/v1/webhooks", token, body, &sub); err != nil {
+	var sub webhooks.SubscriptionView
+	req := &webhooks.CreateRequest{Space: devSpace, URL: rcv.url}
+	if err := newAPIClient(base, token).do(ctx, http.MethodPost, "/v1/webhooks", nil, req, &sub); err != nil {
 		return "", "", fmt.Errorf("create demo webhook: %w", err)
 	}
 	if err := rcv.setSecret(sub.Secret); err != nil {
 		return "", "", err
 	}
-	return token, sub.ID, nil
-}
-
-// devCall calls the API and decodes a 2xx answer into out.
-func devCall(ctx context.Context, method, url, token, body string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if res.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, url, res.Status, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, out)
+	return token, sub.ID.String(), nil
 }
 
 // devReceiver is the built-in webhook receiver: it verifies each request

@@ -51,6 +51,8 @@ func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, n int, d time.
 var (
 	verifiedLine = regexp.MustCompile(`webhook seq=(\d+) type=item\.created .*\(signature verified`)
 	consoleLine  = regexp.MustCompile(`console +(http://\S+/console/)`)
+	serverLine   = regexp.MustCompile(`export BOTHY_SERVER=(\S+) BOTHY_TOKEN=(\S+)`)
+	databaseLine = regexp.MustCompile(`export BOTHY_DATABASE_URL='(\S+)' BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=(\S+)`)
 	curlLine     = regexp.MustCompile(`curl -sS -X POST (\S+) -H 'Authorization: Bearer (\S+)' -H 'Content-Type: application/json' -d '(.*)'`)
 )
 
@@ -103,6 +105,8 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
+	requireCLIAgreesWithDev(t, out.String())
+
 	cancel()
 	select {
 	case c := <-code:
@@ -113,4 +117,26 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	require.Contains(t, out.String(), "bothy dev: stopped")
 	require.NotContains(t, errOut.String(), "level=ERROR")
 	t.Logf("bothy dev: up, 4 verified deliveries and stopped in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// requireCLIAgreesWithDev runs the CLI as bothy dev's output says, through
+// the server and on the database: both accept a loopback target, as bothy
+// dev's server does, and the database way without the printed setting is
+// refused with the setting's name.
+func requireCLIAgreesWithDev(t *testing.T, out string) {
+	t.Helper()
+	sm, dm := serverLine.FindStringSubmatch(out), databaseLine.FindStringSubmatch(out)
+	require.NotNil(t, sm, "no server line in:\n%s", out)
+	require.NotNil(t, dm, "no database line in:\n%s", out)
+	create := []string{"webhooks", "create", "--space", devSpace, "--url", "http://127.0.0.1:9/from-the-cli"}
+
+	code, stdout, stderr := runCLI(t, []string{"BOTHY_SERVER=" + sm[1], "BOTHY_TOKEN=" + sm[2]}, create...)
+	require.Equal(t, 0, code, "through the server: %s%s", stdout, stderr)
+	dbEnv := []string{"BOTHY_DATABASE_URL=" + dm[1], "BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=" + dm[2]}
+	code, stdout, stderr = runCLI(t, dbEnv, append(create, "--owner", devPrincipal)...)
+	require.Equal(t, 0, code, "on the database: %s%s", stdout, stderr)
+
+	code, _, stderr = runCLI(t, dbEnv[:1], append(create, "--owner", devPrincipal)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "webhooks.allow_private_targets = true")
 }

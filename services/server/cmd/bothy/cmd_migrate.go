@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
@@ -46,7 +46,7 @@ type migrateUpJSON struct {
 	RiverVersion int             `json:"river_version"`
 }
 
-func setupMigrateUp(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupMigrateUp(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		cfg, err := c.config()
@@ -154,7 +154,7 @@ func recordsJSON(rs []dbmigrate.Record) []migrationJSON {
 	return out
 }
 
-func setupMigrateStatus(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupMigrateStatus(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		cfg, err := c.config()

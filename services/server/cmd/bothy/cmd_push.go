@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/push"
 )
@@ -16,7 +17,7 @@ func init() {
 // go into the file given with --config (or into BOTHY_PUSH_VAPID_* variables),
 // or with --json as an object keyed by the configuration keys. The private
 // key goes to stdout only; keep it out of shell history and logs.
-func setupPushVAPIDKeys(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupPushVAPIDKeys(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		k, err := push.GenerateVAPIDKeys()

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -36,7 +37,7 @@ type restoreReport struct {
 // the backup's restore point. Run it after the restore, before the workers.
 // Without --yes it only prints what it would do; with --yes it refuses
 // while a worker process holds a liveness lock, unless --force.
-func setupRestoreFinalize(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupRestoreFinalize(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	yes := fs.Bool("yes", false, "move the cursors (without it, only print what would move)")
 	force := fs.Bool("force", false, "move the cursors even while worker processes hold liveness locks")

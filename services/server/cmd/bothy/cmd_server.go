@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 )
@@ -11,7 +12,7 @@ func init() {
 	register(command{Name: "server", Summary: "run a role: the HTTP API (api), the consumers and jobs (worker) or both (all)", Setup: setupServer})
 }
 
-func setupServer(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupServer(fs *pflag.FlagSet) func(context.Context, *call) error {
 	role := fs.String("role", "", "api, worker or all (same as --server.role)")
 	migrate := fs.Bool("migrate", false, "apply migrations before starting (same as --server.migrate=true)")
 	return func(ctx context.Context, c *call) error {

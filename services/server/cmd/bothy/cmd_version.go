@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 )
@@ -12,7 +13,7 @@ func init() {
 	register(command{Name: "version", Summary: "this build: version, VCS revision, Go version (as bothy_build_info)", NoConfig: true, Setup: setupVersion})
 }
 
-func setupVersion(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupVersion(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		in := buildinfo.Read()

@@ -2,28 +2,32 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/spf13/pflag"
 
-	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 func init() {
-	register(command{Name: "webhooks update", Args: "SUBSCRIPTION_ID", Summary: "change a subscription's URL, event types or custom headers", Setup: setupWebhooksUpdate})
-	register(command{Name: "webhooks delete", Args: "SUBSCRIPTION_ID", Summary: "delete a subscription with its delivery records", Setup: setupWebhooksDelete})
-	register(command{Name: "webhooks test", Args: "SUBSCRIPTION_ID", Summary: "send a signed test message to the receiver and show its answer", Setup: setupWebhooksTest})
+	for _, c := range []command{
+		{Name: "webhooks update", Args: "SUBSCRIPTION_ID", Summary: "change a subscription's URL, event types, custom headers or delivery policy", Setup: setupWebhooksUpdate},
+		{Name: "webhooks delete", Args: "SUBSCRIPTION_ID", Summary: "delete a subscription with its delivery records", Setup: setupWebhooksDelete},
+		{Name: "webhooks test", Args: "SUBSCRIPTION_ID", Summary: "send a signed test message to the receiver and show its answer", Setup: setupWebhooksTest},
+	} {
+		c.Remote = true
+		register(c)
+	}
 }
 
 // headerFlag collects repeated --header "Name: value" flags.
 type headerFlag map[string]string
 
 func (h headerFlag) String() string { return "" }
+func (h headerFlag) Type() string   { return "\"Name: value\"" }
 
 func (h headerFlag) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
@@ -34,23 +38,12 @@ func (h headerFlag) Set(v string) error {
 	return nil
 }
 
-// listFlag collects a repeated flag's values.
-type listFlag []string
-
-func (l *listFlag) String() string { return "" }
-
-func (l *listFlag) Set(v string) error {
-	*l = append(*l, v)
-	return nil
-}
-
-func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	url := fs.String("url", "", "new absolute http(s) target URL")
 	events := fs.String("events", "", "new comma-separated event types; \"*\" for all")
 	set := headerFlag{}
 	fs.Var(set, "header", "set a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
-	var remove listFlag
-	fs.Var(&remove, "remove-header", "remove a custom header by name (repeatable)")
+	remove := fs.StringArray("remove-header", nil, "remove a custom header by name (repeatable)")
 	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -58,9 +51,9 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		p := &webhooks.UpdateParams{}
+		req := &webhooks.UpdateRequest{PolicyRequest: pf.request()}
 		if *url != "" {
-			p.URL = url
+			req.URL = url
 		}
 		if *events != "" {
 			types := []string{}
@@ -69,120 +62,120 @@ func setupWebhooksUpdate(fs *flag.FlagSet) func(context.Context, *call) error {
 					types = append(types, t)
 				}
 			}
-			p.EventTypes = &types
+			req.EventTypes = &types
 		}
-		if len(set) > 0 || len(remove) > 0 {
-			p.Headers = map[string]*string{}
+		if len(set) > 0 || len(*remove) > 0 {
+			req.Headers = map[string]*string{}
 			for k, v := range set {
-				p.Headers[k] = &v
+				req.Headers[k] = &v
 			}
-			for _, k := range remove {
-				p.Headers[k] = nil
+			for _, k := range *remove {
+				req.Headers[k] = nil
 			}
 		}
-		p.Policy = pf.params()
-		if p.URL == nil && p.EventTypes == nil && p.Headers == nil && p.Policy == nil {
+		if req.Empty() {
 			return fmt.Errorf("%w: nothing to change: give --url, --events, --header, --remove-header or a policy flag", errUsage)
 		}
-		cfg, pool, err := c.open(ctx)
+		svc, done, err := c.webhooks(ctx)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
-		p.AllowPrivateTargets = cfg.Webhooks.AllowPrivateTargets
-		p.Limits = &webhooks.Limits{MaxEventTypes: cfg.Webhooks.MaxEventTypes, EventRetention: cfg.Sync.EventRetention}
-		s, err := webhooks.Update(ctx, pool, id, p)
+		defer done()
+		s, err := svc.Update(ctx, id, req)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(subscriptionView(s))
+			return c.printSubscription(s)
 		}
-		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(s), headersOf(s), policyOf(s))
+		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(&s), headersOf(&s),
+			policyOf(&s.PolicyView))
 		return nil
 	}
 }
 
 // typesOf shows a subscription's filter as the tables do.
-func typesOf(s *webhooks.Subscription) string {
+func typesOf(s *webhooks.SubscriptionView) string {
 	if len(s.EventTypes) == 0 {
 		return "*"
 	}
 	return strings.Join(s.EventTypes, ",")
 }
 
-// headersOf shows a subscription's custom headers with masked values.
-func headersOf(s *webhooks.Subscription) string {
+// headersOf shows a subscription's custom headers, masked as the view has
+// them.
+func headersOf(s *webhooks.SubscriptionView) string {
 	if len(s.Headers) == 0 {
 		return "-"
 	}
-	masked := webhooks.MaskHeaders(s.Headers)
 	var out []string
-	for k, v := range masked {
+	for k, v := range s.Headers {
 		out = append(out, k+": "+v)
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
 }
 
-func setupWebhooksDelete(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupWebhooksDelete(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
 		if err != nil {
 			return err
 		}
-		_, pool, err := c.open(ctx)
+		svc, done, err := c.webhooks(ctx)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
-		n, err := webhooks.Delete(ctx, pool, postgres.CursorStore{}, id)
+		defer done()
+		n, err := svc.Delete(ctx, id)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
+			// Deliveries is absent through the API, which does not count
+			// them.
 			return c.printJSON(struct {
-				ID         uuid.UUID `json:"id"`
-				Deleted    bool      `json:"deleted"`
-				Deliveries int64     `json:"deliveries"`
-			}{id, true, n})
+				ID         string `json:"id"`
+				Deleted    bool   `json:"deleted"`
+				Deliveries *int64 `json:"deliveries,omitempty"`
+			}{id.String(), true, n})
 		}
-		fmt.Fprintf(c.stdout, "subscription %s deleted with its %d delivery records; nothing more is sent for it\n", id, n)
+		if n == nil {
+			fmt.Fprintf(c.stdout, "subscription %s deleted with its delivery records; nothing more is sent for it\n", id)
+		} else {
+			fmt.Fprintf(c.stdout, "subscription %s deleted with its %d delivery records; nothing more is sent for it\n", id, *n)
+		}
 		return nil
 	}
 }
 
-func setupWebhooksTest(fs *flag.FlagSet) func(context.Context, *call) error {
+func setupWebhooksTest(fs *pflag.FlagSet) func(context.Context, *call) error {
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
 		if err != nil {
 			return err
 		}
-		cfg, pool, err := c.open(ctx)
+		svc, done, err := c.webhooks(ctx)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
-		tester, err := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: cfg.Webhooks.AllowPrivateTargets,
-			Timeout: cfg.Webhooks.Timeout, MaxResponseBytes: cfg.Webhooks.MaxResponseBytes})
+		defer done()
+		res, err := svc.Test(ctx, id)
 		if err != nil {
 			return err
 		}
-		res, err := tester.Send(ctx, pool, id)
-		if err != nil {
-			return err
-		}
+		took := time.Duration(res.LatencySeconds * float64(time.Second)).Round(time.Millisecond)
 		if *asJSON {
-			if err := c.printJSON(res.View()); err != nil {
+			if err := c.printJSON(res); err != nil {
 				return err
 			}
-		} else if res.Error == "" {
-			fmt.Fprintf(c.stdout, "receiver answered %d in %s (test message %s)\n", res.StatusCode, res.Latency.Round(time.Millisecond), res.MessageID)
+		} else if res.OK {
+			fmt.Fprintf(c.stdout, "receiver answered %d in %s (test message %s)\n", *res.StatusCode, took, res.MessageID)
 		}
-		if res.Error != "" {
-			return fmt.Errorf("test message %s failed after %s: %s", res.MessageID, res.Latency.Round(time.Millisecond), res.Error)
+		if !res.OK {
+			return fmt.Errorf("test message %s failed after %s: %s", res.MessageID, took, res.Error)
 		}
 		return nil
 	}

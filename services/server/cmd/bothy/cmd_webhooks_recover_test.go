@@ -53,11 +53,14 @@ func TestCLI_WebhooksResendRecoverEnable(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT status FROM webhook_deliveries WHERE subscription_id = $1 AND event_seq = $2`, id, seq).Scan(&st))
 		return st
 	}
+	// jobs counts the delivery jobs of subscription id that are still to
+	// run: one of them sends what resend made pending (the one a round
+	// inserted reserves the sender, so resend adds none beside it).
 	jobs := func(t *testing.T, id string) int {
 		t.Helper()
 		var n int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'subscription_id' = $2`,
-			webhooks.KindDeliver, id).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'subscription_id' = $2
+			AND state IN ('available', 'scheduled', 'retryable')`, webhooks.KindDeliver, id).Scan(&n))
 		return n
 	}
 
@@ -72,12 +75,11 @@ func TestCLI_WebhooksResendRecoverEnable(t *testing.T) {
 		require.Contains(t, stderr, "pending already")
 		_, err := db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = 'dead', finished_at = now() WHERE subscription_id = $1 AND event_seq = 1`, id)
 		require.NoError(t, err)
-		before := jobs(t, id)
 		d := jsonOf(t, "webhooks", "resend", id, "1")
 		require.Equal(t, "pending", d["status"])
 		require.EqualValues(t, 1, d["seq"])
 		require.Equal(t, "pending", status(t, id, 1))
-		require.Equal(t, before+1, jobs(t, id), "a job for the server's sender")
+		require.Positive(t, jobs(t, id), "a job for the server's sender")
 		cli(t, 2, "webhooks", "resend", id, "one")
 		cli(t, 2, "webhooks", "resend", id)
 	})

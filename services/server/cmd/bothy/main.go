@@ -2,28 +2,32 @@
 // server roles and the operator commands (migrations, event emission,
 // consumer status, restore, webhooks, push).
 //
-// Every command accepts --config FILE and a flag per configuration key
-// (--consumer.batch_size=500); "bothy config keys" lists them all. Flags may
-// come before or after a command's arguments; --help prints a command's
-// usage on stdout. Exit codes: 0 success, 1 failure, 2 usage error.
+// The commands are built on cobra. Every command that reads the
+// configuration accepts --config FILE and a flag per configuration key
+// (--consumer.batch_size=500); "bothy config keys" lists them all. The
+// commands that the HTTP API can serve run through it when a server is
+// named (--server URL or BOTHY_SERVER, with --token, BOTHY_TOKEN or the
+// credentials "bothy login" saved), and on the database otherwise. Flags
+// may come before or after a command's arguments; --help prints a
+// command's usage on stdout. Exit codes: 0 success, 1 failure, 2 usage
+// error.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
@@ -42,10 +46,13 @@ type command struct {
 	// NoConfig leaves out --config and the configuration key flags, for
 	// commands that never read the configuration.
 	NoConfig bool
+	// Remote commands run through the HTTP API when a server is named;
+	// the others refuse --server.
+	Remote bool
 	// Setup defines the command's own flags on fs and returns its body,
 	// which runs once the arguments are parsed. Setup does nothing else:
 	// help and completion call it to learn the flags.
-	Setup func(fs *flag.FlagSet) func(ctx context.Context, c *call) error
+	Setup func(fs *pflag.FlagSet) func(ctx context.Context, c *call) error
 }
 
 var commands []command
@@ -54,6 +61,7 @@ func register(c command) { commands = append(commands, c) }
 
 // env is what every command shares.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
 }
@@ -65,8 +73,12 @@ type call struct {
 	args []string
 	// fs holds the parsed flags; a command may Set configuration keys on
 	// it before config.
-	fs   *flag.FlagSet
+	fs   *pflag.FlagSet
 	load func() (*config.Config, error)
+	// remote is what the command line says about the server.
+	remote *remoteFlags
+	// cmd is the running command.
+	cmd *cobra.Command
 }
 
 // config loads the configuration from the defaults, the file, the
@@ -105,7 +117,7 @@ func (c *call) printJSON(v any) error {
 }
 
 // jsonFlag defines --json on fs.
-func jsonFlag(fs *flag.FlagSet) *bool {
+func jsonFlag(fs *pflag.FlagSet) *bool {
 	return fs.Bool("json", false, "print the result as JSON")
 }
 
@@ -115,248 +127,54 @@ var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()})
+	code := run(ctx, os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()})
 	stop()
 	os.Exit(code)
 }
 
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h"
-}
-
 // run runs the command args select and returns the exit code.
 func run(ctx context.Context, args []string, e *env) int {
-	switch {
-	case len(args) == 0 || isHelp(args[0]):
-		usage(e.stdout, "")
-		return 0
-	case args[0] == "help":
-		return help(e, args[1:])
-	case args[0] == "--version" || args[0] == "-version":
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		args = append([]string{"version"}, args[1:]...)
 	}
-	c, rest := find(args)
-	if c == nil {
-		group := groupOf(args)
-		n := len(strings.Fields(group))
-		if len(args) == n || isHelp(args[n]) {
-			usage(e.stdout, group) // "bothy webhooks": the group's commands
-			return 0
-		}
-		fmt.Fprintf(e.stderr, "bothy: unknown command %q\n\n", strings.Join(args[:n+1], " "))
-		usage(e.stderr, group)
-		return 2
-	}
-	return c.exec(ctx, e, rest)
-}
-
-// help answers "bothy help [COMMAND]".
-func help(e *env, args []string) int {
-	if len(args) == 0 {
-		usage(e.stdout, "")
-		return 0
-	}
-	if c, rest := find(args); c != nil && len(rest) == 0 {
-		c.usage(e.stdout)
-		return 0
-	}
-	if g := groupOf(args); g == strings.Join(args, " ") {
-		usage(e.stdout, g)
-		return 0
-	}
-	fmt.Fprintf(e.stderr, "bothy help: unknown command %q\n", strings.Join(args, " "))
-	return 2
-}
-
-// exec parses args for c, runs it and returns the exit code.
-func (c *command) exec(ctx context.Context, e *env, args []string) int {
-	in := c.prepare(e)
-	pos, err := parseArgs(in.fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(e.stdout)
-		return 0
-	}
+	root := newRoot(e)
+	root.SetArgs(longFlags(root, args))
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		err = c.checkArgs(pos)
-	} else {
-		// The flag package says "-name" whatever the user typed.
-		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
-			err = fmt.Errorf("unknown flag --%s", name)
-		}
-		err = fmt.Errorf("%w: %w", errUsage, err)
+		return 0
 	}
-	if err == nil {
-		err = in.body(ctx, &call{env: e, args: pos, fs: in.fs, load: in.load})
-	}
+	name := strings.TrimPrefix(cmd.CommandPath(), "bothy ")
+	var unknown *unknownCommandError
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(e.stderr, "bothy %s: %v\nRun \"bothy %s --help\" for its usage.\n", c.Name, err, c.Name)
+	case errors.As(err, &unknown):
+		fmt.Fprintf(e.stderr, "bothy: %v\n\n", err)
+		writeGroupUsage(e.stderr, cmd)
 		return 2
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(e.stderr, "%s: %v\nRun \"%s --help\" for its usage.\n", cmd.CommandPath(), err, cmd.CommandPath())
+		return 2
+	case cmd == root:
+		fmt.Fprintf(e.stderr, "bothy: %v\n", err)
 	default:
-		fmt.Fprintf(e.stderr, "bothy %s: %v\n", c.Name, err)
-		return 1
+		fmt.Fprintf(e.stderr, "bothy %s: %v\n", name, err)
 	}
-}
-
-// instance is a command made ready for one run: its flag set, its body,
-// and what the help and the completion scripts need to know.
-type instance struct {
-	fs *flag.FlagSet
-	// own are the names of the command's own flags, sorted.
-	own  []string
-	body func(ctx context.Context, c *call) error
-	// load loads the configuration; nil for a NoConfig command.
-	load func() (*config.Config, error)
-}
-
-// prepare defines c's flags and, unless NoConfig, the configuration
-// flags on a new flag set that reports nothing itself: exec and usage do.
-func (c *command) prepare(e *env) *instance {
-	in := &instance{fs: flag.NewFlagSet("bothy "+c.Name, flag.ContinueOnError)}
-	in.fs.SetOutput(io.Discard)
-	in.fs.Usage = func() {}
-	in.body = c.Setup(in.fs)
-	in.fs.VisitAll(func(f *flag.Flag) { in.own = append(in.own, f.Name) })
-	if !c.NoConfig {
-		in.load = configFlags(in.fs, e)
-	}
-	return in
-}
-
-func (c *command) checkArgs(pos []string) error {
-	want := strings.Fields(c.Args)
-	if len(pos) == len(want) {
-		return nil
-	}
-	got := "no arguments"
-	if len(pos) > 0 {
-		got = fmt.Sprintf("%q", pos)
-	}
-	if len(want) == 0 {
-		return fmt.Errorf("%w: takes no arguments, got %s", errUsage, got)
-	}
-	return fmt.Errorf("%w: takes %s, got %s", errUsage, c.Args, got)
-}
-
-// parseArgs parses flags wherever they stand among args, before or after
-// positional arguments, and returns the positional ones. After "--"
-// everything is positional.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// find picks the command with the longest name matching the first words.
-func find(args []string) (*command, []string) {
-	var best *command
-	n := 0
-	for i := range commands {
-		words := strings.Fields(commands[i].Name)
-		if len(words) <= len(args) && slices.Equal(words, args[:len(words)]) && len(words) > n {
-			best, n = &commands[i], len(words)
-		}
-	}
-	return best, args[n:]
-}
-
-// groupOf returns the longest group ("webhooks", "authz token") that args
-// start with, "" for none.
-func groupOf(args []string) string {
-	group := ""
-	for n := 1; n <= len(args); n++ {
-		prefix := strings.Join(args[:n], " ") + " "
-		if !slices.ContainsFunc(commands, func(c command) bool { return strings.HasPrefix(c.Name, prefix) }) {
-			break
-		}
-		group = strings.TrimSpace(prefix)
-	}
-	return group
-}
-
-// sortedCommands returns the commands in group ("" for all) by name.
-func sortedCommands(group string) []command {
-	var out []command
-	for _, c := range commands {
-		if group == "" || strings.HasPrefix(c.Name, group+" ") {
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b command) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
-
-// usage lists the commands of group, "" for all.
-func usage(w io.Writer, group string) {
-	cmd := strings.TrimSpace("bothy " + group)
-	if group == "" {
-		fmt.Fprintln(w, "bothy runs the bothy sync server and its operator commands.")
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "Usage:\n  %s COMMAND [ARGUMENTS] [flags]\n\nCommands:\n", cmd)
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	for _, c := range sortedCommands(group) {
-		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.Name+" "+c.Args), c.Summary)
-	}
-	tw.Flush()
-	fmt.Fprint(w, `
-Run "bothy COMMAND --help" for a command's flags; they may come before or after its
-arguments. Commands that read the configuration take --config FILE and --KEY=VALUE for
-any key ("bothy config keys"); commands that print a result take --json.
-Exit codes: 0 success, 1 failure, 2 usage error.
-`)
-}
-
-// usage writes c's help: usage line, summary and its own flags.
-func (c *command) usage(w io.Writer) {
-	in := c.prepare(&env{})
-	fmt.Fprintf(w, "Usage:\n  %s [flags]\n\n%s%s.\n", strings.TrimSpace("bothy "+c.Name+" "+c.Args), strings.ToUpper(c.Summary[:1]), c.Summary[1:])
-	if len(in.own) > 0 {
-		fmt.Fprintln(w, "\nFlags:")
-		for _, name := range in.own {
-			f := in.fs.Lookup(name)
-			arg, text := flag.UnquoteUsage(f)
-			left := "--" + name
-			if arg != "" {
-				left += " " + arg
-			}
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-				text += fmt.Sprintf(" (default %s)", f.DefValue)
-			}
-			fmt.Fprintf(w, "  %-24s %s\n", left, text)
-		}
-	}
-	if !c.NoConfig {
-		fmt.Fprintln(w, "\nConfiguration: --config FILE (default $BOTHY_CONFIG) and --KEY=VALUE for every key of \"bothy config keys\".")
-	}
+	return 1
 }
 
 // configFlags adds --config and one flag per configuration key to fs and
 // returns a function that loads the configuration once fs is parsed.
-func configFlags(fs *flag.FlagSet, e *env) func() (*config.Config, error) {
+func configFlags(fs *pflag.FlagSet, e *env) func() (*config.Config, error) {
 	path := fs.String("config", "", "configuration file (lines of key = value); default $BOTHY_CONFIG")
 	set := map[string]*string{}
 	for _, k := range config.Keys {
 		set[k.Name] = new(string)
-		fs.Func(k.Name, k.Doc+" (default "+k.Default+")", func(v string) error { *set[k.Name] = v; return nil })
+		fs.Var(&keyValue{v: set[k.Name]}, k.Name, k.Doc+" (default "+k.Default+")")
+		_ = fs.SetAnnotation(k.Name, configAnnotation, []string{"true"})
 	}
+	_ = fs.SetAnnotation("config", configAnnotation, []string{"true"})
 	return func() (*config.Config, error) {
 		flags := map[string]string{}
-		fs.Visit(func(f *flag.Flag) {
+		fs.Visit(func(f *pflag.Flag) {
 			if _, ok := set[f.Name]; ok {
 				flags[f.Name] = *set[f.Name]
 			}
@@ -368,6 +186,17 @@ func configFlags(fs *flag.FlagSet, e *env) func() (*config.Config, error) {
 		return config.Load(p, e.environ, flags)
 	}
 }
+
+// configAnnotation marks the configuration flags, which help leaves out
+// of a command's own flags.
+const configAnnotation = "bothy-config"
+
+// keyValue holds a configuration key's flag value; config.Load checks it.
+type keyValue struct{ v *string }
+
+func (k *keyValue) String() string     { return *k.v }
+func (k *keyValue) Set(v string) error { *k.v = v; return nil }
+func (k *keyValue) Type() string       { return "value" }
 
 func lookupEnv(environ []string, name string) string {
 	for _, kv := range environ {
@@ -387,4 +216,48 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// cobraCommand is what cobra runs for c: its flags, arguments, help and
+// completion, and its body.
+func (c *command) cobraCommand(e *env, remote *remoteFlags) *cobra.Command {
+	words := strings.Fields(c.Name)
+	cc := &cobra.Command{
+		Use:   strings.TrimSpace(words[len(words)-1] + " " + c.Args),
+		Short: c.Summary,
+		Args:  c.checkArgs,
+	}
+	if c.Remote {
+		cc.Annotations = map[string]string{remoteAnnotation: "true"}
+	}
+	body := c.Setup(cc.Flags())
+	var load func() (*config.Config, error)
+	if !c.NoConfig {
+		load = configFlags(cc.Flags(), e)
+	}
+	cc.RunE = func(cmd *cobra.Command, args []string) error {
+		if !c.Remote && cmd.Flags().Changed("server") {
+			return fmt.Errorf("%w: %s does not run through the HTTP API; it takes no --server", errUsage, cmd.CommandPath())
+		}
+		return body(cmd.Context(), &call{env: e, args: args, fs: cmd.Flags(), load: load, remote: remote, cmd: cmd})
+	}
+	completeValues(cc, c, func(cmd *cobra.Command) *completionSource {
+		return &completionSource{c: &call{env: e, fs: cmd.Flags(), load: load, remote: remote, cmd: cmd}}
+	})
+	return cc
+}
+
+func (c *command) checkArgs(_ *cobra.Command, pos []string) error {
+	want := strings.Fields(c.Args)
+	if len(pos) == len(want) {
+		return nil
+	}
+	got := "no arguments"
+	if len(pos) > 0 {
+		got = fmt.Sprintf("%q", pos)
+	}
+	if len(want) == 0 {
+		return fmt.Errorf("%w: takes no arguments, got %s", errUsage, got)
+	}
+	return fmt.Errorf("%w: takes %s, got %s", errUsage, c.Args, got)
 }

@@ -8,10 +8,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-type consumersJSON struct {
-	Consumers []sync.ConsumerStatusJSON `json:"consumers"`
-}
-
 // mayReadOps: consumer cursors span every space, so they need the global
 // ops:read scope rather than a right on some space.
 func mayReadOps(s *authz.Subject) error {
@@ -31,7 +27,7 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err != nil {
 		return err
 	}
-	out := consumersJSON{Consumers: make([]sync.ConsumerStatusJSON, len(sts))}
+	out := sync.ConsumerStatusList{Consumers: make([]sync.ConsumerStatusJSON, len(sts))}
 	for i, st := range sts {
 		out.Consumers[i] = st.JSON()
 	}

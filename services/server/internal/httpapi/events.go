@@ -2,13 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -22,26 +20,6 @@ const maxEventsPerRequest = 100
 // (webhooks.OperationalPrefix and any later ones); clients may not append
 // them.
 const reservedTypePrefix = "bothy."
-
-type appendEventsRequest struct {
-	Events []newEventJSON `json:"events"`
-}
-
-type newEventJSON struct {
-	// ID, if set, is the event's id; sending it again repeats the event
-	// instead of appending another (see appendEvents).
-	ID         *uuid.UUID      `json:"id"`
-	Type       string          `json:"type"`
-	OccurredAt *time.Time      `json:"occurred_at"`
-	Data       json.RawMessage `json:"data"`
-}
-
-// appendedEvent is an event of the answer: its envelope as logged, marked
-// when it was in the log before this request or earlier in it.
-type appendedEvent struct {
-	sync.Envelope
-	Duplicate bool `json:"duplicate,omitempty"`
-}
 
 // appendEvents appends events to a space in one transaction through the
 // event log's producer, with the subject as actor. It stands in for the
@@ -68,7 +46,7 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 	if err := a.allow(r, s, authz.ActionEventAppend, space); err != nil {
 		return err
 	}
-	var req appendEventsRequest
+	var req sync.AppendRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
@@ -102,11 +80,11 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 		}
 		return err
 	}
-	out := make([]appendedEvent, len(evs))
+	out := sync.AppendResponse{Events: make([]sync.AppendedEvent, len(evs))}
 	for i := range evs {
-		out[i] = appendedEvent{Envelope: evs[i].Envelope(), Duplicate: evs[i].Duplicate}
+		out.Events[i] = sync.AppendedEvent{Envelope: evs[i].Envelope(), Duplicate: evs[i].Duplicate}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"events": out})
+	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
 

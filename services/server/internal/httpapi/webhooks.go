@@ -116,12 +116,6 @@ func pageParams(r *http.Request, list string) (int, page.Key, error) {
 	return limit, after, nil
 }
 
-type subscriptionsPage struct {
-	Subscriptions []webhooks.SubscriptionView `json:"subscriptions"`
-	// NextCursor is set when more may follow.
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
 // listWebhooks answers a page of the subscriptions the subject may manage,
 // in creation order. Subscriptions on spaces where the subject lacks
 // webhooks.manage are skipped, and further rows are read until the page is
@@ -145,7 +139,7 @@ func (a *API) listWebhooks(w http.ResponseWriter, r *http.Request, s *authz.Subj
 			p.Owner = "" // an admin sees every subscription on the space
 		}
 	}
-	out := subscriptionsPage{Subscriptions: []webhooks.SubscriptionView{}}
+	out := webhooks.SubscriptionsPage{Subscriptions: []webhooks.SubscriptionView{}}
 	allowed := map[string]bool{}
 	for {
 		p.Limit = limit - len(out.Subscriptions) + 1 // one more says whether more follow
@@ -349,9 +343,6 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 		}
 		out = append(out, webhooks.NewDeliveryView(&ds[i], atts, true))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Deliveries []webhooks.DeliveryView `json:"deliveries"`
-		NextCursor string                  `json:"next_cursor,omitempty"`
-	}{out, next})
+	writeJSON(w, http.StatusOK, webhooks.DeliveriesPage{Deliveries: out, NextCursor: next})
 	return nil
 }

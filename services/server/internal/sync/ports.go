@@ -200,6 +200,11 @@ type ConsumerStatusJSON struct {
 	} `json:"lost"`
 }
 
+// ConsumerStatusList is the answer to GET /v1/consumers.
+type ConsumerStatusList struct {
+	Consumers []ConsumerStatusJSON `json:"consumers"`
+}
+
 // JSON returns s in its JSON form.
 func (s ConsumerStatus) JSON() ConsumerStatusJSON {
 	j := ConsumerStatusJSON{Name: s.Name, LastSeq: s.LastSeq, Head: s.Head, Lag: s.Lag,

@@ -234,3 +234,17 @@ func (r *TestResult) View() TestView {
 	}
 	return v
 }
+
+// SubscriptionsPage is a page of GET /v1/webhooks.
+type SubscriptionsPage struct {
+	Subscriptions []SubscriptionView `json:"subscriptions"`
+	// NextCursor is set when more may follow.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// DeliveriesPage is a page of GET /v1/webhooks/{id}/deliveries.
+type DeliveriesPage struct {
+	Deliveries []DeliveryView `json:"deliveries"`
+	// NextCursor is set when more may follow.
+	NextCursor string `json:"next_cursor,omitempty"`
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/app/apptest"
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// remoteBundle is a running server (role all, real database), a token of
+// principal alice (admin of s1, every scope) and the CLI's environment to
+// reach it: no database URL, and a credentials file of its own.
+type remoteBundle struct {
+	db      *dbtest.DB
+	base    string
+	token   string
+	environ []string
+}
+
+func setupRemote(t *testing.T, extra ...string) *remoteBundle {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	flags := apptest.Flags(db.URL, "all")
+	for i := 0; i+1 < len(extra); i += 2 {
+		flags[extra[i]] = extra[i+1]
+	}
+	b := &remoteBundle{db: db, base: apptest.Start(t, flags)}
+	b.token = apptest.Principal(t, db.Pool, "alice", authz.RightAdmin, "s1", append(apptest.AllScopes, authz.ScopeOpsRead))
+	b.environ = []string{"BOTHY_SERVER=" + b.base, "BOTHY_TOKEN=" + b.token, "BOTHY_CREDENTIALS=" + filepath.Join(t.TempDir(), "credentials")}
+	return b
+}
+
+// cli runs the CLI in b's environment and requires exit code want.
+func (b *remoteBundle) cli(t *testing.T, want int, args ...string) (stdout, stderr string) {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, b.environ, args...)
+	require.Equal(t, want, code, "bothy %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
+	return stdout, stderr
+}
+
+// jsonOf runs the CLI with --json and decodes what it prints into out.
+func (b *remoteBundle) jsonOf(t *testing.T, out any, args ...string) {
+	t.Helper()
+	stdout, _ := b.cli(t, 0, append(args, "--json")...)
+	require.NoError(t, json.Unmarshal([]byte(stdout), out), "%s", stdout)
+}
+
+// TestCLI_ServerModeNeedsNoDatabase runs the built binary as a user on
+// another machine would: an environment with no database URL at all, the
+// server and the token as flags before the command.
+func TestCLI_ServerModeNeedsNoDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	bin := buildBinary(t)
+	b := setupRemote(t)
+	b.jsonOf(t, &webhooks.SubscriptionView{}, "webhooks", "create", "--space", "s1", "--url", "http://127.0.0.1:9/hook")
+
+	cmd := exec.Command(bin, "--server", b.base, "--token", b.token, "webhooks", "list")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "http://127.0.0.1:9/hook")
+	require.Contains(t, string(out), "alice")
+}
+
+// TestCLI_WebhooksThroughTheServer runs every webhooks command through the
+// HTTP API and checks that each prints the API's answer.
+func TestCLI_WebhooksThroughTheServer(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	rv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(rv.Close)
+
+	var sub webhooks.SubscriptionView
+	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv.URL+"/hook?key=secret", "--policy", "unordered",
+		"--header", "X-Tenant: acme-tenant")
+	require.Equal(t, "alice", sub.Owner, "the token's principal owns it")
+	require.NotNil(t, sub.TokenID, "the calling token bounds the deliveries")
+	require.NotEmpty(t, sub.Secret)
+	require.Equal(t, rv.URL+"/hook?…", sub.URL)
+	require.Equal(t, map[string]string{"X-Tenant": "ac…"}, sub.Headers)
+	id := sub.ID.String()
+
+	var list []webhooks.SubscriptionView
+	b.jsonOf(t, &list, "webhooks", "list", "--space", "s1")
+	require.Len(t, list, 1)
+	stdout, _ := b.cli(t, 0, "webhooks", "list")
+	require.Contains(t, stdout, id)
+	require.Contains(t, stdout, "unordered/10")
+
+	stdout, _ = b.cli(t, 0, "webhooks", "update", id, "--policy", "ordered", "--max-rps", "5")
+	require.Contains(t, stdout, "policy ordered,5/s")
+	stdout, _ = b.cli(t, 0, "webhooks", "test", id)
+	require.Contains(t, stdout, "receiver answered 204")
+
+	stdout, _ = b.cli(t, 0, "events", "emit", "--space", "s1", "--count", "3", "--concurrency", "2")
+	require.Contains(t, stdout, "appended 3 events to space s1")
+	var sts []sync.ConsumerStatusJSON
+	b.jsonOf(t, &sts, "consumers", "status")
+	require.NotEmpty(t, sts)
+
+	var ds []webhooks.DeliveryView
+	b.jsonOf(t, &ds, "webhooks", "deliveries", id, "--limit", "10")
+	for _, d := range ds {
+		require.Nil(t, d.AttemptList, "attempts only with --attempts")
+	}
+
+	var disabled webhooks.SubscriptionView
+	b.jsonOf(t, &disabled, "webhooks", "disable", id, "--reason", "maintenance")
+	require.Equal(t, "manual", disabled.DisabledCause)
+	var enabled webhooks.EnableView
+	b.jsonOf(t, &enabled, "webhooks", "enable", id, "--from", "backlog")
+	require.Equal(t, "manual", enabled.WasCause)
+	require.Equal(t, "active", enabled.Subscription.Status)
+	var rotated webhooks.RotateView
+	b.jsonOf(t, &rotated, "webhooks", "rotate-secret", id, "--overlap", "1h")
+	require.EqualValues(t, 3600, rotated.OverlapSeconds)
+	var recovered map[string]any
+	b.jsonOf(t, &recovered, "webhooks", "recover", id, "--from-seq", "1")
+	require.Equal(t, id, recovered["id"])
+
+	var deleted map[string]any
+	b.jsonOf(t, &deleted, "webhooks", "delete", id)
+	require.Equal(t, map[string]any{"id": id, "deleted": true}, deleted, "the API does not count the delivery records")
+	_, stderr := b.cli(t, 1, "webhooks", "delete", id)
+	require.Contains(t, stderr, "no such webhook subscription (HTTP 404)")
+}
+
+// TestCLI_ServerModeRefusals: what only the database can do is refused as
+// a usage error naming why, and the server's refusals are relayed.
+func TestCLI_ServerModeRefusals(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t, "webhooks.allow_private_targets", "false")
+
+	_, stderr := b.cli(t, 1, "webhooks", "create", "--space", "s1", "--url", "http://127.0.0.1:9/hook")
+	require.Contains(t, stderr, "webhooks.allow_private_targets = true", "the server's decision, relayed")
+	require.Contains(t, stderr, "(HTTP 422)")
+	_, stderr = b.cli(t, 2, "webhooks", "create", "--owner", "bob", "--space", "s1", "--url", "https://hooks.example.com/")
+	require.Contains(t, stderr, "--owner needs the database")
+	_, stderr = b.cli(t, 2, "webhooks", "list", "--owner", "bob")
+	require.Contains(t, stderr, "--owner needs the database")
+	_, stderr = b.cli(t, 2, "events", "emit", "--space", "s1", "--actor", "bob")
+	require.Contains(t, stderr, "--actor needs the database")
+	_, stderr = b.cli(t, 2, "migrate", "status", "--server", b.base)
+	require.Contains(t, stderr, "does not run through the HTTP API")
+	_, stderr = b.cli(t, 1, "events", "emit", "--space", "s2")
+	require.Contains(t, stderr, "(HTTP 403)", "no right on s2")
+
+	code, _, stderr := runCLI(t, []string{"BOTHY_SERVER=" + b.base, "BOTHY_CREDENTIALS=" + filepath.Join(t.TempDir(), "none")}, "webhooks", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no token for "+b.base)
+	code, _, stderr = runCLI(t, []string{"BOTHY_SERVER=" + b.base, "BOTHY_TOKEN=wrong"}, "webhooks", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "(HTTP 401)")
+	code, _, stderr = runCLI(t, nil, "webhooks", "list", "--server", "ftp://x")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `server "ftp://x": want a base URL`)
+}
+
+// TestCLI_Login: the token is read from stdin, checked with the server and
+// saved readable by its owner only; later commands find it by the server's
+// URL; logout forgets it. The token is never printed.
+func TestCLI_Login(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	creds := filepath.Join(t.TempDir(), "bothy", "credentials")
+	environ := []string{"BOTHY_SERVER=" + b.base + "/", "BOTHY_CREDENTIALS=" + creds}
+	login := func(token string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := run(t.Context(), []string{"login"}, &env{stdin: strings.NewReader(token + "\n"), stdout: &out, stderr: &errOut, environ: environ})
+		return code, out.String(), errOut.String()
+	}
+
+	code, _, stderr := login("not-a-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "refused the token")
+	_, err := os.Stat(creds)
+	require.ErrorIs(t, err, os.ErrNotExist, "a refused token is not saved")
+
+	code, stdout, stderr := login(b.token)
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout+stderr, b.token)
+	st, err := os.Stat(creds)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	code, stdout, stderr = runCLI(t, environ, "webhooks", "list")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "ID")
+	code, stdout, stderr = runCLI(t, environ, "logout")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "removed")
+	code, _, stderr = runCLI(t, environ, "webhooks", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no token for "+b.base)
+}
+
+// TestCompletion_SubscriptionIDsFromTheServer: with a server named, the
+// subscription ID argument completes from the server's list.
+func TestCompletion_SubscriptionIDsFromTheServer(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	var sub webhooks.SubscriptionView
+	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", "http://127.0.0.1:9/hook")
+	require.Equal(t, []string{sub.ID.String()}, completions(t, b.environ, "webhooks", "deliveries", ""))
+	require.Equal(t, []string{sub.ID.String()}, completions(t, b.environ, "webhooks", "enable", sub.ID.String()[:4]))
+	require.Empty(t, completions(t, b.environ, "webhooks", "enable", "zz"))
+}
