@@ -22,14 +22,34 @@ func runPromtool(t *testing.T, bin string, args ...string) {
 	require.NoError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 }
 
+// alertRule is the part of a rule this test reads.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
 // ruleFile is the part of a rule file this test reads.
 type ruleFile struct {
 	Groups []struct {
-		Rules []struct {
-			Alert       string            `yaml:"alert"`
-			Annotations map[string]string `yaml:"annotations"`
-		} `yaml:"rules"`
+		Rules []alertRule `yaml:"rules"`
 	} `yaml:"groups"`
+}
+
+// alerts returns the alerting rules of the rule file f (recording rules
+// have no alert name).
+func alerts(t *testing.T, f string) []alertRule {
+	t.Helper()
+	var rf ruleFile
+	readYAML(t, f, &rf)
+	var out []alertRule
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }
 
 // testFile is the part of a promtool test file this test reads.
@@ -85,16 +105,9 @@ func TestAlertRules(t *testing.T) {
 		}
 		for _, f := range rules {
 			require.True(t, slices.Contains(tested, f), "rule file %s is in no test file's rule_files", f)
-			var rf ruleFile
-			readYAML(t, f, &rf)
-			for _, g := range rf.Groups {
-				for _, r := range g.Rules {
-					if r.Alert == "" {
-						continue
-					}
-					require.True(t, fires[r.Alert], "%s: no promtool case where it fires", r.Alert)
-					require.True(t, silent[r.Alert], "%s: no promtool case where it must not fire", r.Alert)
-				}
+			for _, r := range alerts(t, f) {
+				require.True(t, fires[r.Alert], "%s: no promtool case where it fires", r.Alert)
+				require.True(t, silent[r.Alert], "%s: no promtool case where it must not fire", r.Alert)
 			}
 		}
 	})
@@ -144,30 +157,23 @@ func TestRunbookLinks(t *testing.T) {
 	require.NoError(t, err)
 	const base = "https://runbooks.example.com/bothy/alerting.html"
 	for _, f := range rules {
-		var rf ruleFile
-		readYAML(t, f, &rf)
-		for _, g := range rf.Groups {
-			for _, r := range g.Rules {
-				if r.Alert == "" {
-					continue
-				}
-				anchor := strings.ToLower(r.Alert)
-				require.Equal(t, runbookURL+"#"+anchor, r.Annotations["runbook_url"], "%s: runbook_url", r.Alert)
-				require.Contains(t, string(doc), "\n## "+r.Alert+"\n", "%s: no section in ops/alerting.md", r.Alert)
-				for _, c := range []struct {
-					external map[string]string
-					want     string
-				}{
-					{nil, defaultRunbooks + "#" + anchor},
-					{map[string]string{"cluster": "eu-1"}, defaultRunbooks + "#" + anchor},
-					{map[string]string{"runbook_base_url": base}, base + "#" + anchor},
-				} {
-					got := expandAnnotation(t, r.Annotations["runbook_url"], c.external)
-					require.Equal(t, c.want, got, "%s with external labels %v", r.Alert, c.external)
-					u, err := url.Parse(got)
-					require.NoError(t, err)
-					require.True(t, u.IsAbs() && u.Host != "", "%s: %q is not absolute", r.Alert, got)
-				}
+		for _, r := range alerts(t, f) {
+			anchor := strings.ToLower(r.Alert)
+			require.Equal(t, runbookURL+"#"+anchor, r.Annotations["runbook_url"], "%s: runbook_url", r.Alert)
+			require.Contains(t, string(doc), "\n## "+r.Alert+"\n", "%s: no section in ops/alerting.md", r.Alert)
+			for _, c := range []struct {
+				external map[string]string
+				want     string
+			}{
+				{nil, defaultRunbooks + "#" + anchor},
+				{map[string]string{"cluster": "eu-1"}, defaultRunbooks + "#" + anchor},
+				{map[string]string{"runbook_base_url": base}, base + "#" + anchor},
+			} {
+				got := expandAnnotation(t, r.Annotations["runbook_url"], c.external)
+				require.Equal(t, c.want, got, "%s with external labels %v", r.Alert, c.external)
+				u, err := url.Parse(got)
+				require.NoError(t, err)
+				require.True(t, u.IsAbs() && u.Host != "", "%s: %q is not absolute", r.Alert, got)
 			}
 		}
 	}

@@ -12,11 +12,13 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
-// TestConsumersStatusShowsOnlyDurableState: "consumers status" may read a
-// head that a producer committed asynchronously and that is not on disk yet.
-// It must not print a head that a crash then takes back (the seq would later
-// be handed to another event): it flushes the WAL before printing.
-func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
+// requireHeadDurable runs the CLI with args twice to warm up, advances the
+// head by 7 with an asynchronous commit (as a producer takes seqs inside
+// its window), runs args again and requires printed, given its output, to be
+// 7, crashes the cluster and requires the head to have survived: a seq
+// printed before it was on disk could later be handed to another event.
+func requireHeadDurable(t *testing.T, printed func(out string) int64, args ...string) {
+	t.Helper()
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
 	environ := []string{"BOTHY_DATABASE_URL=" + p.URL}
@@ -27,55 +29,45 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 	_, err := pool.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`)
 	require.NoError(t, err)
 	for range 2 {
-		code, _, stderr := runCLI(t, environ, "consumers", "status", "--json")
+		code, _, stderr := runCLI(t, environ, args...)
 		require.Equal(t, 0, code, stderr)
 	}
-	// As the counter is taken inside a producer's window: asynchronously.
 	dbtest.BumpSeqAsync(t, pool, 7)
 
-	code, out, stderr := runCLI(t, environ, "consumers", "status", "--json")
+	code, out, stderr := runCLI(t, environ, args...)
 	require.Equal(t, 0, code, stderr)
-	var sts []sync.ConsumerStatusJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &sts))
-	require.NotEmpty(t, sts)
-	require.Equal(t, int64(7), sts[0].Head)
+	require.Equal(t, int64(7), printed(out))
 
 	pool = p.CrashAndReopen(t, pool)
 	head, err := postgres.Head(ctx, pool)
 	require.NoError(t, err)
-	require.Equal(t, int64(7), head, "consumers status printed a head that the crash took back")
+	require.Equal(t, int64(7), head, "%v printed a head that the crash took back", args)
+}
+
+// TestConsumersStatusShowsOnlyDurableState: "consumers status" may read a
+// head that a producer committed asynchronously and that is not on disk yet.
+// It must not print a head that a crash then takes back: it flushes the WAL
+// before printing.
+func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
+	requireHeadDurable(t, func(out string) int64 {
+		var sts []sync.ConsumerStatusJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &sts))
+		require.NotEmpty(t, sts)
+		return sts[0].Head
+	}, "consumers", "status", "--json")
 }
 
 // TestRestoreFinalizeDryRunShowsOnlyDurableState: "restore finalize"
-// without --yes prints the head each cursor would move to; like "consumers
-// status" it must not print a head that a crash then takes back.
+// without --yes prints the head each cursor would move to; it must not
+// print a head that a crash then takes back either.
 func TestRestoreFinalizeDryRunShowsOnlyDurableState(t *testing.T) {
-	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
-	ctx := context.Background()
-	environ := []string{"BOTHY_DATABASE_URL=" + p.URL}
-	pool := p.Pool(t)
-
-	// Warm up first (see dbtest.BeginAsync), as TestConsumersStatusShowsOnlyDurableState.
-	_, err := pool.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`)
-	require.NoError(t, err)
-	for range 2 {
-		code, _, stderr := runCLI(t, environ, "restore", "finalize", "--json")
-		require.Equal(t, 0, code, stderr)
-	}
-	dbtest.BumpSeqAsync(t, pool, 7)
-
-	code, out, stderr := runCLI(t, environ, "restore", "finalize", "--json")
-	require.Equal(t, 0, code, stderr)
-	var plan restoreReport
-	require.NoError(t, json.Unmarshal([]byte(out), &plan))
-	require.True(t, plan.DryRun)
-	require.NotEmpty(t, plan.Cursors)
-	require.Equal(t, int64(7), plan.Cursors[0].To)
-
-	pool = p.CrashAndReopen(t, pool)
-	head, err := postgres.Head(ctx, pool)
-	require.NoError(t, err)
-	require.Equal(t, int64(7), head, "restore finalize printed a head that the crash took back")
+	requireHeadDurable(t, func(out string) int64 {
+		var plan restoreReport
+		require.NoError(t, json.Unmarshal([]byte(out), &plan))
+		require.True(t, plan.DryRun)
+		require.NotEmpty(t, plan.Cursors)
+		return plan.Cursors[0].To
+	}, "restore", "finalize", "--json")
 }
 
 // privateSubscription starts a private cluster and creates in it, through

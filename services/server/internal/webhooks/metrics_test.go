@@ -44,6 +44,17 @@ func gauges(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	return out
 }
 
+// metricsOn registers the webhook metrics of a fresh database, in which
+// principal alice exists, on a new registry.
+func metricsOn(t *testing.T) (*dbtest.DB, *prometheus.Registry) {
+	t.Helper()
+	db := dbtest.NewDB(t)
+	require.NoError(t, authz.CreatePrincipal(context.Background(), db.Pool, "alice", authz.KindUser))
+	reg := prometheus.NewRegistry()
+	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+	return db, reg
+}
+
 // addSubscription writes an active subscription of alice on s1 with one
 // pending delivery created ago before now, and the claim pump_until (an SQL
 // expression: NULL, or a time relative to now()).
@@ -75,10 +86,7 @@ VALUES ($1, 10, gen_random_uuid(), now() - $2::interval), ($1, 11, gen_random_uu
 func TestMetrics_DeliveryStall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewDB(t)
-	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
-	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+	db, reg := metricsOn(t)
 
 	g := gauges(t, reg)
 	require.Zero(t, g["bothy_webhook_delivery_stall_seconds"], "no subscriptions")
@@ -125,10 +133,7 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 func TestMetrics_DeliveryStallCountsDueDeliveriesOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewDB(t)
-	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
-	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+	db, reg := metricsOn(t)
 
 	// Created two hours ago, failing since: the retries are due in 20
 	// minutes, the keeper wakes then, and no pump holds the subscription.
