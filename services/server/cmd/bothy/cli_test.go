@@ -163,7 +163,7 @@ func TestCompletion_Values(t *testing.T) {
 		line []string // the words after "bothy", the last one being completed
 		want string
 	}{
-		{"TopLevelCommands", []string{""}, "authz completion config consumers dev events help login logout migrate push restore server version webhooks"},
+		{"TopLevelCommands", []string{""}, "authz completion config consumers dev events help login logout members migrate principals push restore server tokens version webhooks"},
 		{"GroupCommands", []string{"webhooks", "ro"}, "rotate-secret"},
 		{"NestedGroupCommands", []string{"authz", "token", ""}, "create revoke"},
 		{"OwnFlagAfterAnArgument", []string{"webhooks", "deliveries", "0b0e6f8e-0000-4000-8000-000000000000", "--att"}, "--attempts"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -67,6 +68,7 @@ var argValues = map[string]func(ctx context.Context, s *completionSource, toComp
 		return []string{"bash", "fish", "zsh"}
 	},
 	"SUBSCRIPTION_ID": subscriptionIDs,
+	"PRINCIPAL":       principalIDs,
 }
 
 // completionSource is where completions that need data get it: the server
@@ -209,6 +211,28 @@ func (s *completionSource) eventTypes(ctx context.Context, toComplete string) []
 	}
 	for _, t := range res.EventTypes {
 		out = append(out, done+t.Type)
+	}
+	return out
+}
+
+// principalIDs are the first page of principals, where the caller may
+// list them (principals:manage through the server; the operator on the
+// database).
+func principalIDs(ctx context.Context, s *completionSource, toComplete string) []cobra.Completion {
+	svc, done, err := s.c.admin(ctx)
+	if err != nil {
+		return nil
+	}
+	defer done()
+	pg, err := svc.Principals(ctx, &pageQuery{Limit: page.MaxLimit})
+	if err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, p := range pg.Principals {
+		if strings.HasPrefix(p.ID, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(p.ID, p.Kind))
+		}
 	}
 	return out
 }

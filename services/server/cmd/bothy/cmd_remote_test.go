@@ -220,3 +220,78 @@ func TestCompletion_SubscriptionIDsFromTheServer(t *testing.T) {
 	require.Equal(t, []string{sub.ID.String()}, completions(t, b.environ, "webhooks", "enable", sub.ID.String()[:4]))
 	require.Empty(t, completions(t, b.environ, "webhooks", "enable", "zz"))
 }
+
+// TestCLI_AdminThroughTheServer makes a principal, its right and its
+// token over HTTP only, and takes them away again.
+func TestCLI_AdminThroughTheServer(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	b.environ[1] = "BOTHY_TOKEN=" + apptest.Principal(t, b.db.Pool, "root", authz.RightAdmin, "s1",
+		[]string{authz.ScopePrincipalsManage, authz.ScopeEventsRead, authz.ScopeWebhooksManage})
+
+	var bob authz.PrincipalView
+	b.jsonOf(t, &bob, "principals", "create", "bob")
+	require.Equal(t, "user", bob.Kind)
+	stdout, _ := b.cli(t, 0, "principals", "create", "bob")
+	require.Contains(t, stdout, "already existed")
+	var all []authz.PrincipalView
+	b.jsonOf(t, &all, "principals", "list")
+	require.Len(t, all, 3, "alice, bob and root")
+
+	b.cli(t, 0, "members", "set", "--space", "s1", "--principal", "bob", "--right", "read")
+	var members []authz.MembershipView
+	b.jsonOf(t, &members, "members", "list", "--space", "s1")
+	require.Len(t, members, 3)
+	var tok authz.TokenView
+	b.jsonOf(t, &tok, "tokens", "create", "--principal", "bob", "--scopes", "events:read@s1", "--name", "ci")
+	require.NotEmpty(t, tok.Secret)
+	stdout, _ = b.cli(t, 0, "tokens", "list", "--principal", "bob")
+	require.Contains(t, stdout, tok.ID.String())
+	require.NotContains(t, stdout, tok.Secret)
+
+	asBob := []string{"BOTHY_SERVER=" + b.base, "BOTHY_TOKEN=" + tok.Secret}
+	code, stdout, stderr := runCLI(t, asBob, "principals", "get", "bob")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "read on s1")
+	code, _, stderr = runCLI(t, asBob, "principals", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "principals:manage (HTTP 403)")
+
+	b.cli(t, 0, "tokens", "revoke", tok.ID.String())
+	code, _, stderr = runCLI(t, asBob, "principals", "get", "bob")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "(HTTP 401)")
+	b.cli(t, 0, "members", "remove", "--space", "s1", "--principal", "bob")
+	b.jsonOf(t, &members, "members", "list", "--space", "s1")
+	require.Len(t, members, 2)
+}
+
+// TestCLI_AdminOnTheDatabase: the same commands work on the database, as
+// the operator.
+func TestCLI_AdminOnTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	environ := []string{"BOTHY_DATABASE_URL=" + db.URL}
+	jsonOf := func(out any, args ...string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, environ, append(args, "--json")...)
+		require.Equal(t, 0, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(stdout), out), "%s", stdout)
+	}
+	var p authz.PrincipalView
+	jsonOf(&p, "principals", "create", "ci", "--kind", "app")
+	require.Equal(t, "app", p.Kind)
+	jsonOf(&map[string]any{}, "members", "set", "--space", "s1", "--principal", "ci", "--right", "write")
+	jsonOf(&p, "principals", "get", "ci")
+	require.Equal(t, []authz.MembershipView{{Space: "s1", Principal: "ci", Right: "write", GrantedAt: (*p.Spaces)[0].GrantedAt}}, *p.Spaces)
+	var tok authz.TokenView
+	jsonOf(&tok, "tokens", "create", "--principal", "ci", "--scopes", "events:write@s1", "--expires-in", "1h")
+	require.NotNil(t, tok.ExpiresAt)
+	var toks []authz.TokenView
+	jsonOf(&toks, "tokens", "list", "--principal", "ci", "--limit", "1")
+	require.Len(t, toks, 1)
+	require.Empty(t, toks[0].Secret)
+	jsonOf(&map[string]any{}, "tokens", "revoke", tok.ID.String())
+	jsonOf(&toks, "tokens", "list", "--principal", "ci")
+	require.Equal(t, authz.TokenRevoked, toks[0].Status)
+}

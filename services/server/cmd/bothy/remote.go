@@ -109,11 +109,17 @@ func (e *apiError) Error() string {
 // decodes a 2xx answer into out (if not nil). Any other answer is an
 // *apiError.
 func (a *apiClient) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	_, err := a.doStatus(ctx, method, path, query, body, out)
+	return err
+}
+
+// doStatus is do that also returns the answer's status code.
+func (a *apiClient) doStatus(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		raw, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		rd = bytes.NewReader(raw)
 	}
@@ -123,7 +129,7 @@ func (a *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Accept", "application/json")
@@ -132,25 +138,25 @@ func (a *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	res, err := a.http.Do(req)
 	if err != nil {
-		return err // names the method and the URL
+		return 0, err // names the method and the URL
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: read the answer: %w", method, a.base+path, err)
+		return res.StatusCode, fmt.Errorf("%s %s: read the answer: %w", method, a.base+path, err)
 	}
 	if res.StatusCode/100 != 2 {
 		p := &apiError{Status: res.StatusCode}
 		if json.Unmarshal(raw, p) != nil || p.Status == 0 {
 			p = &apiError{Status: res.StatusCode, Detail: strings.TrimSpace(string(raw[:min(len(raw), 300)]))}
 		}
-		return p
+		return res.StatusCode, p
 	}
 	if out == nil || len(raw) == 0 {
-		return nil
+		return res.StatusCode, nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s %s: the answer is not what this CLI expects (an older or newer server?): %w", method, a.base+path, err)
+		return res.StatusCode, fmt.Errorf("%s %s: the answer is not what this CLI expects (an older or newer server?): %w", method, a.base+path, err)
 	}
-	return nil
+	return res.StatusCode, nil
 }

@@ -76,3 +76,45 @@ func (t *Token) View(now time.Time) TokenView {
 	return TokenView{ID: t.ID, Principal: t.Principal, Name: t.Name, Scopes: scopes, Status: status, CreatedAt: t.CreatedAt,
 		ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, LastUsedAt: t.LastUsedAt}
 }
+
+// The bodies of the admin API's requests and its pages, as the API reads
+// and answers them and the CLI sends and reads them.
+
+// CreatePrincipalRequest is the body of POST /v1/principals.
+type CreatePrincipalRequest struct {
+	ID string `json:"id"`
+	// Kind is user or app. Default user.
+	Kind string `json:"kind,omitempty"`
+}
+
+// CreateTokenRequest is the body of POST /v1/principals/{id}/tokens.
+type CreateTokenRequest struct {
+	// Scopes are required; [] makes a token that may do nothing.
+	Scopes *[]string `json:"scopes"`
+	Name   string    `json:"name,omitempty"`
+	// ExpiresAt, if set, ends the token's life.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// SetMemberRequest is the body of PUT /v1/spaces/{space}/members/{principal}.
+type SetMemberRequest struct {
+	Right string `json:"right"`
+}
+
+// PrincipalsPage is a page of GET /v1/principals.
+type PrincipalsPage struct {
+	Principals []PrincipalView `json:"principals"`
+	NextCursor string          `json:"next_cursor,omitempty"`
+}
+
+// TokensPage is a page of GET /v1/principals/{id}/tokens.
+type TokensPage struct {
+	Tokens     []TokenView `json:"tokens"`
+	NextCursor string      `json:"next_cursor,omitempty"`
+}
+
+// MembersPage is a page of GET /v1/spaces/{space}/members.
+type MembersPage struct {
+	Members    []MembershipView `json:"members"`
+	NextCursor string           `json:"next_cursor,omitempty"`
+}

@@ -63,12 +63,6 @@ func mayManagePrincipals(s *authz.Subject, what string) error {
 	return errorf(http.StatusForbidden, kindForbidden, "%s needs a token with scope %s", what, authz.ScopePrincipalsManage)
 }
 
-type createPrincipalRequest struct {
-	ID string `json:"id"`
-	// Kind is user or app. Default user.
-	Kind string `json:"kind"`
-}
-
 // createPrincipal creates a principal: 201, or 200 with the principal as
 // it is when it existed already with the same kind (a retry after a lost
 // answer), 409 when it exists with another kind.
@@ -76,7 +70,7 @@ func (a *API) createPrincipal(w http.ResponseWriter, r *http.Request, s *authz.S
 	if err := mayManagePrincipals(s, "creating principals"); err != nil {
 		return err
 	}
-	var req createPrincipalRequest
+	var req authz.CreatePrincipalRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
@@ -120,10 +114,7 @@ func (a *API) listPrincipals(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Principals []authz.PrincipalView `json:"principals"`
-		NextCursor string                `json:"next_cursor,omitempty"`
-	}{Principals: []authz.PrincipalView{}}
+	out := authz.PrincipalsPage{Principals: []authz.PrincipalView{}}
 	ps, out.NextCursor = pageOf(ps, limit, func(p *authz.Principal) page.Key { return page.Key{List: cursorPrincipals, Name: p.ID} })
 	for i := range ps {
 		out.Principals = append(out.Principals, ps[i].View())
@@ -160,14 +151,6 @@ func (a *API) getPrincipal(w http.ResponseWriter, r *http.Request, s *authz.Subj
 	return nil
 }
 
-type createTokenRequest struct {
-	// Scopes are required; [] makes a token that may do nothing.
-	Scopes *[]string `json:"scopes"`
-	Name   string    `json:"name"`
-	// ExpiresAt, if set, ends the token's life.
-	ExpiresAt *time.Time `json:"expires_at"`
-}
-
 // createToken mints a token for the principal in the path and answers it
 // with its secret, this once (authz.MintToken has the rules).
 func (a *API) createToken(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
@@ -175,7 +158,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if !authz.MayAdminister(s, id) {
 		return noSuchPrincipal(id)
 	}
-	var req createTokenRequest
+	var req authz.CreateTokenRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
@@ -216,10 +199,7 @@ func (a *API) listTokens(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Tokens     []authz.TokenView `json:"tokens"`
-		NextCursor string            `json:"next_cursor,omitempty"`
-	}{Tokens: []authz.TokenView{}}
+	out := authz.TokensPage{Tokens: []authz.TokenView{}}
 	toks, out.NextCursor = pageOf(toks, limit, func(t *authz.Token) page.Key { return page.Key{List: cursorTokens, ID: t.ID} })
 	now := time.Now()
 	for i := range toks {
@@ -269,20 +249,13 @@ func (a *API) listMembers(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Members    []authz.MembershipView `json:"members"`
-		NextCursor string                 `json:"next_cursor,omitempty"`
-	}{Members: []authz.MembershipView{}}
+	out := authz.MembersPage{Members: []authz.MembershipView{}}
 	ms, out.NextCursor = pageOf(ms, limit, func(m *authz.Membership) page.Key { return page.Key{List: cursorMembers, Name: m.Principal} })
 	for i := range ms {
 		out.Members = append(out.Members, ms[i].View())
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-type putMemberRequest struct {
-	Right string `json:"right"`
 }
 
 // putMember sets the principal's right on the space (authz.SetMember has
@@ -292,7 +265,7 @@ func (a *API) putMember(w http.ResponseWriter, r *http.Request, s *authz.Subject
 	if err != nil {
 		return err
 	}
-	var req putMemberRequest
+	var req authz.SetMemberRequest
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
