@@ -31,6 +31,34 @@ func emptyDB(t *testing.T) string {
 	return u
 }
 
+// upFromProcesses runs up from n pools on the database at u at once, as n
+// processes starting with --migrate would, requires each to succeed and
+// returns what each applied.
+func upFromProcesses(t *testing.T, ctx context.Context, u string, n int,
+	up func(context.Context, *pgxpool.Pool) (*dbmigrate.Result, error),
+) []*dbmigrate.Result {
+	t.Helper()
+	results := make([]*dbmigrate.Result, n)
+	errs := make([]error, n)
+	var wg gosync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			pool, err := pgxpool.New(ctx, u)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			results[i], errs[i] = up(ctx, pool)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	return results
+}
+
 // TestUp_ConcurrentProcessesApplyOnce runs Up from several pools at once on
 // an empty database, as several processes starting with --migrate would:
 // all succeed, each migration is applied exactly once, and a later Up finds
@@ -41,30 +69,12 @@ func TestUp_ConcurrentProcessesApplyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	const n = 4
-	results := make([]*dbmigrate.Result, n)
-	errs := make([]error, n)
-	var wg gosync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pool, err := pgxpool.New(ctx, u)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer pool.Close()
-			results[i], errs[i] = dbmigrate.Up(ctx, pool)
-		}()
-	}
-	wg.Wait()
+	results := upFromProcesses(t, ctx, u, 4, dbmigrate.Up)
 	all, err := dbmigrate.Load()
 	require.NoError(t, err)
 	applied := 0
-	for i := range n {
-		require.NoError(t, errs[i])
-		applied += len(results[i].Applied)
+	for _, res := range results {
+		applied += len(res.Applied)
 	}
 	require.Equal(t, len(all), applied, "every migration applied by exactly one of the processes")
 

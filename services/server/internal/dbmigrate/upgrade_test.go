@@ -2,7 +2,6 @@ package dbmigrate_test
 
 import (
 	"context"
-	gosync "sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -83,25 +82,23 @@ func TestUp_RefusesAnEditedMigration(t *testing.T) {
 		require.False(t, st.Current())
 		require.Len(t, st.Edited, 1)
 	})
-	t.Run("RenamedFileIsRefused", func(t *testing.T) {
-		t.Parallel()
-		pool := setup(t)
-		_, err := dbmigrate.UpFS(ctx, pool, files(
-			"0001_a_renamed.sql", "CREATE TABLE a (x int);",
-			"0002_b.sql", "CREATE TABLE b (x int);",
-		))
-		require.ErrorIs(t, err, dbmigrate.ErrEdited)
-		require.ErrorContains(t, err, "0001_a_renamed.sql was applied as 0001_a.sql")
-	})
-	t.Run("RemovedFileIsRefused", func(t *testing.T) {
-		t.Parallel()
-		pool := setup(t)
-		_, err := dbmigrate.UpFS(ctx, pool, files(
-			"0002_b.sql", "CREATE TABLE b (x int);",
-		))
-		require.ErrorIs(t, err, dbmigrate.ErrEdited)
-		require.ErrorContains(t, err, "0001_a.sql was applied but this binary has no such file")
-	})
+	for _, tc := range []struct {
+		name    string
+		files   fstest.MapFS
+		wantErr string
+	}{
+		{"RenamedFileIsRefused", files("0001_a_renamed.sql", "CREATE TABLE a (x int);", "0002_b.sql", "CREATE TABLE b (x int);"),
+			"0001_a_renamed.sql was applied as 0001_a.sql"},
+		{"RemovedFileIsRefused", files("0002_b.sql", "CREATE TABLE b (x int);"),
+			"0001_a.sql was applied but this binary has no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := dbmigrate.UpFS(ctx, setup(t), tc.files)
+			require.ErrorIs(t, err, dbmigrate.ErrEdited)
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
 	t.Run("FileNumberedBelowAnAppliedOneIsRefused", func(t *testing.T) {
 		t.Parallel()
 		pool := setup(t)
@@ -163,24 +160,9 @@ func TestUp_ConcurrentProcessesBuildAnIndexConcurrently(t *testing.T) {
 	u := emptyDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const n = 4
-	errs := make([]error, n)
-	var wg gosync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			pool, err := pgxpool.New(ctx, u)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer pool.Close()
-			_, errs[i] = dbmigrate.UpFS(ctx, pool, concurrentIndexFiles)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
+	upFromProcesses(t, ctx, u, 4, func(ctx context.Context, pool *pgxpool.Pool) (*dbmigrate.Result, error) {
+		return dbmigrate.UpFS(ctx, pool, concurrentIndexFiles)
+	})
 	pool, err := pgxpool.New(ctx, u)
 	require.NoError(t, err)
 	defer pool.Close()
