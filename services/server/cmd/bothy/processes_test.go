@@ -247,3 +247,15 @@ func TestWorkerProcessesExactlyOnce(t *testing.T) {
 		w.stop(t)
 	}
 }
+
+// exited reports whether the process has ended, leaving the result for
+// stop.
+func (p *proc) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
