@@ -64,28 +64,49 @@ func readLog(ctx context.Context, t *testing.T, conn *pgx.Conn) map[string]int64
 }
 
 // verifyInbox checks one receiver: every acknowledged event arrived, every
-// arrival is an event in the log at the seq it was sent with, the ordered
-// subscription's arrivals never go back in seq, and an event arrived more
-// than once only if its first copy came while a loss was under way.
+// arrival is an event in the log at the seq it was sent with, an event
+// arrived more than once only if its first copy came while a loss was
+// under way, and, for the ordered subscription, each event arrived for the
+// first time after every event before it (a receiver that drops repeats by
+// webhook-id sees the log's order).
 func (fo *failover) verifyInbox(t *testing.T, r *inbox, logged, acked map[string]int64) {
 	got := r.arrivals()
 	first := map[string]arrival{}
 	var last int64
-	for _, a := range got {
+	for i, a := range got {
 		id := a.id.String()
 		require.Equal(t, logged[id], a.seq, "%s got event %s at seq %d, which the log does not hold (0: missing)", r.name, id, a.seq)
-		if r.ordered {
-			require.GreaterOrEqual(t, a.seq, last, "%s got seq %d after %d", r.name, a.seq, last)
-			last = a.seq
-		}
 		if f, seen := first[id]; seen {
 			require.True(t, fo.duringLoss(f.at), "%s got seq %d again; its first copy (%s) was not sent during a loss",
 				r.name, a.seq, f.at.Format("15:04:05.000"))
 			continue
 		}
 		first[id] = a
+		if r.ordered {
+			require.Greater(t, a.seq, last, "%s got seq %d for the first time after %d; losses: %s; arrivals: %s", r.name, a.seq, last,
+				fo.lossTimes(), arrivalList(got[max(0, i-8):i+1]))
+			last = a.seq
+		}
 	}
 	require.Zero(t, missingFrom(r, acked), "%s lacks acknowledged events", r.name)
+}
+
+func arrivalList(as []arrival) string {
+	var s []string
+	for _, a := range as {
+		s = append(s, fmt.Sprintf("%d@%s", a.seq, a.at.Format("15:04:05.000")))
+	}
+	return strings.Join(s, " ")
+}
+
+// lossTimes lists when each loss began (the pause) and ended (the
+// promotion), for failure messages.
+func (fo *failover) lossTimes() string {
+	var s []string
+	for _, l := range fo.losses {
+		s = append(s, fmt.Sprintf("%d: %s-%s", l.n, l.paused.Format("15:04:05.000"), l.promoted.Format("15:04:05.000")))
+	}
+	return strings.Join(s, ", ")
 }
 
 // lossMargin is how long before a loss a send may have been made whose
