@@ -28,13 +28,22 @@ var unavailableCodes = map[string]bool{
 	"25006": true, // read_only_sql_transaction: a write on a standby (after a failover, before DNS follows)
 }
 
+// ErrUnconfirmed is wrapped by errors of writes and reads whose commit the
+// database did not confirm as durable: its wait for the synchronous
+// standbys was cancelled, so the commit may exist on this server only,
+// and a failover can take it back. It counts as unavailable: the caller
+// retries as is (an append with the same event ids is answered from the
+// log once the commit is durable).
+var ErrUnconfirmed = errors.New("the commit's wait for synchronous standbys was cancelled: it may be on this server only")
+
 // Unavailable reports whether err, from a database call, says that the
 // database is unavailable: no connection could be made (refused, timed
 // out, too many connections, starting up), the pool is closed (shutdown),
 // the connection was closed, broke or timed out under a query (net
 // errors, EOF, pgconn.ErrConnClosed, errors pgconn marks safe to retry),
-// the server ended the session (SQLSTATE class 08, 57P01-57P03, 57P05), or
-// the server is a read-only standby (25006). A deadline that ran out is
+// the server ended the session (SQLSTATE class 08, 57P01-57P03, 57P05),
+// the server is a read-only standby (25006), or a commit was not
+// confirmed (ErrUnconfirmed). A deadline that ran out is
 // counted too: the database did not answer in time. context.Canceled is
 // not: the caller left.
 func Unavailable(err error) bool {
@@ -53,7 +62,7 @@ func Unavailable(err error) bool {
 	switch {
 	case errors.As(err, &netErr):
 		return true
-	case errors.Is(err, puddle.ErrClosedPool), errors.Is(err, pgconn.ErrConnClosed):
+	case errors.Is(err, puddle.ErrClosedPool), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, ErrUnconfirmed):
 		return true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return true

@@ -49,6 +49,7 @@ func TestUnavailable_Table(t *testing.T) {
 		{"IdleSessionTimeout57P05", pg("57P05"), true},
 		{"TooManyConnections53300", pg("53300"), true},
 		{"ReadOnlyTransaction25006", pg("25006"), true},
+		{"Unconfirmed", fmt.Errorf("append: committed, durability unconfirmed: %w", dbfault.ErrUnconfirmed), true},
 
 		{"Nil", nil, false},
 		{"Canceled", context.Canceled, false},

@@ -112,11 +112,13 @@ FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]
 RETURNING seq, committed_at`
 
 // flushSQL makes the WAL durable up to this point. PostgreSQL flushes the
-// WAL at commit only for a transaction that has an xid and wrote WAL
-// itself; one that merely takes an xid (pg_current_xact_id) commits
-// asynchronously whatever synchronous_commit says. A transactional logical
-// message has both, so its commit waits until the WAL is on disk past its
-// own commit record, which lies after the producer's. It needs no
+// WAL at commit, and waits for the synchronous standbys, only for a
+// transaction that has an xid and wrote WAL itself; one that merely takes
+// an xid (pg_current_xact_id) commits asynchronously whatever
+// synchronous_commit says. A transactional logical message has both, so
+// its commit waits until the WAL is on disk, and on the synchronous
+// standbys where they are configured (TestSynchronousStandby), past its own
+// commit record, which lies after the producer's. It needs no
 // privilege and no wal_level beyond the default. Concurrent producers' flushes share fsyncs (group
 // commit), which a flush inside the counter's lock window cannot: there each
 // holder of the counter waits for its own.
@@ -171,8 +173,11 @@ SELECT array_agg(n) FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS t(a
 // for this transaction only): the counter is released as soon as the commit
 // is visible, without waiting for the disk. The same pipeline then runs a
 // flush transaction (flushSQL) outside the window, so a caller that got nil
-// holds a durable commit; TestCrashLosesNoAcknowledgedEvent crashes
-// PostgreSQL to check it. Other sessions may see the events a moment before they are
+// holds a durable commit: on disk (TestCrashLosesNoAcknowledgedEvent
+// crashes PostgreSQL to check it) and on the synchronous standbys
+// (TestFailover_PrimaryLostUnderLoad loses the primary). A flush whose
+// wait for the standbys was cancelled is not taken as durable
+// (dbfault.ErrUnconfirmed). Other sessions may see the events a moment before they are
 // durable: whatever shows them outside the database makes the WAL durable
 // first (see Durable). If the server crashes in between, the lost commits
 // are the newest ones, in seq order, so the log stays gapless.
@@ -256,8 +261,8 @@ func commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (commi
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("append: commit: %w", err)
 	}
-	if _, err := conn.Exec(ctx, durableSQL); err != nil {
-		return true, fmt.Errorf("append: committed, flush the log: %w", err)
+	if err := durable(ctx, conn); err != nil {
+		return true, fmt.Errorf("append: committed, %w", err)
 	}
 	return true, nil
 }
@@ -285,8 +290,12 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, news
 	if !l.variant.flushInLock {
 		b.Queue(flushSQL)
 	}
+	_ = standbyWaitCancelled(conn.Conn().PgConn())
 	err = conn.SendBatch(ctx, b).Close()
 	committed = tag == "COMMIT"
+	if err == nil {
+		err = standbyWaitCancelled(conn.Conn().PgConn())
+	}
 	n := len(fresh)
 	switch {
 	case err != nil && committed:
@@ -495,21 +504,44 @@ func (p *appendPlan) findLogged(ctx context.Context, tx pgx.Tx, news []sync.NewE
 	return nil
 }
 
-// durableSQL flushes the WAL up to its current end unless that is flushed
-// already; the logical message is only written (and its commit only waits
-// for the disk) when something is left to flush.
+// durableSQL makes every commit visible before it durable: on the disk
+// and, where synchronous standbys are configured, on them. It runs a flush
+// transaction (whose commit waits for both) unless the WAL is on the local
+// disk up to its end and no synchronous standby is configured. A locally
+// flushed WAL says nothing of the standbys: the WAL writer flushes
+// asynchronous commits (rounds, producers' windows) at once, and a standby
+// receives them a moment later; shown in between, they are lost by a
+// failover to it (TestSynchronousStandby).
 const durableSQL = `
 SELECT CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
+              OR current_setting('synchronous_standby_names') <> ''
             THEN pg_logical_emit_message(true, 'bothy_flush', '') END`
 
 // Durable implements sync.DurabilityBarrier.
 func (l *EventLog) Durable(ctx context.Context) error { return Durable(ctx, l.pool) }
 
-// Durable returns once every commit visible before the call is on disk
+// Durable returns once every commit visible before the call is durable:
+// on disk, and on the synchronous standbys where they are configured
 // (sync.DurabilityBarrier). It runs as a transaction of its own, so db
 // must not be a transaction.
 func Durable(ctx context.Context, db *pgxpool.Pool) error {
-	if _, err := db.Exec(ctx, durableSQL); err != nil {
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("flush the log: %w", err)
+	}
+	defer conn.Release()
+	return durable(ctx, conn)
+}
+
+// durable runs durableSQL on conn, and fails with dbfault.ErrUnconfirmed
+// when its wait for the standbys was cancelled.
+func durable(ctx context.Context, conn *pgxpool.Conn) error {
+	_ = standbyWaitCancelled(conn.Conn().PgConn())
+	_, err := conn.Exec(ctx, durableSQL)
+	if err == nil {
+		err = standbyWaitCancelled(conn.Conn().PgConn())
+	}
+	if err != nil {
 		return fmt.Errorf("flush the log: %w", err)
 	}
 	return nil

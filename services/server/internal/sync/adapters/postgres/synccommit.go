@@ -1,13 +1,17 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/dbfault"
 )
 
 // ErrAsyncCommitRequested is returned (wrapped) by a connection of a pool
@@ -34,7 +38,18 @@ var ErrAsyncCommitRequested = errors.New("the connection asks for asynchronous c
 // parses it: a synchronous_commit parameter, "-c synchronous-commit=off"
 // or "--synchronous_commit=off" in options, PGOPTIONS
 // (TestOpenPool_SynchronousCommit).
+//
+// It also watches every connection for PostgreSQL's warning that a
+// commit's wait for the synchronous standbys was cancelled
+// (standbyWaitCancelled).
 func RequireSynchronousCommit(pc *pgxpool.Config) {
+	notice := pc.ConnConfig.OnNotice
+	pc.ConnConfig.OnNotice = func(c *pgconn.PgConn, n *pgconn.Notice) {
+		noteStandbyWaitCancelled(c, n)
+		if notice != nil {
+			notice(c, n)
+		}
+	}
 	next := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if next != nil {
@@ -65,6 +80,37 @@ func ensureSyncCommit(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
 		return fmt.Errorf("set synchronous_commit = on (the %s default is %s): %w", source, v, err)
+	}
+	return nil
+}
+
+// standbyWaitCancelledKey marks, in a connection's CustomData, a generic
+// warning since the last standbyWaitCancelled.
+const standbyWaitCancelledKey = "bothy.standby_wait_cancelled"
+
+// noteStandbyWaitCancelled marks c when the server sends a generic warning
+// (SQLSTATE 01000). A commit that waits for synchronous standbys and whose
+// query is cancelled meanwhile (pg_cancel_backend, a client's cancel
+// request) stops waiting and succeeds as a local commit, with such a
+// warning ("canceling wait for synchronous replication due to user
+// request"; SyncRepWaitForLSN). The warning has no code of its own and its
+// text is translated, so every generic warning counts; the flush
+// statements checked raise no other.
+func noteStandbyWaitCancelled(c *pgconn.PgConn, n *pgconn.Notice) {
+	if cmp.Or(n.SeverityUnlocalized, n.Severity) == "WARNING" && n.Code == "01000" {
+		c.CustomData()[standbyWaitCancelledKey] = true
+	}
+}
+
+// standbyWaitCancelled returns dbfault.ErrUnconfirmed if c got the warning
+// of a cancelled wait for the standbys since the last call, and forgets
+// it. Call it before a flush to clear, and after it to check. It sees the
+// warning only on connections of a pool that RequireSynchronousCommit
+// configured, as every pool of bothy's roles is.
+func standbyWaitCancelled(c *pgconn.PgConn) error {
+	if c.CustomData()[standbyWaitCancelledKey] == true {
+		delete(c.CustomData(), standbyWaitCancelledKey)
+		return dbfault.ErrUnconfirmed
 	}
 	return nil
 }
