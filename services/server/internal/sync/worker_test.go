@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	gosync "sync"
 	"testing"
 	"time"
 
@@ -53,50 +52,55 @@ func TestWorker_Run(t *testing.T) {
 		})
 		require.NoError(t, err)
 
-		var mu gosync.Mutex
-		var rounds []error
+		// Backoffs 100, 200, 400, 800 ms, then the poll interval: each
+		// round ends at least its backoff after the one before, however
+		// many wake-ups come meanwhile (a busy machine only stretches the
+		// gaps). Without the backoff holding, every wake-up starts a round.
+		backoffs := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+		type round struct {
+			at  time.Time
+			err error
+		}
+		rounds := make(chan round, 1000)
 		rr := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, noJobs{}, &sync.RoundConfig{Logger: quiet})
-		// Backoffs 100, 200, 400, 800 ms, then the poll interval: rounds
-		// start at about 0, 0.1, 0.3, 0.7 and 1.5 s of the 2 s window.
 		w, err := sync.NewWorker(rr, []sync.Consumer{poison{}}, &sync.WorkerConfig{
-			PollInterval: time.Second, ErrorBackoff: 100 * time.Millisecond, Logger: quiet,
+			PollInterval: time.Second, ErrorBackoff: backoffs[0], Logger: quiet,
 			AfterRound: func(_ string, _ sync.RoundResult, err error) {
-				mu.Lock()
-				rounds = append(rounds, err)
-				mu.Unlock()
+				select {
+				case rounds <- round{time.Now(), err}:
+				default:
+				}
 			},
 		})
 		require.NoError(t, err)
 
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
+		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
-		// A flood of notifications, as a busy log sends them.
+		// A flood of notifications, as a busy log sends them, until four
+		// rounds have ended.
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
-	flood:
-		for {
+		deadline := time.After(time.Minute)
+		var got []round
+		for len(got) < len(backoffs)+1 {
 			select {
-			case <-ctx.Done():
-				break flood
+			case r := <-rounds:
+				got = append(got, r)
 			case <-tick.C:
 				w.Wake()
+			case <-deadline:
+				cancel()
+				t.Fatalf("%d rounds in a minute: the backoff delays retries, it must not stop them", len(got))
 			}
 		}
+		cancel()
 		require.NoError(t, <-done)
-
-		mu.Lock()
-		defer mu.Unlock()
-		for _, err := range rounds {
-			if !errors.Is(err, context.DeadlineExceeded) { // the window's end may cut the last round
-				require.ErrorContains(t, err, "poison event")
+		for i, r := range got {
+			require.ErrorContains(t, r.err, "poison event")
+			if i > 0 {
+				require.GreaterOrEqual(t, r.at.Sub(got[i-1].at), backoffs[i-1], "round %d came before its backoff ran out", i+1)
 			}
 		}
-		// Five expected; a slow machine makes fewer, never more. Without
-		// the backoff holding, every wake-up starts a round: hundreds.
-		t.Logf("%d rounds", len(rounds))
-		require.LessOrEqual(t, len(rounds), 7, "rounds in 2 s with a failing consumer and a wake-up every millisecond")
-		require.GreaterOrEqual(t, len(rounds), 2, "the backoff delays retries, it does not stop them")
 	})
 }

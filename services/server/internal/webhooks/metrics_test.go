@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,6 +94,9 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	require.Zero(t, g["bothy_webhook_oldest_pending_delivery_age_seconds"])
 	require.Zero(t, g["bothy_webhook_subscriptions/active"])
 
+	// The rows below are dated relative to the database's now(): each
+	// gauge reads its figure plus the time the scrape took to come.
+	written := time.Now()
 	// Never picked up: stalled since its head was created 10 minutes ago.
 	unsent := addSubscription(t, db.Pool, "10 minutes", "NULL")
 	// Waiting for a retry: the claim runs past the retry's time.
@@ -106,8 +110,8 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	require.NoError(t, webhooks.Disable(ctx, db.Pool, off, "test"))
 
 	g = gauges(t, reg)
-	require.InDelta(t, 600, g["bothy_webhook_delivery_stall_seconds"], 5)
-	require.InDelta(t, 3*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], 5)
+	requireAge(t, 600, g["bothy_webhook_delivery_stall_seconds"], written)
+	requireAge(t, 3*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], written)
 	require.Equal(t, 4.0, g["bothy_webhook_subscriptions/active"])
 	require.Equal(t, 1.0, g["bothy_webhook_subscriptions/disabled_manual"])
 	require.Equal(t, 0.0, g["bothy_webhook_subscriptions/disabled_failing"])
@@ -115,14 +119,23 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	// A sender claims the unsent one: the expired claim is the longest stall.
 	_, err := db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET pump_until = now() + interval '45 seconds' WHERE id = $1`, unsent)
 	require.NoError(t, err)
-	require.InDelta(t, 300, gauges(t, reg)["bothy_webhook_delivery_stall_seconds"], 5)
+	requireAge(t, 300, gauges(t, reg)["bothy_webhook_delivery_stall_seconds"], written)
 
 	// Every subscription with pending deliveries has a live sender.
 	_, err = db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET pump_until = now() + interval '1 minute' WHERE status = 'active'`)
 	require.NoError(t, err)
 	g = gauges(t, reg)
 	require.Zero(t, g["bothy_webhook_delivery_stall_seconds"])
-	require.InDelta(t, 3*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], 5)
+	requireAge(t, 3*3600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], written)
+}
+
+// requireAge requires that an age gauge reads want seconds, plus at most
+// the time since its rows were written (relative to now()), the earliest
+// of them after written.
+func requireAge(t *testing.T, want, got float64, written time.Time) {
+	t.Helper()
+	require.GreaterOrEqual(t, got, want)
+	require.LessOrEqual(t, got, want+time.Since(written).Seconds())
 }
 
 // TestMetrics_DeliveryStallCountsDueDeliveriesOnly: an unordered
