@@ -210,7 +210,7 @@ func (d *dbWebhooks) Rotate(ctx context.Context, id uuid.UUID, overlap time.Dura
 }
 
 func (d *dbWebhooks) Test(ctx context.Context, id uuid.UUID) (webhooks.TestView, error) {
-	tester, err := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets,
+	tester, err := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets,
 		Timeout: d.cfg.Webhooks.Timeout, MaxResponseBytes: d.cfg.Webhooks.MaxResponseBytes})
 	if err != nil {
 		return webhooks.TestView{}, err

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -165,13 +166,28 @@ type run struct {
 	// appended is woken by every NOTIFY event_log the process hears, for
 	// the API's long polls and streams.
 	appended *sync.Broadcast
+	// jobs is the modules' job inserter: the River client once built.
+	jobs lateInserter
+}
+
+// lateInserter inserts with the River client, which is built after the
+// modules (it needs their workers).
+type lateInserter struct{ client *river.Client[pgx.Tx] }
+
+// InsertTx implements module.JobInserter.
+func (l *lateInserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+	if l.client == nil {
+		return nil, errors.New("river: jobs inserted before the server's River client exists")
+	}
+	return l.client.InsertTx(ctx, tx, args, opts)
 }
 
 // buildModules builds every feature from its factory.
 func (r *run) buildModules() error {
 	r.appended = sync.NewBroadcast()
 	deps := &module.Deps{Pool: r.pool, Events: r.events, Source: r.events, Rounds: postgres.CursorStore{},
-		ConsumerStatus: r.events, Reader: r.events, Appended: r.appended, Logger: r.s.logger, Registry: r.s.registry}
+		ConsumerStatus: r.events, Reader: r.events, Appended: r.appended, Logger: r.s.logger, Registry: r.s.registry,
+		Jobs: &r.jobs}
 	for _, f := range r.s.modules {
 		m, err := f(deps)
 		if err != nil {
@@ -231,7 +247,7 @@ func (r *run) newRiver() error {
 	if err != nil {
 		return fmt.Errorf("river: %w", err)
 	}
-	r.river = rc
+	r.river, r.jobs.client = rc, rc
 	return nil
 }
 
@@ -250,7 +266,7 @@ func (r *run) mux() *http.ServeMux {
 	})
 	if r.s.api() {
 		for _, m := range r.mods {
-			m.Routes(mux, r.river)
+			m.Routes(mux)
 		}
 	}
 	return mux

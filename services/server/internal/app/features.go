@@ -7,6 +7,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
 
 // Features are the modules every bothy server runs, configured from cfg:
@@ -14,7 +15,7 @@ import (
 // console. A new feature is added here.
 func Features(cfg *config.Config) []module.Factory {
 	fs := []module.Factory{
-		webhooks.NewModule(WebhooksConfig(cfg)),
+		delivery.NewModule(WebhooksConfig(cfg)),
 		push.NewModule(PushConfig(cfg)),
 		httpapi.NewModule(APIConfig(cfg)),
 	}
@@ -32,10 +33,10 @@ func ConsoleConfig(cfg *config.Config) *console.Config {
 }
 
 // WebhooksConfig maps webhooks.* onto the webhooks module.
-func WebhooksConfig(cfg *config.Config) *webhooks.ModuleConfig {
+func WebhooksConfig(cfg *config.Config) *delivery.ModuleConfig {
 	w := cfg.Webhooks
-	return &webhooks.ModuleConfig{
-		Deliver: webhooks.DeliverConfig{
+	return &delivery.ModuleConfig{
+		Deliver: delivery.DeliverConfig{
 			AllowPrivateTargets: w.AllowPrivateTargets,
 			Timeout:             w.Timeout,
 			RetryBudget:         w.RetryBudget,

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -39,7 +38,7 @@ func (*consoleModule) RegisterWorkers(*river.Workers) []module.Queue { return ni
 
 // Routes mounts the console; its pages call the API through mux, so they
 // see every /v1 route whatever the order modules mount in.
-func (m *consoleModule) Routes(mux *http.ServeMux, _ *river.Client[pgx.Tx]) {
+func (m *consoleModule) Routes(mux *http.ServeMux) {
 	m.console.api = mux
 	m.console.Routes(mux)
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -72,7 +71,7 @@ type API struct {
 	source   sync.EventSource
 	rounds   sync.RoundBarrier
 	status   sync.ConsumerStatusReader
-	river    *river.Client[pgx.Tx]
+	jobsIns  module.JobInserter
 	registry *push.Registry
 	cfg      Config
 	// tester sends POST /v1/webhooks/{id}/test; testerErr is why it could
@@ -96,9 +95,8 @@ func (a *API) Run(ctx context.Context) error {
 	return nil
 }
 
-// New builds the API on d's pool and event log. jobs is the River client
-// the River UI shows; nil builds an insert-only one on the pool.
-func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
+// New builds the API on d's pool, event log and job inserter.
+func New(d *module.Deps, cfg *Config) *API {
 	c := Config{}
 	if cfg != nil {
 		c = *cfg
@@ -107,17 +105,16 @@ func New(d *module.Deps, jobs *river.Client[pgx.Tx], cfg *Config) *API {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	tester, testerErr := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
-		Timeout: c.WebhookTimeout, Logger: c.Logger})
+	tester, testerErr := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
+		Timeout: c.WebhookTimeout})
 	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, status: d.ConsumerStatus,
-		river: jobs, cfg: c,
+		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
 		tester:   tester, testerErr: testerErr}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
-// builds the API when its routes are mounted, with the server's River
-// client.
+// builds the API when its routes are mounted.
 type apiModule struct {
 	deps *module.Deps
 	cfg  Config
@@ -136,8 +133,8 @@ func NewModule(cfg *Config) module.Factory {
 func (*apiModule) Consumers() []sync.Consumer                    { return nil }
 func (*apiModule) RegisterWorkers(*river.Workers) []module.Queue { return nil }
 
-func (m *apiModule) Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx]) {
-	m.api = New(m.deps, jobs, &m.cfg)
+func (m *apiModule) Routes(mux *http.ServeMux) {
+	m.api = New(m.deps, &m.cfg)
 	m.api.Routes(mux)
 }
 
@@ -367,16 +364,13 @@ func (a *API) openAPI(w http.ResponseWriter, r *http.Request, _ *authz.Subject) 
 // bearer token (scripts) or as the password of HTTP Basic authentication
 // (browsers, which prompt for it).
 func (a *API) mountAdmin(mux *http.ServeMux) {
-	rc := a.river
-	if rc == nil {
-		// Without the server's client (tests that build the API alone),
-		// an insert-only one on the same pool does.
-		var err error
-		rc, err = river.NewClient(riverpgxv5.New(a.pool), &river.Config{Logger: a.cfg.Logger})
-		if err != nil {
-			a.cfg.Logger.Error("river ui disabled", slog.Any("error", err))
-			return
-		}
+	// The UI reads River's tables through a client of its own on the
+	// pool: it needs no running client, and the API needs no more of River
+	// than a job inserter.
+	rc, err := river.NewClient(riverpgxv5.New(a.pool), &river.Config{Logger: a.cfg.Logger})
+	if err != nil {
+		a.cfg.Logger.Error("river ui disabled", slog.Any("error", err))
+		return
 	}
 	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(rc, nil),

@@ -36,7 +36,7 @@ func TestOpenAPI_MatchesRoutes(t *testing.T) {
 	require.Equal(t, "3.1.0", doc.OpenAPI)
 
 	mux := http.NewServeMux()
-	api := httpapi.New(&module.Deps{}, nil, nil)
+	api := httpapi.New(&module.Deps{}, nil)
 	api.Routes(mux)
 
 	var documented []string
@@ -65,7 +65,7 @@ func TestOpenAPI_ServedDocumentIsTheFile(t *testing.T) {
 	raw, err := os.ReadFile("openapi/bothy.json")
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	httpapi.New(&module.Deps{}, nil, nil).Routes(mux)
+	httpapi.New(&module.Deps{}, nil).Routes(mux)
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
 	require.Equal(t, http.StatusOK, rec.Code)

@@ -23,7 +23,7 @@ import (
 func serveAPI(t *testing.T, db *dbtest.DB, pool *pgxpool.Pool) *testBundle {
 	t.Helper()
 	log := postgres.NewEventLog(pool, &postgres.EventLogConfig{Notify: postgres.NotifyNone})
-	api := httpapi.New(&module.Deps{Pool: pool, Events: log, Rounds: postgres.CursorStore{}}, nil, &httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	api := httpapi.New(&module.Deps{Pool: pool, Events: log, Rounds: postgres.CursorStore{}}, &httpapi.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	mux := http.NewServeMux()
 	api.Routes(mux)
 	srv := httptest.NewServer(mux)

@@ -9,12 +9,12 @@ import (
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
-// jobs returns what inserts delivery jobs: the server's River client.
+// jobs returns what inserts delivery jobs.
 func (a *API) jobs() (webhooks.JobInserter, error) {
-	if a.river == nil || a.source == nil {
-		return nil, errors.New("http api: built without a River client or an event source")
+	if a.jobsIns == nil || a.source == nil {
+		return nil, errors.New("http api: built without a job inserter or an event source")
 	}
-	return a.river, nil
+	return a.jobsIns, nil
 }
 
 func (a *API) resendDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
@@ -47,6 +48,17 @@ type Deps struct {
 	Logger *slog.Logger
 	// Registry takes the feature's metrics.
 	Registry prometheus.Registerer
+	// Jobs inserts River jobs in a caller's transaction. It works once the
+	// server's River client exists: from Routes and Run on, not while the
+	// factory runs.
+	Jobs JobInserter
+}
+
+// JobInserter inserts a River job inside the caller's transaction, so the
+// job commits or rolls back with what it is about. It is safe for
+// concurrent use; *river.Client[pgx.Tx] is one.
+type JobInserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 }
 
 // Module is a feature that plugs into the server's roles. Its methods are
@@ -57,10 +69,9 @@ type Module interface {
 	// RegisterWorkers adds River workers (worker role) and returns the
 	// queues they need.
 	RegisterWorkers(w *river.Workers) []Queue
-	// Routes mounts HTTP handlers on the api role's mux. jobs is the
-	// process's River client, built after every module registered its
-	// workers; handlers insert jobs with it.
-	Routes(mux *http.ServeMux, jobs *river.Client[pgx.Tx])
+	// Routes mounts HTTP handlers on the api role's mux; handlers insert
+	// jobs with Deps.Jobs.
+	Routes(mux *http.ServeMux)
 }
 
 // Queue is a River queue a module's workers need.

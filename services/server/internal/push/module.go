@@ -3,7 +3,6 @@ package push
 import (
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -64,4 +63,4 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 
 // Routes implements module.Module: push has no routes of its own; the
 // HTTP API serves its public key and registrations.
-func (*Module) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}
+func (*Module) Routes(*http.ServeMux) {}

@@ -123,7 +123,7 @@ func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) (
 func aboutSubscriptions(events []sync.Event) (ids, about []uuid.UUID) {
 	ids, about = []uuid.UUID{}, []uuid.UUID{}
 	for i := range events {
-		if !isOperational(events[i].Type) {
+		if !IsOperational(events[i].Type) {
 			continue
 		}
 		var d NoticeData

@@ -1,16 +1,12 @@
-// Package webhooks sends bothy's events to outside HTTP receivers
-// (docs/adr/0016-outgoing-webhooks.md).
+// Package webhooks manages bothy's outgoing webhook subscriptions
+// (docs/adr/0016-outgoing-webhooks.md): creating, changing, listing,
+// enabling, disabling, recovering and resending them for the HTTP API, the
+// CLI and the console, and the views they show.
 //
-// The webhooks consumer turns each round of the event log into delivery rows
-// (unique per subscription and seq) and delivery jobs, in the round's
-// transaction. A delivery job becomes the one sender of its subscription and
-// sends its pending deliveries strictly in seq order, signed with the
-// Standard Webhooks scheme, after checking webhook_out.deliver with the
-// owner's current rights and scopes. Failures are retried with backoff
-// until the retry budget is spent; a 410, a spent budget or a gap (events
-// removed by retention before delivery) disables the subscription.
-//
-// No transaction is open during an HTTP request, every outgoing connection
-// re-checks the address it dials, and neither secrets nor target URLs
-// appear in logs or metrics.
+// The webhooks consumer turns each round of the event log into delivery
+// rows (unique per subscription and seq) and makes sure every subscription
+// that got some has a sender: it wakes the live sender, or enqueues a
+// delivery job when none holds the subscription. The sender itself is
+// package delivery; the HTTP requests, their signature and the client are
+// package outbound.
 package webhooks

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net/textproto"
 	"sort"
-	"strings"
 	"unicode/utf8"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // Bounds of a subscription's custom headers: a request carries them on every
@@ -15,79 +16,23 @@ const (
 	// MaxHeaders is the most custom headers one subscription may have.
 	MaxHeaders = 20
 	// MaxHeaderNameBytes bounds one header name.
-	MaxHeaderNameBytes = 64
+	MaxHeaderNameBytes = outbound.MaxHeaderNameBytes
 	// MaxHeaderValueBytes bounds one header value.
-	MaxHeaderValueBytes = 1024
+	MaxHeaderValueBytes = outbound.MaxHeaderValueBytes
 	// MaxHeaderBytes bounds the names and values of one subscription together.
 	MaxHeaderBytes = 4096
 )
 
-// refusedHeaders are the names a subscription may not set, canonical, with
-// why. The signature's headers would let a receiver be told another
-// message's id or signature; hop-by-hop headers concern one connection, not
-// the message (RFC 9110 section 7.6.1), and the transport sets them itself;
-// Host, Content-Length and Content-Type describe the request we send and
-// are set by the HTTP client. Every Proxy-* name is refused as well.
-var refusedHeaders = map[string]string{
-	"Webhook-Id":        "it is set by the signature scheme",
-	"Webhook-Timestamp": "it is set by the signature scheme",
-	"Webhook-Signature": "it is set by the signature scheme",
-	"Connection":        "it is a hop-by-hop header",
-	"Keep-Alive":        "it is a hop-by-hop header",
-	"Te":                "it is a hop-by-hop header",
-	"Trailer":           "it is a hop-by-hop header",
-	"Transfer-Encoding": "it is a hop-by-hop header",
-	"Upgrade":           "it is a hop-by-hop header",
-	"Host":              "it is set by the HTTP client from the URL",
-	"Content-Length":    "it is set by the HTTP client",
-	"Content-Type":      "deliveries are always application/json",
-}
-
-// tokenChars are the characters of an HTTP field name besides letters and
-// digits (RFC 9110 section 5.6.2).
-const tokenChars = "!#$%&'*+-.^_`|~"
-
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for _, c := range []byte(name) {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(tokenChars, c) >= 0
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue accepts printable ASCII with inner spaces and tabs: no
-// control characters (a CR or LF would let a value add headers of its own)
-// and no leading or trailing whitespace, which HTTP strips anyway.
-func validHeaderValue(v string) bool {
-	if v == "" || v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t' {
-		return false
-	}
-	for _, c := range []byte(v) {
-		if (c < 0x20 && c != '\t') || c >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // headerName checks one name and returns it canonical. Errors name the
 // field as the HTTP API spells it and never contain a value.
 func headerName(name string) (string, error) {
-	if len(name) > MaxHeaderNameBytes || !validHeaderName(name) {
+	if !outbound.ValidHeaderName(name) {
 		return "", fmt.Errorf("%w: headers: name %q: want an HTTP field name (letters, digits and !#$%%&'*+-.^_`|~), at most %d bytes",
 			ErrInvalid, truncateName(name), MaxHeaderNameBytes)
 	}
 	c := textproto.CanonicalMIMEHeaderKey(name)
-	if why, ok := refusedHeaders[c]; ok {
+	if why := outbound.RefusedHeader(c); why != "" {
 		return "", fmt.Errorf("%w: headers.%s: this header cannot be set: %s", ErrInvalid, c, why)
-	}
-	if strings.HasPrefix(c, "Proxy-") {
-		return "", fmt.Errorf("%w: headers.%s: this header cannot be set: Proxy-* headers are for proxies, and none is used", ErrInvalid, c)
 	}
 	return c, nil
 }
@@ -107,7 +52,7 @@ func headerValue(name, v string) error {
 	switch {
 	case len(v) > MaxHeaderValueBytes:
 		return fmt.Errorf("%w: headers.%s: value of %d bytes, at most %d", ErrInvalid, name, len(v), MaxHeaderValueBytes)
-	case !validHeaderValue(v):
+	case !outbound.ValidHeaderValue(v):
 		return fmt.Errorf("%w: headers.%s: value must be non-empty printable ASCII (spaces and tabs inside only)", ErrInvalid, name)
 	}
 	return nil

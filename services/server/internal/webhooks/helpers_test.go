@@ -27,6 +27,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -39,7 +40,7 @@ type bundle struct {
 	river     *river.Client[pgx.Tx]
 	rounds    *sync.RoundRunner
 	consumer  *webhooks.Consumer
-	deliverer *webhooks.Deliverer
+	deliverer *delivery.Deliverer
 	reg       *prometheus.Registry
 	started   bool
 }
@@ -49,25 +50,25 @@ type bundle struct {
 const testSenders = 20
 
 // fastRetries makes retries quick enough for tests.
-func fastRetries() *webhooks.DeliverConfig {
-	return &webhooks.DeliverConfig{AllowPrivateTargets: true, Timeout: 2 * time.Second, RetryBase: 10 * time.Millisecond,
+func fastRetries() *delivery.DeliverConfig {
+	return &delivery.DeliverConfig{AllowPrivateTargets: true, Timeout: 2 * time.Second, RetryBase: 10 * time.Millisecond,
 		RetryMax: 40 * time.Millisecond, RetryBudget: time.Hour, Senders: testSenders, Logger: quiet}
 }
 
-func setup(t testing.TB, cfg *webhooks.DeliverConfig) *bundle {
+func setup(t testing.TB, cfg *delivery.DeliverConfig) *bundle {
 	t.Helper()
 	return setupWith(t, &bundleOpts{cfg: cfg})
 }
 
 // setupConns is setup with a pool of maxConns connections (0: dbtest's).
-func setupConns(t testing.TB, cfg *webhooks.DeliverConfig, maxConns int32) *bundle {
+func setupConns(t testing.TB, cfg *delivery.DeliverConfig, maxConns int32) *bundle {
 	t.Helper()
 	return setupWith(t, &bundleOpts{cfg: cfg, maxConns: maxConns})
 }
 
 // bundleOpts adjusts setupWith; the zero value is setup's.
 type bundleOpts struct {
-	cfg *webhooks.DeliverConfig // nil: fastRetries()
+	cfg *delivery.DeliverConfig // nil: fastRetries()
 	// maxConns sizes the pool; 0: dbtest's.
 	maxConns int32
 	// source, if set, wraps the event log the deliverer reads events from
@@ -105,7 +106,7 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 		source = o.source(log)
 	}
 	reg := prometheus.NewRegistry()
-	del, err := webhooks.NewDeliverer(db.Pool, source, webhooks.NewMetrics(reg, db.Pool, log, quiet), cfg)
+	del, err := delivery.NewDeliverer(db.Pool, source, delivery.NewMetrics(reg, db.Pool, log, quiet), cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)

@@ -18,6 +18,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
 
 // durableOn is the durability barrier on a pool, as the event log provides
@@ -52,7 +53,7 @@ func metricsOn(t *testing.T) (*dbtest.DB, *prometheus.Registry) {
 	db := dbtest.NewDB(t)
 	require.NoError(t, authz.CreatePrincipal(context.Background(), db.Pool, "alice", authz.KindUser))
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+	delivery.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
 	return db, reg
 }
 
@@ -178,7 +179,7 @@ func TestMetrics_ShowsOnlyDurableState(t *testing.T) {
 	require.NoError(t, authz.CreatePrincipal(ctx, pool, "alice", authz.KindUser))
 	id := addSubscription(t, pool, "", "NULL")
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, pool, durableOn{pool}, quiet)
+	delivery.NewMetrics(reg, pool, durableOn{pool}, quiet)
 
 	// Warm up first (see dbtest.BeginAsync): the vacuum removes dead rows
 	// the reads would prune, and the scrapes read the catalog once.
@@ -209,7 +210,7 @@ func TestMetrics_UnreadableDatabaseKeepsTheScrape(t *testing.T) {
 	require.NoError(t, err)
 	pool.Close()
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, pool, durableOn{pool}, quiet)
+	delivery.NewMetrics(reg, pool, durableOn{pool}, quiet)
 	g := gauges(t, reg)
 	require.NotContains(t, g, "bothy_webhook_delivery_stall_seconds")
 	require.NotContains(t, g, "bothy_webhook_subscriptions/active")
@@ -232,7 +233,7 @@ func TestMetrics_PromtoolCheckMetrics(t *testing.T) {
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	addSubscription(t, db.Pool, "1 minute", "NULL")
 	reg := prometheus.NewRegistry()
-	webhooks.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
+	delivery.NewMetrics(reg, db.Pool, durableOn{db.Pool}, quiet)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	var buf bytes.Buffer

@@ -39,8 +39,8 @@ const (
 	OperationalPrefix = "bothy.webhook."
 )
 
-// isOperational says whether typ is an operational event type.
-func isOperational(typ string) bool { return strings.HasPrefix(typ, OperationalPrefix) }
+// IsOperational says whether typ is an operational event type.
+func IsOperational(typ string) bool { return strings.HasPrefix(typ, OperationalPrefix) }
 
 // NoticeData is the data of an operational event.
 type NoticeData struct {
@@ -123,11 +123,11 @@ func insertNotices(ctx context.Context, tx pgx.Tx, notices []NoticeArgs) error {
 	return nil
 }
 
-// noteChange inserts, in tx, the job of operational event typ about subID
+// NoteChange inserts, in tx, the job of operational event typ about subID
 // if ct (the statement that was to change the subscription's state) changed
 // its row: a disable of a subscription that was disabled already appends
 // nothing.
-func noteChange(ctx context.Context, tx pgx.Tx, ct pgconn.CommandTag, typ string, subID uuid.UUID, cause, detail string, seq int64) error {
+func NoteChange(ctx context.Context, tx pgx.Tx, ct pgconn.CommandTag, typ string, subID uuid.UUID, cause, detail string, seq int64) error {
 	if ct.RowsAffected() == 0 {
 		return nil
 	}
@@ -147,12 +147,12 @@ func noteChange(ctx context.Context, tx pgx.Tx, ct pgconn.CommandTag, typ string
 const markFailingSQL = `
 UPDATE webhook_subscriptions SET failing_since = now() WHERE id = $1 AND failing_since IS NULL RETURNING space`
 
-// noteFailed records that an attempt at the delivery of seq failed: the
+// NoteFailed records that an attempt at the delivery of seq failed: the
 // first failure after a success marks the subscription failing and appends
 // bothy.webhook.failing.
 //
 // Attempts at operational events do not count, here or when a success
-// clears the mark (deliveredSQL); the caller does not call it for them.
+// clears the mark; the caller does not call it for them.
 // Every operational event is a delivery for the other matching
 // subscriptions of its space, and a delivery's outcome can change a
 // subscription's state; if those attempts counted, two flaky receivers on
@@ -161,7 +161,7 @@ UPDATE webhook_subscriptions SET failing_since = now() WHERE id = $1 AND failing
 // subscription's disabling, which takes an enable by hand to happen again
 // (TestNotice_NoLoopBetweenFlakySubscriptions). A subscription is also not
 // sent operational events about itself (the round skips them).
-func noteFailed(ctx context.Context, tx pgx.Tx, subID uuid.UUID, detail string, seq int64) error {
+func NoteFailed(ctx context.Context, tx pgx.Tx, subID uuid.UUID, detail string, seq int64) error {
 	var space string
 	err := tx.QueryRow(ctx, markFailingSQL, subID).Scan(&space)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -170,12 +170,12 @@ func noteFailed(ctx context.Context, tx pgx.Tx, subID uuid.UUID, detail string, 
 	if err != nil {
 		return fmt.Errorf("mark %s failing: %w", subID, err)
 	}
-	return insertNoticeAbout(ctx, tx, TypeFailing, space, subID, "", detail, seq)
+	return InsertNotice(ctx, tx, TypeFailing, space, subID, "", detail, seq)
 }
 
-// insertNoticeAbout inserts, in tx, the job of one operational event about
+// InsertNotice inserts, in tx, the job of one operational event about
 // subscription subID on space.
-func insertNoticeAbout(ctx context.Context, tx pgx.Tx, typ, space string, subID uuid.UUID, cause, detail string, seq int64) error {
+func InsertNotice(ctx context.Context, tx pgx.Tx, typ, space string, subID uuid.UUID, cause, detail string, seq int64) error {
 	n, err := newNotice(typ, space, subID, cause, detail, seq)
 	if err != nil {
 		return err

@@ -47,9 +47,6 @@ const (
 	MaxRetryMax    = 24 * time.Hour
 	MinRetryBudget = time.Second
 	MaxRetryBudget = 720 * time.Hour
-	// maxProbeWait is the longest wait between two probes of a recovering
-	// subscription unless its RetryMax is longer.
-	maxProbeWait = time.Hour
 )
 
 // Policy is a subscription's delivery policy with its throttle and retry
@@ -200,25 +197,28 @@ func (pol *Policy) checkLimits(l *Limits) error {
 // secs writes d in seconds as the HTTP API takes it.
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 
-// policyColumns reads a subscription's Policy (alias s).
-const policyColumns = `s.policy, coalesce(s.max_in_flight, 0), s.auto_recover, coalesce(s.max_requests_per_second, 0),
+// PolicyColumns are the columns of a subscription's Policy (alias s), to be
+// read with ScanPolicy.
+const PolicyColumns = `s.policy, coalesce(s.max_in_flight, 0), s.auto_recover, coalesce(s.max_requests_per_second, 0),
 coalesce(s.retry_base_ms, 0), coalesce(s.retry_max_ms, 0), coalesce(s.retry_budget_ms, 0), coalesce(s.max_batch, 0)`
 
-// policyScanner scans policyColumns into p.
-type policyScanner struct {
+// PolicyScanner scans PolicyColumns into a Policy.
+type PolicyScanner struct {
 	p                     *Policy
 	base, maxW, budgetMil int64
 }
 
-func scanPolicy(p *Policy) *policyScanner { return &policyScanner{p: p} }
+// ScanPolicy returns the scanner of PolicyColumns into p: scan into Dest,
+// then call Done.
+func ScanPolicy(p *Policy) *PolicyScanner { return &PolicyScanner{p: p} }
 
-// dest returns the scan destinations of policyColumns.
-func (s *policyScanner) dest() []any {
+// Dest returns the scan destinations of PolicyColumns.
+func (s *PolicyScanner) Dest() []any {
 	return []any{&s.p.Name, &s.p.MaxInFlight, &s.p.AutoRecover, &s.p.MaxRequestsPerSecond, &s.base, &s.maxW, &s.budgetMil, &s.p.MaxBatch}
 }
 
-// done converts the scanned milliseconds.
-func (s *policyScanner) done() {
+// Done converts the scanned milliseconds.
+func (s *PolicyScanner) Done() {
 	s.p.RetryBase = time.Duration(s.base) * time.Millisecond
 	s.p.RetryMax = time.Duration(s.maxW) * time.Millisecond
 	s.p.RetryBudget = time.Duration(s.budgetMil) * time.Millisecond
@@ -268,15 +268,15 @@ func setPolicy(ctx context.Context, tx pgx.Tx, id uuid.UUID, p *PolicyParams, l 
 		return nil
 	}
 	var cur Policy
-	sc := scanPolicy(&cur)
-	err := tx.QueryRow(ctx, `SELECT `+policyColumns+` FROM webhook_subscriptions s WHERE s.id = $1 FOR NO KEY UPDATE`, id).Scan(sc.dest()...)
+	sc := ScanPolicy(&cur)
+	err := tx.QueryRow(ctx, `SELECT `+PolicyColumns+` FROM webhook_subscriptions s WHERE s.id = $1 FOR NO KEY UPDATE`, id).Scan(sc.Dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("read policy of %s: %w", id, err)
 	}
-	sc.done()
+	sc.Done()
 	n, err := cur.with(p)
 	if err != nil {
 		return err
@@ -287,26 +287,4 @@ func setPolicy(ctx context.Context, tx pgx.Tx, id uuid.UUID, p *PolicyParams, l 
 		}
 	}
 	return writePolicy(ctx, tx, id, &n)
-}
-
-// schedule is a subscription's effective retry schedule.
-type schedule struct {
-	base, max, budget time.Duration
-}
-
-// schedule resolves p's retry schedule against the configuration. A base
-// above the cap waits the cap.
-func (d *Deliverer) schedule(p *Policy) schedule {
-	s := schedule{base: d.cfg.RetryBase, max: d.cfg.RetryMax, budget: d.cfg.RetryBudget}
-	if p.RetryBase > 0 {
-		s.base = p.RetryBase
-	}
-	if p.RetryMax > 0 {
-		s.max = p.RetryMax
-	}
-	if p.RetryBudget > 0 {
-		s.budget = p.RetryBudget
-	}
-	s.base = min(s.base, s.max)
-	return s
 }

@@ -18,12 +18,13 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
 
 // slowDefaults is a delivery configuration whose own retry schedule would
 // not retry within a test: whatever retries happens by the subscription's
 // schedule.
-func slowDefaults() *webhooks.DeliverConfig {
+func slowDefaults() *delivery.DeliverConfig {
 	cfg := fastRetries()
 	cfg.RetryBase, cfg.RetryMax, cfg.RetryBudget = time.Hour, time.Hour, 72*time.Hour
 	return cfg
@@ -37,7 +38,7 @@ func quickSchedule(p *webhooks.PolicyParams, budget time.Duration) *webhooks.Pol
 
 // policyProcess is a worker process for webhooks: its liveness lock and a
 // River client running the delivery worker with workers slots.
-func policyProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, workers int) *liveness.Holder {
+func policyProcess(t *testing.T, b *bundle, cfg *delivery.DeliverConfig, workers int) *liveness.Holder {
 	t.Helper()
 	h, _ := workerProcessWith(t, b, cfg, workers)
 	return h

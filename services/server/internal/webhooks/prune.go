@@ -42,6 +42,12 @@ type PruneArgs struct{}
 // Kind implements river.JobArgs.
 func (PruneArgs) Kind() string { return "webhooks.prune" }
 
+// NewPruneWorker returns the worker of PruneArgs: it deletes finished
+// deliveries older than keep.
+func NewPruneWorker(db authz.Querier, keep time.Duration) river.Worker[PruneArgs] {
+	return &pruneWorker{db: db, keep: keep}
+}
+
 type pruneWorker struct {
 	river.WorkerDefaults[PruneArgs]
 	db   authz.Querier

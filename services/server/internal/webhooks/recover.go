@@ -47,6 +47,9 @@ const MaxRecoverSeqs = 100_000
 // takes, as many as a round reads by default.
 const recoverBatch = 1000
 
+// dbTimeout bounds the reads a recover makes outside its transaction.
+const dbTimeout = 10 * time.Second
+
 // JobInserter inserts a River job inside the caller's transaction, so the
 // job commits with the deliveries it is to send. *river.Client[pgx.Tx] is
 // one, also an insert-only client (no queues or workers). It is safe for

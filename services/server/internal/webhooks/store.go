@@ -201,7 +201,7 @@ type CreateParams struct {
 	// Secret, if set, is used instead of a generated one (whsec_ form).
 	Secret string
 	// Headers are sent with every request (see MaxHeaders and
-	// refusedHeaders for what is refused). Nil: none.
+	// outbound.RefusedHeader for what is refused). Nil: none.
 	Headers map[string]string
 	// AllowPrivateTargets accepts loopback and private addresses
 	// (webhooks.allow_private_targets).
@@ -332,15 +332,15 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
 (SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
-` + policyColumns + `, s.probing`
+` + PolicyColumns + `, s.probing`
 
 func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	s := &Subscription{}
-	ps := scanPolicy(&s.Policy)
+	ps := ScanPolicy(&s.Policy)
 	err := row.Scan(append(append([]any{&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
 		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers},
-		ps.dest()...), &s.Probing)...)
-	ps.done()
+		ps.Dest()...), &s.Probing)...)
+	ps.Done()
 	return s, err
 }
 
@@ -392,9 +392,9 @@ ORDER BY s.created_at, s.id LIMIT $5`, p.Owner, p.Space, after, p.AfterID, limit
 	return pgx.CollectRows(rows, scanSubscription)
 }
 
-// disableSQL disables one active (or probing) subscription and releases
-// its sender.
-const disableSQL = `
+// DisableSQL disables one active (or probing) subscription ($1) with cause
+// $2 and detail $3, and ends its sender's lease.
+const DisableSQL = `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = $2, disabled_detail = $3, disabled_at = now(), updated_at = now(),
     pump_job_id = NULL, pump_until = NULL
@@ -406,7 +406,7 @@ func Disable(ctx context.Context, q authz.Querier, id uuid.UUID, detail string) 
 	if _, err := Get(ctx, q, id); err != nil {
 		return err
 	}
-	if _, err := q.Exec(ctx, disableSQL, id, CauseManual, detail); err != nil {
+	if _, err := q.Exec(ctx, DisableSQL, id, CauseManual, detail); err != nil {
 		return fmt.Errorf("disable webhook subscription %s: %w", id, err)
 	}
 	return nil

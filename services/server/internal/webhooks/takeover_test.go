@@ -17,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
 
 // workerProcess is what a worker process runs for webhooks: its liveness
@@ -24,19 +25,19 @@ import (
 // One worker slot, so a process whose sender hangs fetches nothing else.
 // River's own rescuer waits ten minutes and the claims last minutes, so
 // neither explains a takeover within the test.
-func workerProcess(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig) (*liveness.Holder, *river.Client[pgx.Tx]) {
+func workerProcess(t *testing.T, b *bundle, cfg *delivery.DeliverConfig) (*liveness.Holder, *river.Client[pgx.Tx]) {
 	t.Helper()
 	return workerProcessWith(t, b, cfg, 1)
 }
 
 // workerProcessWith is workerProcess with slots worker slots.
-func workerProcessWith(t *testing.T, b *bundle, cfg *webhooks.DeliverConfig, slots int) (*liveness.Holder, *river.Client[pgx.Tx]) {
+func workerProcessWith(t *testing.T, b *bundle, cfg *delivery.DeliverConfig, slots int) (*liveness.Holder, *river.Client[pgx.Tx]) {
 	t.Helper()
 	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Acquire(context.Background()))
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	del, err := webhooks.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
+	del, err := delivery.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, del)

@@ -2,91 +2,37 @@ package webhooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
-	"syscall"
-	"time"
 
 	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // ErrTargetRefused is returned when a target URL or an address it resolves
 // to is refused by the egress policy; the error names the field (url),
 // wraps egress.ErrRefused too and says why.
-var ErrTargetRefused = errors.New("webhook target refused")
+var ErrTargetRefused = outbound.ErrTargetRefused
 
 // Resolver looks host names up; *net.Resolver is one.
 type Resolver = egress.Resolver
 
+var defaultResolver Resolver = net.DefaultResolver
+
 // ValidateTarget checks a subscription's URL at creation and update with
 // the egress policy (allowPrivate is webhooks.allow_private_targets): the
 // URL's shape, then every address its host resolves to. The check is
-// repeated at every connection (NewHTTPClient), so a later DNS change
+// repeated at every connection (outbound.NewHTTPClient), so a later DNS change
 // cannot lead a delivery into a refused range.
 func ValidateTarget(ctx context.Context, r Resolver, raw string, allowPrivate bool) (*url.URL, error) {
 	p := egress.Policy{AllowPrivate: allowPrivate}
 	u, err := p.CheckURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, privateHint(err))
+		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, outbound.PrivateHint(err))
 	}
 	if err := p.CheckResolved(ctx, r, u.Hostname()); err != nil {
-		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, privateHint(err))
+		return nil, fmt.Errorf("%w: url: %w%s", ErrTargetRefused, err, outbound.PrivateHint(err))
 	}
 	return u, nil
-}
-
-// AllowPrivateTargetsKey is the configuration key that lets webhooks reach
-// loopback and private addresses.
-const AllowPrivateTargetsKey = "webhooks.allow_private_targets"
-
-// privateHint names the setting that would have let a refused target
-// through, so whoever reads the refusal (an API client, a CLI user, an
-// attempt's error) knows what the server's operator would have to change;
-// "" for refusals no setting lifts.
-func privateHint(err error) string {
-	if errors.Is(err, egress.ErrPrivate) {
-		return "; private targets are refused unless the server sets " + AllowPrivateTargetsKey + " = true (for development and tests)"
-	}
-	return ""
-}
-
-// NewHTTPClient returns the client deliveries use: no proxy (a proxy would
-// connect on our behalf and bypass the address check), no redirects, the
-// egress policy at every dial (a refusal wraps ErrTargetRefused), and
-// timeout as the bound on a whole attempt.
-func NewHTTPClient(timeout time.Duration, allowPrivate bool) *http.Client {
-	p := egress.Policy{AllowPrivate: allowPrivate}
-	control := func(network, address string, c syscall.RawConn) error {
-		if err := p.Control(network, address, c); err != nil {
-			return fmt.Errorf("%w: %w%s", ErrTargetRefused, err, privateHint(err))
-		}
-		return nil
-	}
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: control}
-	tr := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		// Every sender keeps a connection to its receiver, and an unordered
-		// one up to max_in_flight: many subscriptions of one owner often
-		// share a host, and a connection closed for want of an idle slot
-		// costs a new handshake per request.
-		MaxIdleConns:           4096,
-		MaxIdleConnsPerHost:    1024,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
-		ResponseHeaderTimeout:  timeout,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	return &http.Client{
-		Transport: tr,
-		Timeout:   timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
 }

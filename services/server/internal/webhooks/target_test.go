@@ -13,6 +13,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // fakeResolver answers from a map, so no test depends on real DNS.
@@ -143,7 +144,7 @@ func TestCreate_RefusesPrivateAndLoopbackTargets(t *testing.T) {
 func TestHTTPClient_RefusesLoopbackAtDial(t *testing.T) {
 	t.Parallel()
 	rv := newReceiver(t, nil)
-	c := webhooks.NewHTTPClient(time.Second, false)
+	c := outbound.NewHTTPClient(time.Second, false)
 	resp, err := c.Post(rv.url(), "application/json", http.NoBody)
 	if resp != nil {
 		_ = resp.Body.Close()
@@ -152,7 +153,7 @@ func TestHTTPClient_RefusesLoopbackAtDial(t *testing.T) {
 	require.ErrorContains(t, err, "webhooks.allow_private_targets", "an attempt's error names the setting too")
 	require.Zero(t, rv.count())
 
-	c = webhooks.NewHTTPClient(time.Second, true)
+	c = outbound.NewHTTPClient(time.Second, true)
 	resp, err = c.Post(rv.url(), "application/json", http.NoBody)
 	require.NoError(t, err)
 	_ = resp.Body.Close()

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // TypeTest is the type of a test message. It is sent only by Tester and
@@ -25,20 +27,38 @@ const SystemActor = "bothy"
 
 // Tester sends test messages to subscriptions' receivers: signed and
 // carrying the custom headers like any delivery, through the same request
-// building, HTTP client and egress policy (Deliverer.send), but outside the
-// log. It is safe for concurrent use.
+// building, HTTP client and egress policy (package outbound), but outside
+// the log. It is safe for concurrent use.
 type Tester struct {
-	d *Deliverer
+	client  *http.Client
+	maxBody int
 }
 
-// NewTester returns a tester; cfg's AllowPrivateTargets, Timeout and
-// MaxResponseBytes apply as they do to deliveries, the rest is unused.
-func NewTester(cfg *DeliverConfig) (*Tester, error) {
-	d, err := NewDeliverer(nil, nil, nil, cfg)
-	if err != nil {
-		return nil, err
+// TesterConfig configures a Tester; zero values are the deliveries'
+// defaults.
+type TesterConfig struct {
+	// AllowPrivateTargets lets connections reach loopback and private
+	// addresses (webhooks.allow_private_targets). Default false.
+	AllowPrivateTargets bool
+	// Timeout bounds the attempt, connect to last byte read
+	// (webhooks.timeout). Default 15s.
+	Timeout time.Duration
+	// MaxResponseBytes is the most of a response body read
+	// (webhooks.max_response_bytes). Default 64 KiB.
+	MaxResponseBytes int
+}
+
+// NewTester returns a tester.
+func NewTester(cfg *TesterConfig) (*Tester, error) {
+	c := TesterConfig{}
+	if cfg != nil {
+		c = *cfg
 	}
-	return &Tester{d: d}, nil
+	if c.Timeout < 0 || c.MaxResponseBytes < 0 {
+		return nil, errors.New("webhooks tester config: Timeout and MaxResponseBytes must not be negative")
+	}
+	return &Tester{client: outbound.NewHTTPClient(cmp.Or(c.Timeout, 15*time.Second), c.AllowPrivateTargets),
+		maxBody: cmp.Or(c.MaxResponseBytes, 64<<10)}, nil
 }
 
 // TestResult is what a test send found out.
@@ -74,9 +94,9 @@ FROM webhook_subscriptions WHERE id = $1`
 // an unknown subscription or a failed read; the receiver's failures are in
 // the result.
 func (t *Tester) Send(ctx context.Context, q authz.Querier, id uuid.UUID) (*TestResult, error) {
-	var tg target
+	var tg outbound.Target
 	var space string
-	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &tg.url, &tg.secret, &tg.previousSecret, &tg.headers)
+	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &tg.URL, &tg.Secret, &tg.PreviousSecret, &tg.Headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -89,23 +109,23 @@ func (t *Tester) Send(ctx context.Context, q authz.Querier, id uuid.UUID) (*Test
 	}
 	ev := sync.Event{ID: msgID, Space: space, Type: TypeTest, Actor: SystemActor, OccurredAt: time.Now(),
 		Data: json.RawMessage(fmt.Sprintf(`{"subscription_id":%q}`, id))}
-	msg, err := singleMessage(&ev)
+	msg, err := outbound.SingleMessage(&ev)
 	if err != nil {
 		return nil, err
 	}
 	a := t.send(ctx, &tg, &msg)
-	res := &TestResult{MessageID: msgID, StatusCode: a.statusCode, Latency: a.duration, Error: a.err, ResponseExcerpt: a.excerpt}
-	if res.Error == "" && a.kind != resultDelivered {
-		res.Error = fmt.Sprintf("receiver answered %d %s", a.statusCode, http.StatusText(a.statusCode))
+	res := &TestResult{MessageID: msgID, StatusCode: a.StatusCode, Latency: a.Duration, Error: a.Err, ResponseExcerpt: a.Excerpt}
+	if res.Error == "" && a.Kind != outbound.Delivered {
+		res.Error = fmt.Sprintf("receiver answered %d %s", a.StatusCode, http.StatusText(a.StatusCode))
 	}
 	return res, nil
 }
 
 // send makes one request of msg to tg.
-func (t *Tester) send(ctx context.Context, tg *target, msg *message) answer {
-	req, err := newRequest(ctx, tg, msg, time.Now())
+func (t *Tester) send(ctx context.Context, tg *outbound.Target, msg *outbound.Message) outbound.Answer {
+	req, err := outbound.NewRequest(ctx, tg, msg, time.Now())
 	if err != nil {
-		return answer{kind: resultRetry, err: err.Error()}
+		return outbound.Answer{Kind: outbound.Retry, Err: err.Error()}
 	}
-	return post(t.d.client, req, t.d.cfg.MaxResponseBytes)
+	return outbound.Post(t.client, req, t.maxBody)
 }

@@ -18,7 +18,7 @@ func TestTester_Send(t *testing.T) {
 	ctx := context.Background()
 	newTester := func(t *testing.T, allowPrivate bool) *webhooks.Tester {
 		t.Helper()
-		tt, err := webhooks.NewTester(&webhooks.DeliverConfig{AllowPrivateTargets: allowPrivate, Timeout: 5 * time.Second})
+		tt, err := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: allowPrivate, Timeout: 5 * time.Second})
 		require.NoError(t, err)
 		return tt
 	}

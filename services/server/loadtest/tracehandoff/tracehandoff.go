@@ -57,6 +57,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -281,7 +282,7 @@ func (h *harness) slice(ctx context.Context, traced bool) (ids []uuid.UUID, cpu 
 		return nil, 0, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	srv := app.NewServer(cfg, h.logger, []module.Factory{webhooks.NewModule(app.WebhooksConfig(cfg)), push.NewModule(app.PushConfig(cfg))})
+	srv := app.NewServer(cfg, h.logger, []module.Factory{delivery.NewModule(app.WebhooksConfig(cfg)), push.NewModule(app.PushConfig(cfg))})
 	srv.TraceWith(tp)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()

@@ -8,6 +8,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	webhookdelivery "github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 	"github.com/bothy/bothy/services/server/loadtest/cost"
 	"github.com/bothy/bothy/services/server/loadtest/harness"
 )
@@ -57,7 +58,7 @@ func (c *costs) close(ctx context.Context) { c.db.Close(ctx) }
 func (h *handoff) startWorker(ctx context.Context, c *costs) (*harness.Worker, error) {
 	cfg := h.scratch.Cfg
 	return harness.StartWorker(ctx, &harness.WorkerParams{Cfg: cfg, Logger: h.scratch.Logger,
-		Modules: []module.Factory{webhooks.NewModule(app.WebhooksConfig(cfg))}, PoolConfig: c.trips.Install})
+		Modules: []module.Factory{webhookdelivery.NewModule(app.WebhooksConfig(cfg))}, PoolConfig: c.trips.Install})
 }
 
 // finish stops the worker and closes the window, which Mark ended for

@@ -50,6 +50,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -166,7 +167,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return fmt.Errorf("seed: %w", err)
 	}
 
-	w, err := shared.StartWorker(ctx, &shared.WorkerParams{Cfg: cfg, Logger: logger, Modules: []module.Factory{webhooks.NewModule(app.WebhooksConfig(cfg))}})
+	w, err := shared.StartWorker(ctx, &shared.WorkerParams{Cfg: cfg, Logger: logger, Modules: []module.Factory{delivery.NewModule(app.WebhooksConfig(cfg))}})
 	if err != nil {
 		return err
 	}

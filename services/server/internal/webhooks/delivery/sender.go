@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // holder is who holds a subscription's lease: the job, and the process
@@ -138,7 +139,7 @@ func (s *sender) linger(ctx context.Context) bool {
 // batch is what one step claimed: the requests to make, in order, and
 // what they need; send fills in their outcomes.
 type batch struct {
-	target   target
+	target   outbound.Target
 	requests []*request
 	// ordered: one request at a time, in order, stopping at the first
 	// that fails; otherwise up to inFlight at once.
@@ -163,11 +164,11 @@ type batch struct {
 // outcome.
 type request struct {
 	items   []*delivery
-	msg     message
+	msg     outbound.Message
 	probe   bool
 	sent    bool
 	started time.Time
-	answer
+	outbound.Answer
 }
 
 // delivery is one claimed delivery and its event.
@@ -197,7 +198,7 @@ func (s *sender) send(ctx context.Context, b *batch) {
 				break
 			}
 			s.attempt(ctx, b, r)
-			if r.kind != resultDelivered && b.ordered {
+			if r.Kind != outbound.Delivered && b.ordered {
 				break
 			}
 		}
@@ -229,15 +230,15 @@ func (s *sender) send(ctx context.Context, b *batch) {
 func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
 	r.sent, r.started = true, time.Now()
 	ctx, span := startAttempt(ctx, s.subID, r)
-	defer func() { endAttempt(span, &r.answer) }()
-	req, err := newRequest(ctx, &b.target, &r.msg, r.started)
+	defer func() { endAttempt(span, &r.Answer) }()
+	req, err := outbound.NewRequest(ctx, &b.target, &r.msg, r.started)
 	if err != nil {
-		r.kind, r.err = resultRetry, err.Error()
+		r.Kind, r.Err = outbound.Retry, err.Error()
 		return
 	}
 	traceRequest(ctx, req)
-	r.answer = post(s.d.client, req, s.d.cfg.MaxResponseBytes)
-	s.d.metrics.attempt(r.duration)
+	r.Answer = outbound.Post(s.d.client, req, s.d.cfg.MaxResponseBytes)
+	s.d.metrics.attempt(r.Duration)
 }
 
 // gate decides, request by request, whether the next one may start. It is

@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 // TestWake_ReleaseRacingARound: a round gives a subscription new
@@ -29,7 +30,7 @@ func TestWake_ReleaseRacingARound(t *testing.T) {
 	t.Cleanup(log.Close)
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
-	sub, _, err := Create(ctx, db.Pool, postgres.CursorStore{}, &CreateParams{Owner: "alice", Space: "s1",
+	sub, _, err := webhooks.Create(ctx, db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
 		URL: "http://127.0.0.1:9/hook", AllowPrivateTargets: true})
 	require.NoError(t, err)
 	const job = 42 // the lease of a live sender outside liveness
@@ -43,7 +44,7 @@ func TestWake_ReleaseRacingARound(t *testing.T) {
 	round, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = round.Rollback(ctx) }()
-	jobs, err := NewConsumer(nil).Handle(ctx, round, evs)
+	jobs, err := webhooks.NewConsumer(nil).Handle(ctx, round, evs)
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a live sender gets a wake-up, not a job")
 

@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -56,7 +57,7 @@ func (s *sender) release(ctx context.Context) (done bool, err error) {
 			return false, fmt.Errorf("deliver %s: next due: %w", s.subID, err)
 		}
 	}
-	if due != nil && (policy != PolicyUnordered || !due.After(now)) {
+	if due != nil && (policy != webhooks.PolicyUnordered || !due.After(now)) {
 		return false, nil // more arrived, or an ordered head waits: the steps see to it
 	}
 	if _, err := tx.Exec(ctx, `UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_until = NULL, pump_owner = NULL WHERE id = $1`, s.subID); err != nil {

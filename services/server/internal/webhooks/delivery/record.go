@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // deliveredSQL records the 2xx answers of subscription $1 — their attempts
@@ -52,7 +54,7 @@ func (t *stepTx) record(ctx context.Context, last *batch) error {
 	}
 	failed := false
 	for _, r := range last.requests {
-		if !r.sent || r.kind == resultDelivered {
+		if !r.sent || r.Kind == outbound.Delivered {
 			continue
 		}
 		failed = true
@@ -85,14 +87,14 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 	probed := false
 	if last != nil {
 		for _, r := range last.requests {
-			if !r.sent || r.kind != resultDelivered {
+			if !r.sent || r.Kind != outbound.Delivered {
 				continue
 			}
 			probed = probed || r.probe
 			for _, d := range r.items {
-				seqs, codes, secs = append(seqs, d.seq), append(codes, int32(r.statusCode)), append(secs, r.duration.Seconds())
-				excerpts, started = append(excerpts, r.excerpt), append(started, r.started)
-				if firstPlain == nil && !isOperational(d.ev.Type) {
+				seqs, codes, secs = append(seqs, d.seq), append(codes, int32(r.StatusCode)), append(secs, r.Duration.Seconds())
+				excerpts, started = append(excerpts, r.Excerpt), append(started, r.started)
+				if firstPlain == nil && !webhooks.IsOperational(d.ev.Type) {
 					firstPlain = d
 				}
 			}
@@ -115,7 +117,7 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 	}
 	if clear {
 		t.sub.failing = false
-		if err := insertNoticeAbout(ctx, t.tx, TypeRecovered, t.sub.space, t.s.subID, "", "", firstPlain.seq); err != nil {
+		if err := webhooks.InsertNotice(ctx, t.tx, webhooks.TypeRecovered, t.sub.space, t.s.subID, "", "", firstPlain.seq); err != nil {
 			return err
 		}
 	}
@@ -123,7 +125,7 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 		if _, err := t.tx.Exec(ctx, probeRecoveredSQL, t.s.subID); err != nil {
 			return fmt.Errorf("deliver %s: recover: %w", t.s.subID, err)
 		}
-		t.sub.status, t.sub.probing = StatusActive, false
+		t.sub.status, t.sub.probing = webhooks.StatusActive, false
 		t.s.d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
 			slog.String("subscription", t.s.subID.String()))
 	}
@@ -183,24 +185,24 @@ func (t *stepTx) recordFailure(ctx context.Context, r *request) (string, error) 
 		f.seqs[i] = d.seq
 	}
 	var code *int
-	if r.statusCode != 0 {
-		code = &r.statusCode
+	if r.StatusCode != 0 {
+		code = &r.StatusCode
 	}
 	var attempts int
 	var first *time.Time
 	var now time.Time
-	err := t.tx.QueryRow(ctx, failedSQL, t.s.subID, f.seqs, r.started, code, r.duration.Seconds(), r.err, r.excerpt).Scan(&attempts, &first, &now)
+	err := t.tx.QueryRow(ctx, failedSQL, t.s.subID, f.seqs, r.started, code, r.Duration.Seconds(), r.Err, r.Excerpt).Scan(&attempts, &first, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "retry", nil // no longer pending: skipped or resent meanwhile
 	}
 	if err != nil {
 		return "", fmt.Errorf("deliver %s: record failure of %v: %w", t.s.subID, f.seqs, err)
 	}
-	if r.kind == resultGone {
+	if r.Kind == outbound.Gone {
 		return "gone", t.gone(ctx, f)
 	}
-	if !r.probe && !isOperational(r.head().ev.Type) {
-		if err := noteFailed(ctx, t.tx, t.s.subID, r.err, r.head().seq); err != nil {
+	if !r.probe && !webhooks.IsOperational(r.head().ev.Type) {
+		if err := webhooks.NoteFailed(ctx, t.tx, t.s.subID, r.Err, r.head().seq); err != nil {
 			return "", err
 		}
 	}
@@ -210,21 +212,21 @@ func (t *stepTx) recordFailure(ctx context.Context, r *request) (string, error) 
 // gone disables the subscription whose receiver answered 410: its
 // deliveries in the request are dead.
 func (t *stepTx) gone(ctx context.Context, f *failure) error {
-	msg := fmt.Sprintf("receiver answered %d Gone", f.r.statusCode)
+	msg := fmt.Sprintf("receiver answered %d Gone", f.r.StatusCode)
 	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, f.seqs, msg); err != nil {
 		return fmt.Errorf("deliver %s: dead after 410: %w", t.s.subID, err)
 	}
-	return t.disable(ctx, CauseGone, msg, f.seqs[0], TypeDisabled)
+	return t.disable(ctx, webhooks.CauseGone, msg, f.seqs[0], webhooks.TypeDisabled)
 }
 
 // disable disables the subscription with cause and appends the operational
 // event typ once, if it was active.
 func (t *stepTx) disable(ctx context.Context, cause, msg string, seq int64, typ string) error {
-	ct, err := t.tx.Exec(ctx, disableSQL, t.s.subID, cause, msg)
+	ct, err := t.tx.Exec(ctx, webhooks.DisableSQL, t.s.subID, cause, msg)
 	if err != nil {
 		return fmt.Errorf("deliver %s: disable (%s): %w", t.s.subID, cause, err)
 	}
-	return noteChange(ctx, t.tx, ct, typ, t.s.subID, cause, msg, seq)
+	return webhooks.NoteChange(ctx, t.tx, ct, typ, t.s.subID, cause, msg, seq)
 }
 
 // schedule decides the failed head's next attempt: a probe waits for the
@@ -241,11 +243,11 @@ SELECT count(*) FROM webhook_attempts a JOIN webhook_subscriptions s ON s.id = a
 WHERE a.subscription_id = $1 AND a.event_seq = $2 AND a.attempted_at >= s.disabled_at`, t.s.subID, f.seqs[0]).Scan(&probes); err != nil {
 			return "", fmt.Errorf("deliver %s: count probes: %w", t.s.subID, err)
 		}
-		wait = probeWait(sched, max(probes-1, 1), r.retryAfter)
+		wait = probeWait(sched, max(probes-1, 1), r.RetryAfter)
 	case first != nil && now.Sub(*first) >= sched.budget:
 		return t.budgetSpent(ctx, f, sched, attempts, now)
 	default:
-		wait = backoff(sched, attempts, r.retryAfter)
+		wait = backoff(sched, attempts, r.RetryAfter)
 		if first != nil {
 			// Never wait past the budget's end by more than needed to notice it.
 			wait = min(wait, max(first.Add(sched.budget).Sub(now), time.Millisecond))
@@ -263,9 +265,9 @@ WHERE a.subscription_id = $1 AND a.event_seq = $2 AND a.attempted_at >= s.disabl
 // with auto_recover, it stays pending as the probe.
 func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, attempts int, now time.Time) (string, error) {
 	head, pol := f.seqs[0], &t.sub.pol
-	msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", sched.budget, attempts, f.r.err)
+	msg := fmt.Sprintf("retry budget %s exhausted after %d attempts; last: %s", sched.budget, attempts, f.r.Err)
 	log := t.s.d.cfg.Logger.With(slog.String("subscription", t.s.subID.String()), slog.Int64("seq", head), slog.Int("attempts", attempts))
-	if pol.Name != PolicyOrdered {
+	if pol.Name != webhooks.PolicyOrdered {
 		if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{head}, msg); err != nil {
 			return "", fmt.Errorf("deliver %s: dead %d: %w", t.s.subID, head, err)
 		}
@@ -273,12 +275,12 @@ func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, at
 		return "dead", nil
 	}
 	if pol.AutoRecover {
-		wait := probeWait(sched, 0, f.r.retryAfter)
+		wait := probeWait(sched, 0, f.r.RetryAfter)
 		ct, err := t.tx.Exec(ctx, probeSQL, t.s.subID, msg+"; probing with this delivery (auto_recover)")
 		if err != nil {
 			return "", fmt.Errorf("deliver %s: disable and probe: %w", t.s.subID, err)
 		}
-		if err := noteChange(ctx, t.tx, ct, TypeDisabled, t.s.subID, CauseFailing, msg, head); err != nil {
+		if err := webhooks.NoteChange(ctx, t.tx, ct, webhooks.TypeDisabled, t.s.subID, webhooks.CauseFailing, msg, head); err != nil {
 			return "", err
 		}
 		if _, err := t.tx.Exec(ctx, nextAttemptSQL, t.s.subID, head, now.Add(wait)); err != nil {
@@ -290,7 +292,7 @@ func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, at
 	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{head}, msg); err != nil {
 		return "", fmt.Errorf("deliver %s: dead %d: %w", t.s.subID, head, err)
 	}
-	if err := t.disable(ctx, CauseFailing, msg, head, TypeDisabled); err != nil {
+	if err := t.disable(ctx, webhooks.CauseFailing, msg, head, webhooks.TypeDisabled); err != nil {
 		return "", err
 	}
 	log.WarnContext(ctx, "webhook subscription disabled: failing")
@@ -331,7 +333,7 @@ func (t *stepTx) gap(ctx context.Context, seq int64) error {
 	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{seq}, detail); err != nil {
 		return fmt.Errorf("deliver %s: gap at %d: %w", t.s.subID, seq, err)
 	}
-	if err := t.disable(ctx, CauseGap, detail, seq, TypeGap); err != nil {
+	if err := t.disable(ctx, webhooks.CauseGap, detail, seq, webhooks.TypeGap); err != nil {
 		return err
 	}
 	t.results = append(t.results, "gap")

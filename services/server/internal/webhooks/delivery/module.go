@@ -1,19 +1,16 @@
-package webhooks
+package delivery
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
-
-var defaultResolver Resolver = net.DefaultResolver
 
 // ModuleConfig configures the webhooks module.
 type ModuleConfig struct {
@@ -29,10 +26,10 @@ type ModuleConfig struct {
 // webhook_out.notice worker that appends operational events to the log,
 // and the hourly pruning of finished delivery records.
 type Module struct {
-	consumer  *Consumer
+	consumer  *webhooks.Consumer
 	deliverer *Deliverer
-	notices   *NoticeWorker
-	pruner    *pruneWorker
+	notices   *webhooks.NoticeWorker
+	pruner    river.Worker[webhooks.PruneArgs]
 }
 
 // NewModule returns the factory of outgoing webhooks.
@@ -46,8 +43,8 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		return &Module{consumer: NewConsumer(&ConsumerConfig{LivenessSettle: dc.LivenessSettle}), deliverer: del, notices: NewNoticeWorker(d.Events),
-			pruner: &pruneWorker{db: d.Pool, keep: cfg.KeepFinished}}, nil
+		return &Module{consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle}), deliverer: del, notices: webhooks.NewNoticeWorker(d.Events),
+			pruner: webhooks.NewPruneWorker(d.Pool, cfg.KeepFinished)}, nil
 	}
 }
 
@@ -61,7 +58,7 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 	river.AddWorker(w, m.deliverer)
 	river.AddWorker(w, m.notices)
 	river.AddWorker(w, m.pruner)
-	return []module.Queue{{Name: Queue, MaxWorkers: m.deliverer.cfg.Senders}}
+	return []module.Queue{{Name: webhooks.Queue, MaxWorkers: m.deliverer.cfg.Senders}}
 }
 
 // Run implements module.Runner: when the server stops, idle senders end
@@ -69,17 +66,17 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 func (m *Module) Run(ctx context.Context) error { return m.deliverer.Run(ctx) }
 
 // Notifications implements module.Notified: the rounds (and resends,
-// recovers and enables) wake this process's senders through WakeChannel.
+// recovers and enables) wake this process's senders through webhooks.WakeChannel.
 func (m *Module) Notifications() map[string]func(string) {
-	return map[string]func(string){WakeChannel: m.deliverer.Wake}
+	return map[string]func(string){webhooks.WakeChannel: m.deliverer.Wake}
 }
 
 // PeriodicJobs implements module.Periodic: finished delivery records are
 // pruned hourly once they are older than KeepFinished.
 func (m *Module) PeriodicJobs() []*river.PeriodicJob {
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
-		func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil }, nil)}
+		func() (river.JobArgs, *river.InsertOpts) { return webhooks.PruneArgs{}, nil }, nil)}
 }
 
 // Routes implements module.Module; the HTTP API mounts the owner's routes.
-func (m *Module) Routes(*http.ServeMux, *river.Client[pgx.Tx]) {}
+func (m *Module) Routes(*http.ServeMux) {}

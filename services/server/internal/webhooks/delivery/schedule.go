@@ -1,9 +1,37 @@
-package webhooks
+package delivery
 
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
+
+// maxProbeWait is the longest wait between two probes of a recovering
+// subscription unless its RetryMax is longer.
+const maxProbeWait = time.Hour
+
+// schedule is a subscription's effective retry schedule.
+type schedule struct {
+	base, max, budget time.Duration
+}
+
+// schedule resolves p's retry schedule against the configuration. A base
+// above the cap waits the cap.
+func (d *Deliverer) schedule(p *webhooks.Policy) schedule {
+	s := schedule{base: d.cfg.RetryBase, max: d.cfg.RetryMax, budget: d.cfg.RetryBudget}
+	if p.RetryBase > 0 {
+		s.base = p.RetryBase
+	}
+	if p.RetryMax > 0 {
+		s.max = p.RetryMax
+	}
+	if p.RetryBudget > 0 {
+		s.budget = p.RetryBudget
+	}
+	s.base = min(s.base, s.max)
+	return s
+}
 
 // backoff is the wait before retry number attempts: the base doubled per
 // attempt, capped at the schedule's max, with jitter over its upper half,

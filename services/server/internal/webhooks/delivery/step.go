@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"context"
@@ -12,17 +12,19 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // subRow is the subscription as a step reads it, locked.
 type subRow struct {
 	owner, space string
-	target       target
+	target       outbound.Target
 	tokenID      *uuid.UUID
 	status       string
 	probing      bool
 	failing      bool
-	pol          Policy
+	pol          webhooks.Policy
 	now          time.Time
 	// mine: the lease is this job's; leaseLive: some sender's lease is
 	// live (unexpired, and its process alive).
@@ -35,7 +37,7 @@ type subRow struct {
 }
 
 // active says whether the subscription is sent to: active, or probed.
-func (s *subRow) active() bool { return s.status == StatusActive || s.probing }
+func (s *subRow) active() bool { return s.status == webhooks.StatusActive || s.probing }
 
 // lockSubSQL locks the subscription, reads what its requests need and says
 // whether its lease is live: unexpired, naming a job (a lease without one
@@ -51,7 +53,7 @@ SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN c
             WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
             ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
        END,
-       now(), throttle_next_at, keeper_wake_at, ` + policyColumns + `
+       now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns + `
 FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
 
 // stepTx is one step's transaction: the sender it runs for, the
@@ -127,18 +129,18 @@ func (t *stepTx) run(ctx context.Context, last *batch) (plan, error) {
 // lock locks and reads the subscription; false if it was deleted.
 func (t *stepTx) lock(ctx context.Context) (bool, error) {
 	s, me := &t.sub, t.s.me
-	ps := scanPolicy(&s.pol)
+	ps := webhooks.ScanPolicy(&s.pol)
 	err := t.tx.QueryRow(ctx, lockSubSQL, t.s.subID, me.jobID, me.owner, t.s.d.cfg.LivenessSettle.Milliseconds()).Scan(append(
-		[]any{&s.owner, &s.space, &s.target.url, &s.target.secret, &s.target.previousSecret, &s.target.headers, &s.tokenID,
+		[]any{&s.owner, &s.space, &s.target.URL, &s.target.Secret, &s.target.PreviousSecret, &s.target.Headers, &s.tokenID,
 			&s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake},
-		ps.dest()...)...)
+		ps.Dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("deliver %s: lock subscription: %w", t.s.subID, err)
 	}
-	ps.done()
+	ps.Done()
 	return true, nil
 }
 
@@ -196,11 +198,11 @@ ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $2`
 func (t *stepTx) next(ctx context.Context) (plan, error) {
 	s, cfg := &t.sub, &t.s.d.cfg
 	want := max(cfg.BatchSize, s.pol.MaxBatch)
-	if s.status != StatusActive || t.s.sliceLeft() <= 0 {
+	if s.status != webhooks.StatusActive || t.s.sliceLeft() <= 0 {
 		want = 1 // a probe is the head alone; past the slice, only look
 	}
 	sqlText := claimOrderedSQL
-	if s.pol.Name == PolicyUnordered {
+	if s.pol.Name == webhooks.PolicyUnordered {
 		sqlText = claimDueSQL
 	}
 	rows, err := t.tx.Query(ctx, sqlText, t.s.subID, want)
@@ -216,7 +218,7 @@ func (t *stepTx) next(ctx context.Context) (plan, error) {
 		return plan{}, fmt.Errorf("deliver %s: claim: %w", t.s.subID, err)
 	}
 	switch {
-	case len(items) == 0 && s.pol.Name == PolicyUnordered:
+	case len(items) == 0 && s.pol.Name == webhooks.PolicyUnordered:
 		return t.untilDue(ctx)
 	case len(items) == 0:
 		return plan{idle: true}, nil
@@ -265,14 +267,14 @@ func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
 	}
 	for i, d := range items {
 		if d.ev == nil {
-			if i == 0 || t.sub.pol.Name == PolicyUnordered {
+			if i == 0 || t.sub.pol.Name == webhooks.PolicyUnordered {
 				return plan{stop: true}, t.gap(ctx, d.seq)
 			}
 			items = items[:i] // sent first; the gap is the next batch's head
 			break
 		}
 	}
-	b := &batch{target: s.target, ordered: s.pol.Name != PolicyUnordered, inFlight: s.pol.MaxInFlight,
+	b := &batch{target: s.target, ordered: s.pol.Name != webhooks.PolicyUnordered, inFlight: s.pol.MaxInFlight,
 		rights: rights, decidedAt: decidedAt, until: time.Now().Add(t.leaseFor)}
 	if r := s.pol.MaxRequestsPerSecond; r > 0 {
 		b.every = time.Duration(float64(time.Second) / r)
@@ -292,7 +294,7 @@ func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
 // being delivered, and batching resumes once that head is delivered.
 func (t *stepTx) requests(items []*delivery) ([]*request, error) {
 	s := &t.sub
-	probe := s.status != StatusActive
+	probe := s.status != webhooks.StatusActive
 	var out []*request
 	for i := 0; i < len(items); {
 		n := 1
@@ -304,9 +306,9 @@ func (t *stepTx) requests(items []*delivery) ([]*request, error) {
 		r := &request{items: items[i : i+n], probe: probe}
 		var err error
 		if s.pol.MaxBatch > 0 {
-			r.msg, err = batchMessage(t.s.subID, events(r.items))
+			r.msg, err = outbound.BatchMessage(t.s.subID, events(r.items))
 		} else {
-			r.msg, err = singleMessage(items[i].ev)
+			r.msg, err = outbound.SingleMessage(items[i].ev)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("deliver %s: %w", t.s.subID, err)

@@ -1,4 +1,4 @@
-package webhooks
+package delivery
 
 import (
 	"cmp"
@@ -18,33 +18,9 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
-
-// Queue is the River queue of delivery jobs.
-const Queue = "webhooks"
-
-// KindDeliver is the job kind of deliveries.
-const KindDeliver = "webhook_out.deliver"
-
-// DeliverArgs is a delivery job: it asks for a sender of one subscription.
-// A job is only inserted for a subscription that no live sender holds (see
-// wakeOrStart); Seq is the lowest seq the round that created the job
-// added, for logs and tracing only: a sender sends every pending delivery
-// of its subscription, not just that seq.
-type DeliverArgs struct {
-	SubscriptionID uuid.UUID `json:"subscription_id"`
-	Seq            int64     `json:"seq"`
-}
-
-// Kind implements river.JobArgs.
-func (DeliverArgs) Kind() string { return KindDeliver }
-
-// InsertOpts puts delivery jobs on their own queue. Retries of a failing
-// receiver are waits of the sender, not attempts of the job; MaxAttempts
-// only bounds database trouble.
-func (DeliverArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: Queue, MaxAttempts: 25}
-}
 
 // DeliverConfig configures a Deliverer.
 type DeliverConfig struct {
@@ -160,7 +136,7 @@ const leaseMargin = 30 * time.Second
 // (TestDelivery_TakesOverFromADeadSender). What the dead sender had in
 // flight is sent again: receivers deduplicate by webhook-id.
 type Deliverer struct {
-	river.WorkerDefaults[DeliverArgs]
+	river.WorkerDefaults[webhooks.DeliverArgs]
 	pool    *pgxpool.Pool
 	events  sync.EventSource
 	client  *http.Client
@@ -188,7 +164,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &Deliverer{pool: pool, events: events, client: NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
+	return &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
 		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}, nil
 }
 
@@ -203,7 +179,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 
 // Timeout implements river.Worker: a job may use its slice, a last batch
 // and the release.
-func (d *Deliverer) Timeout(*river.Job[DeliverArgs]) time.Duration {
+func (d *Deliverer) Timeout(*river.Job[webhooks.DeliverArgs]) time.Duration {
 	return d.cfg.Slice + d.cfg.Linger + d.cfg.Timeout + leaseMargin
 }
 
@@ -218,7 +194,7 @@ const shortRetries = 10
 // sending resumes within seconds of the database coming back rather than
 // after River's default of 16 s, then 81 s, then 256 s; later ones take
 // River's default, which spreads the 25 attempts over weeks.
-func (d *Deliverer) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+func (d *Deliverer) NextRetry(job *river.Job[webhooks.DeliverArgs]) time.Time {
 	if job.Attempt < 1 || job.Attempt > shortRetries {
 		return time.Time{}
 	}
@@ -228,7 +204,7 @@ func (d *Deliverer) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 
 // Work implements river.Worker: the job is its subscription's sender for
 // one slice.
-func (d *Deliverer) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+func (d *Deliverer) Work(ctx context.Context, job *river.Job[webhooks.DeliverArgs]) error {
 	d.running.Add(1)
 	defer d.running.Add(-1)
 	s := &sender{d: d, subID: job.Args.SubscriptionID, start: time.Now(),

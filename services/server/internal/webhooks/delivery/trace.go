@@ -1,24 +1,17 @@
-package webhooks
+package delivery
 
 import (
 	"context"
 	"net/http"
 
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/bothy/bothy/services/server/internal/sync"
 )
-
-// EventSeq implements sync.EventArgs: a delivery job carries the trace
-// context of the lowest event its round added, so its runs join that
-// event's trace.
-func (a DeliverArgs) EventSeq() int64 { return a.Seq }
-
-var _ sync.EventArgs = DeliverArgs{}
 
 // startAttempt starts the span of one delivery attempt in the trace of the
 // event it sends (the producer's, stored with the event): as a child of the
@@ -40,7 +33,7 @@ func startAttempt(ctx context.Context, subID uuid.UUID, r *request) (context.Con
 		attrs = append(attrs, attribute.Int("bothy.webhook.batch_size", len(r.items)))
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
-	if sc, ok := sync.ParseTraceParent(r.msg.traceParent); ok && sc.TraceID() != job.SpanContext().TraceID() {
+	if sc, ok := sync.ParseTraceParent(r.msg.TraceParent); ok && sc.TraceID() != job.SpanContext().TraceID() {
 		if job.SpanContext().IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: job.SpanContext()}))
 		}
@@ -59,13 +52,13 @@ func traceRequest(ctx context.Context, req *http.Request) {
 
 // endAttempt ends an attempt's span with its outcome. The URL is not
 // recorded: URLs carry credentials.
-func endAttempt(span trace.Span, o *answer) {
-	if o.statusCode != 0 {
-		span.SetAttributes(attribute.Int("http.response.status_code", o.statusCode))
+func endAttempt(span trace.Span, o *outbound.Answer) {
+	if o.StatusCode != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", o.StatusCode))
 	}
-	span.SetAttributes(attribute.String("bothy.webhook.result", resultName(o.kind)))
-	if o.kind != resultDelivered {
-		span.SetStatus(codes.Error, o.err)
+	span.SetAttributes(attribute.String("bothy.webhook.result", o.Kind.String()))
+	if o.Kind != outbound.Delivered {
+		span.SetStatus(codes.Error, o.Err)
 	}
 	span.End()
 }

@@ -1,0 +1,233 @@
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// ExcerptBytes is how much of a response body is kept with an answer.
+const ExcerptBytes = 1 << 10
+
+// Target is where and how a subscription's requests go: its URL, its
+// signing secrets (the previous one only during a rotation's overlap) and
+// its custom headers.
+type Target struct {
+	URL            string
+	Secret         string
+	PreviousSecret string
+	Headers        map[string]string
+}
+
+// Message is the body of one request and the id it is signed under
+// (webhook-id): one event's envelope, or, for a subscription with
+// max_batch, a JSON array of consecutive events' envelopes.
+type Message struct {
+	ID   string
+	Body []byte
+	// TraceParent is the first event's trace context (sync.Event.TraceParent).
+	TraceParent string
+}
+
+// SingleMessage is the request of one event: its envelope, signed under
+// the event's id, which receivers deduplicate by.
+func SingleMessage(ev *sync.Event) (Message, error) {
+	body, err := json.Marshal(ev.Envelope())
+	if err != nil {
+		return Message{}, fmt.Errorf("envelope %d: %w", ev.Seq, err)
+	}
+	return Message{ID: ev.ID.String(), Body: body, TraceParent: ev.TraceParent}, nil
+}
+
+// BatchMessage is the request of consecutive events of one subscription
+// as one JSON array of envelopes, each with its own id and seq. Its id is
+// derived from the subscription and the seqs it covers, so the same batch
+// sent again carries the same webhook-id.
+func BatchMessage(subID uuid.UUID, evs []*sync.Event) (Message, error) {
+	envs := make([]sync.Envelope, len(evs))
+	for i, ev := range evs {
+		envs[i] = ev.Envelope()
+	}
+	body, err := json.Marshal(envs)
+	if err != nil {
+		return Message{}, fmt.Errorf("batch envelope %d-%d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
+	}
+	id := uuid.NewSHA1(subID, fmt.Appendf(nil, "batch:%d-%d:%d", evs[0].Seq, evs[len(evs)-1].Seq, len(evs)))
+	return Message{ID: "batch_" + id.String(), Body: body, TraceParent: evs[0].TraceParent}, nil
+}
+
+// NewRequest builds the request of one attempt, signed at ts with the
+// target's secrets (both during a rotation's overlap): first the custom
+// headers, then Content-Type and the signature scheme's headers, which no
+// custom header can replace. User-Agent is ours unless the subscription
+// sets one. A stored header that the store would refuse (a row written by
+// hand) is left out. Errors name no key, no URL and no header value.
+func NewRequest(ctx context.Context, t *Target, m *Message, ts time.Time) (*http.Request, error) {
+	sig, err := signature(t.Secret, m.ID, ts, m.Body)
+	if err == nil && t.PreviousSecret != "" {
+		var old string
+		if old, err = signature(t.PreviousSecret, m.ID, ts, m.Body); err == nil {
+			sig += " " + old
+		}
+	}
+	if err != nil {
+		return nil, errors.New("signing: " + err.Error()) // the error of a bad key names no key
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(m.Body))
+	if err != nil {
+		return nil, errors.New("request: " + ScrubURL(err))
+	}
+	for name, v := range t.Headers {
+		if canonical, ok := usableHeader(name, v); ok {
+			req.Header.Set(canonical, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "bothy-webhooks/1")
+	}
+	req.Header.Set(standardwebhooks.HeaderWebhookID, m.ID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	return req, nil
+}
+
+// signature returns the v1 signature of the Standard Webhooks scheme.
+func signature(secret, msgID string, ts time.Time, body []byte) (string, error) {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return "", errors.New("invalid signing secret")
+	}
+	return wh.Sign(msgID, ts, body)
+}
+
+// Answer is what one request came back with.
+type Answer struct {
+	Kind Kind
+	// StatusCode is the receiver's; 0 when no answer came.
+	StatusCode int
+	Duration   time.Duration
+	// Err says why the request failed, without the URL; "" for a 2xx.
+	Err string
+	// Excerpt is the start of the response body (ExcerptBytes at most).
+	Excerpt string
+	// RetryAfter is what the receiver asked for with Retry-After.
+	RetryAfter time.Duration
+}
+
+// Kind is what an answer means for its delivery.
+type Kind int
+
+const (
+	// Delivered: a 2xx.
+	Delivered Kind = iota
+	// Retry: no answer, or one that asks to try again later.
+	Retry
+	// Gone: 410, the receiver is gone for good.
+	Gone
+)
+
+// String is the kind as the delivery metrics name it.
+func (k Kind) String() string {
+	switch k {
+	case Delivered:
+		return "delivered"
+	case Gone:
+		return "gone"
+	}
+	return "retry"
+}
+
+// Post makes one attempt with client and reads at most maxBody bytes of
+// the answer.
+func Post(client *http.Client, req *http.Request, maxBody int) Answer {
+	var a Answer
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		a.Duration = time.Since(start)
+		a.Kind, a.Err = Retry, ScrubURL(err)
+		return a
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, 64))
+	_, rerr := io.Copy(buf, io.LimitReader(resp.Body, int64(min(ExcerptBytes, maxBody))))
+	if rerr == nil && maxBody > ExcerptBytes {
+		_, rerr = io.Copy(io.Discard, io.LimitReader(resp.Body, int64(maxBody-ExcerptBytes)))
+	}
+	_ = resp.Body.Close()
+	a.Duration = time.Since(start)
+	a.StatusCode = resp.StatusCode
+	a.Excerpt = validExcerpt(buf.String())
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		a.Kind = Delivered // a body cut off by the cap does not undo a 2xx
+	case resp.StatusCode == http.StatusGone:
+		a.Kind = Gone
+	default:
+		a.Kind = Retry
+		a.Err = fmt.Sprintf("receiver answered %s", resp.Status)
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			a.Err += " (redirects are not followed)"
+		}
+		a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		if rerr != nil {
+			a.Err += "; reading body: " + ScrubURL(rerr)
+		}
+	}
+	return a
+}
+
+// validExcerpt returns s as valid UTF-8, a rune cut at the cap dropped.
+func validExcerpt(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// ScrubURL returns err's text without the target URL: URLs often carry
+// credentials (tokens in paths or queries), which must not reach the
+// attempt record, logs or metrics.
+func ScrubURL(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout") {
+		return "timeout: " + err.Error()
+	}
+	return err.Error()
+}
+
+// ParseRetryAfter reads delay-seconds or an HTTP date; 0 if absent or bad.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(30*24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
