@@ -29,8 +29,9 @@ type adminService interface {
 	Tokens(ctx context.Context, principal string, q *pageQuery) (authz.TokensPage, error)
 	RevokeToken(ctx context.Context, id uuid.UUID) error
 	Members(ctx context.Context, space string, q *pageQuery) (authz.MembersPage, error)
-	// SetMember gives principal right on space; right "" removes it.
-	SetMember(ctx context.Context, space, principal string, right authz.Right) error
+	// SetMember gives principal right on space and returns the
+	// membership; right "" removes it and returns nil.
+	SetMember(ctx context.Context, space, principal string, right authz.Right) (*authz.MembershipView, error)
 }
 
 // pageQuery is a page of a list: Limit 0 is the API's default.
@@ -187,11 +188,24 @@ func (d *dbAdmin) Members(ctx context.Context, space string, q *pageQuery) (auth
 	return out, nil
 }
 
-func (d *dbAdmin) SetMember(ctx context.Context, space, principal string, right authz.Right) error {
+func (d *dbAdmin) SetMember(ctx context.Context, space, principal string, right authz.Right) (*authz.MembershipView, error) {
 	if right == "" {
-		return authz.Revoke(ctx, d.pool, space, principal)
+		return nil, authz.Revoke(ctx, d.pool, space, principal)
 	}
-	return authz.Grant(ctx, d.pool, &authz.GrantParams{Space: space, Principal: principal, Right: right})
+	if err := authz.Grant(ctx, d.pool, &authz.GrantParams{Space: space, Principal: principal, Right: right}); err != nil {
+		return nil, err
+	}
+	ms, err := authz.Memberships(ctx, d.pool, principal)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ms {
+		if ms[i].Space == space {
+			v := ms[i].View()
+			return &v, nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no right on %s after the grant", principal, space)
 }
 
 // apiAdmin runs the admin commands through the HTTP API.
@@ -254,9 +268,13 @@ func (a *apiAdmin) Members(ctx context.Context, space string, q *pageQuery) (aut
 	return out, err
 }
 
-func (a *apiAdmin) SetMember(ctx context.Context, space, principal string, right authz.Right) error {
+func (a *apiAdmin) SetMember(ctx context.Context, space, principal string, right authz.Right) (*authz.MembershipView, error) {
 	if right == "" {
-		return a.api.do(ctx, http.MethodDelete, memberPath(space, principal), nil, nil, nil)
+		return nil, a.api.do(ctx, http.MethodDelete, memberPath(space, principal), nil, nil, nil)
 	}
-	return a.api.do(ctx, http.MethodPut, memberPath(space, principal), nil, &authz.SetMemberRequest{Right: string(right)}, nil)
+	var out authz.MembershipView
+	if err := a.api.do(ctx, http.MethodPut, memberPath(space, principal), nil, &authz.SetMemberRequest{Right: string(right)}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

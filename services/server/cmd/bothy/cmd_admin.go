@@ -286,7 +286,9 @@ func setupMembersRemove(fs *pflag.FlagSet) func(context.Context, *call) error {
 }
 
 // setMember gives principal right on space, or removes it for right "",
-// and prints the right it has now.
+// and prints the right it has now: the membership as the API answers it,
+// or with --json after a removal the principal and space with an empty
+// right, as "authz revoke --json" prints them.
 func setMember(ctx context.Context, c *call, space, principal string, right authz.Right, asJSON bool) error {
 	if err := required("space", space, "principal", principal); err != nil {
 		return err
@@ -296,13 +298,17 @@ func setMember(ctx context.Context, c *call, space, principal string, right auth
 		return err
 	}
 	defer done()
-	if err := svc.SetMember(ctx, space, principal, right); err != nil {
+	m, err := svc.SetMember(ctx, space, principal, right)
+	if err != nil {
 		return err
 	}
-	if asJSON {
-		return c.printJSON(rightJSON{Principal: principal, Space: space, Right: string(right)})
+	if asJSON && m != nil {
+		return c.printJSON(m)
 	}
-	if right == "" {
+	if asJSON {
+		return c.printJSON(rightJSON{Principal: principal, Space: space})
+	}
+	if m == nil {
 		fmt.Fprintf(c.stdout, "%s has no right on %s; pending deliveries for it will not be sent\n", principal, space)
 	} else {
 		fmt.Fprintf(c.stdout, "%s has %s on %s\n", principal, right, space)

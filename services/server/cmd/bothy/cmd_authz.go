@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -130,16 +131,6 @@ func setupAuthzRevoke(fs *pflag.FlagSet) func(context.Context, *call) error {
 	}
 }
 
-// tokenJSON is what "bothy authz token create --json" prints; the secret
-// is shown this once.
-type tokenJSON struct {
-	ID        uuid.UUID `json:"id"`
-	Principal string    `json:"principal"`
-	Scopes    []string  `json:"scopes"`
-	Name      string    `json:"name"`
-	Secret    string    `json:"secret"`
-}
-
 func setupAuthzTokenCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	principal := fs.String("principal", "", "owner of the token (required)")
 	scopes := fs.String("scopes", "", "comma-separated, each optionally @SPACE (except "+authz.ScopeOpsRead+" and "+authz.ScopePrincipalsManage+", which cover every space): "+strings.Join(tokenScopes, ", "))
@@ -162,7 +153,9 @@ func setupAuthzTokenCreate(fs *pflag.FlagSet) func(context.Context, *call) error
 			return err
 		}
 		if *asJSON {
-			return c.printJSON(tokenJSON{ID: t.ID, Principal: t.Principal, Scopes: t.Scopes, Name: t.Name, Secret: secret})
+			v := t.View(time.Now())
+			v.Secret = secret
+			return c.printJSON(v)
 		}
 		fmt.Fprintf(c.stdout, "token %s for %s, scopes %s\n", t.ID, *principal, strings.Join(t.Scopes, ","))
 		fmt.Fprintf(c.stdout, "bearer secret (shown once): %s\n", secret)

@@ -238,7 +238,9 @@ func TestCLI_AdminThroughTheServer(t *testing.T) {
 	b.jsonOf(t, &all, "principals", "list")
 	require.Len(t, all, 3, "alice, bob and root")
 
-	b.cli(t, 0, "members", "set", "--space", "s1", "--principal", "bob", "--right", "read")
+	var m authz.MembershipView
+	b.jsonOf(t, &m, "members", "set", "--space", "s1", "--principal", "bob", "--right", "read")
+	require.Equal(t, authz.MembershipView{Space: "s1", Principal: "bob", Right: "read", GrantedAt: m.GrantedAt}, m)
 	var members []authz.MembershipView
 	b.jsonOf(t, &members, "members", "list", "--space", "s1")
 	require.Len(t, members, 3)
@@ -281,7 +283,9 @@ func TestCLI_AdminOnTheDatabase(t *testing.T) {
 	var p authz.PrincipalView
 	jsonOf(&p, "principals", "create", "ci", "--kind", "app")
 	require.Equal(t, "app", p.Kind)
-	jsonOf(&map[string]any{}, "members", "set", "--space", "s1", "--principal", "ci", "--right", "write")
+	var m authz.MembershipView
+	jsonOf(&m, "members", "set", "--space", "s1", "--principal", "ci", "--right", "write")
+	require.Equal(t, "write", m.Right)
 	jsonOf(&p, "principals", "get", "ci")
 	require.Equal(t, []authz.MembershipView{{Space: "s1", Principal: "ci", Right: "write", GrantedAt: (*p.Spaces)[0].GrantedAt}}, *p.Spaces)
 	var tok authz.TokenView
