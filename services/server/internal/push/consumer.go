@@ -168,7 +168,7 @@ type ConsumerConfig struct {
 	BatchSize int
 	// PageSize is the most receiving devices of a space a round reads for
 	// its events: a space with more is paged through by push.page jobs,
-	// this many devices per page. Default 1000.
+	// each reading at most this many members and devices. Default 1000.
 	PageSize int
 	// PageEvents is the most events of one space a push.page job carries.
 	// Default 20.

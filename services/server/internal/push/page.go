@@ -59,21 +59,32 @@ func (a PageArgs) EventSeq() int64 {
 
 var _ sync.EventArgs = PageArgs{}
 
-// pageSQL reads one page of a space's receiving devices after a key, in
-// key order: the round's pre-filter (spaceDevicesSQL), walked by member
-// along the space's primary key, then by registration.
-const pageSQL = `
+// pageMembersSQL reads the next members of a space, from a principal on,
+// in the order of space_members' primary key: an index range of at most
+// $3 rows, whatever the size of the space.
+const pageMembersSQL = `
+SELECT m.principal FROM space_members m
+WHERE m.space = $1 AND m."right" >= 'read' AND m.principal >= $2
+ORDER BY m.principal
+LIMIT $3`
+
+// pageDevicesSQL reads the receiving devices of those members after a key,
+// in key order: the round's pre-filter (spaceDevicesSQL) for them.
+const pageDevicesSQL = `
 SELECT m.principal, r.id, split_part(r.endpoint, '/', 1) || '//' || split_part(r.endpoint, '/', 3)
-FROM space_members m
+FROM unnest($1::text[]) AS m(principal)
 JOIN principals p ON p.id = m.principal AND p.disabled_at IS NULL
 JOIN push_registrations r ON r.principal = m.principal
-WHERE m.space = $1 AND m."right" >= 'read'
-  AND m.principal >= $2 AND (m.principal, r.id) > ($2, $3)
+WHERE (m.principal, r.id) > ($2, $3)
   AND NOT EXISTS (
     SELECT 1 FROM push_preferences pp
-    WHERE pp.principal = m.principal AND pp.space = $1 AND NOT pp.notify)
+    WHERE pp.principal = m.principal AND pp.space = $4 AND NOT pp.notify)
 ORDER BY m.principal, r.id
-LIMIT $4`
+LIMIT $5`
+
+// lastRegistration sorts after every registration id: a key of a member
+// and it stands after all of that member's devices.
+var lastRegistration = uuid.UUID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 // pageTimeout bounds a page job's transaction, well below River's rescue
 // of jobs that run for a minute.
@@ -105,11 +116,11 @@ func (w *PageWorker) Timeout(*river.Job[PageArgs]) time.Duration { return pageTi
 // River runs it again.
 func (w *PageWorker) Work(ctx context.Context, job *river.Job[PageArgs]) error {
 	return pgx.BeginFunc(ctx, w.db, func(tx pgx.Tx) error {
-		page, err := readPage(ctx, tx, &job.Args, w.cfg.PageSize)
+		page, next, err := readPage(ctx, tx, &job.Args, w.cfg.PageSize)
 		if err != nil {
 			return err
 		}
-		params, err := w.pageJobs(job, page)
+		params, err := w.pageJobs(job, page, next)
 		if err != nil {
 			return err
 		}
@@ -125,11 +136,23 @@ func (w *PageWorker) Work(ctx context.Context, job *river.Job[PageArgs]) error {
 	})
 }
 
-// readPage reads up to size receiving devices of a's space after a's key.
-func readPage(ctx context.Context, tx pgx.Tx, a *PageArgs, size int) ([]receiver, error) {
-	rows, err := tx.Query(ctx, pageSQL, a.Space, a.AfterPrincipal, [16]byte(a.AfterRegistration), size)
+// readPage reads up to size receiving devices of a's space after a's key,
+// from at most size members, and returns them with the job of the page
+// after, or nil when the space has no more members. Reading members first
+// keeps a page's work bounded however the planner would order a join of
+// the whole space.
+func readPage(ctx context.Context, tx pgx.Tx, a *PageArgs, size int) ([]receiver, *PageArgs, error) {
+	rows, err := tx.Query(ctx, pageMembersSQL, a.Space, a.AfterPrincipal, size)
 	if err != nil {
-		return nil, fmt.Errorf("push page of %q: %w", a.Space, err)
+		return nil, nil, fmt.Errorf("push page of %q: members: %w", a.Space, err)
+	}
+	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(members) == 0 {
+		return nil, nil, err
+	}
+	rows, err = tx.Query(ctx, pageDevicesSQL, members, a.AfterPrincipal, [16]byte(a.AfterRegistration), a.Space, size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("push page of %q: devices: %w", a.Space, err)
 	}
 	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (receiver, error) {
 		var rc receiver
@@ -141,25 +164,32 @@ func readPage(ctx context.Context, tx pgx.Tx, a *PageArgs, size int) ([]receiver
 		return rc, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("push page of %q: %w", a.Space, err)
+		return nil, nil, fmt.Errorf("push page of %q: devices: %w", a.Space, err)
 	}
-	return page, nil
+	next := *a
+	switch {
+	case len(page) == size: // the last device's member may have more
+		last := page[len(page)-1].device
+		next.AfterPrincipal, next.AfterRegistration = last.Principal, last.RegistrationID
+	case len(members) == size: // every device of these members is on this page
+		next.AfterPrincipal, next.AfterRegistration = members[len(members)-1], lastRegistration
+	default:
+		return page, nil, nil
+	}
+	return page, &next, nil
 }
 
-// pageJobs returns the jobs a page makes: the next page's first, if the
-// page was full, then one push.deliver job per push service and batch.
-// They carry the page job's trace context.
-func (w *PageWorker) pageJobs(job *river.Job[PageArgs], page []receiver) ([]river.InsertManyParams, error) {
+// pageJobs returns the jobs a page makes: the next page's first, if there
+// is one, then one push.deliver job per push service and batch. They carry
+// the page job's trace context.
+func (w *PageWorker) pageJobs(job *river.Job[PageArgs], page []receiver, next *PageArgs) ([]river.InsertManyParams, error) {
 	opts, err := traceOpts(job.Metadata)
 	if err != nil {
 		return nil, err
 	}
 	var params []river.InsertManyParams
-	if len(page) == w.cfg.PageSize {
-		next := job.Args
-		last := page[len(page)-1].device
-		next.AfterPrincipal, next.AfterRegistration = last.Principal, last.RegistrationID
-		params = append(params, river.InsertManyParams{Args: next, InsertOpts: opts})
+	if next != nil {
+		params = append(params, river.InsertManyParams{Args: *next, InsertOpts: opts})
 	}
 	b := newBatcher(w.cfg.BatchSize)
 	for _, e := range job.Args.Events {

@@ -75,7 +75,8 @@ type RoundResult struct {
 	Lost SeqRange
 	// From and To are the cursor before and after the round.
 	From, To int64
-	// Full: the round read a whole batch, so more may be waiting.
+	// Full: more may be waiting, because the round read a whole batch or
+	// its consumer covered fewer events than it read.
 	Full bool
 }
 
