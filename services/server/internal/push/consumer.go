@@ -166,9 +166,10 @@ type ConsumerConfig struct {
 	// BatchSize is the most messages (an event to a device) one
 	// push.deliver job sends (push.batch_size). Default 500.
 	BatchSize int
-	// PageSize is the most receiving devices of a space a round reads for
-	// its events: a space with more is paged through by push.page jobs,
-	// each reading at most this many members and devices. Default 1000.
+	// PageSize is the most members and receiving devices of a space a
+	// round reads for its events: a space with more of either is paged
+	// through by push.page jobs, each reading at most this many members
+	// and devices. Default 1000.
 	PageSize int
 	// PageEvents is the most events of one space a push.page job carries.
 	// Default 20.
@@ -195,11 +196,11 @@ func (c *ConsumerConfig) withDefaults() ConsumerConfig {
 // and small, and a round gets larger when the consumer falls behind.
 //
 // A round's work is bounded (sync.ConsumerPrefixHandler): it reads at most
-// PageSize+1 devices per space, and stops before the event that would take
-// it past its budget of receivers or jobs. A space with more than PageSize
-// devices is not read in the round at all: its events go into push.page
-// jobs (PageWorker), which page through its devices, so one event to any
-// number of devices costs a round one job.
+// PageSize+1 members and devices per space, and stops before the event
+// that would take it past its budget of receivers or jobs. A space with
+// more than PageSize members or devices is not delivered by the round: its
+// events go into push.page jobs (PageWorker), which page through its
+// devices, so one event to any number of devices costs a round one job.
 type Consumer struct {
 	cfg ConsumerConfig
 }
@@ -217,28 +218,37 @@ func NewConsumer(cfg *ConsumerConfig) *Consumer {
 // Name implements sync.Consumer.
 func (c *Consumer) Name() string { return ConsumerName }
 
-// spaceDevicesSQL reads up to $2 receiving devices of each space in $1:
-// members with a current right of at least read, active principals, their
+// spaceDevicesSQL reads, for each space in $1, up to $2 of its members
+// (an index range of space_members' primary key), how many it read, and up
+// to $2 receiving devices of those members: active principals, their
 // registrations, minus those who muted the space. It is the cheap
 // pre-filter (the delivery job asks authz at send time), so it only has to
 // be no narrower than authz. The actor is left out per event, in Go. Each
 // device comes with its push service's origin (scheme and authority of the
 // endpoint, cut at its slashes, cheaper than a regular expression), which
-// groups devices into jobs. No order inside a space: a space that returns
-// $2 rows is paged instead, and sorting its devices would read them all.
+// groups devices into jobs; a space without devices has one row without a
+// device. Taking the members first bounds the work by $2 however large the
+// space: joined whole, the planner hashed every member of a space of
+// 25,000 to return a thousand devices. OFFSET 0 keeps the member list
+// from being read once per row.
 const spaceDevicesSQL = `
-SELECT s.ord, split_part(d.endpoint, '/', 1) || '//' || split_part(d.endpoint, '/', 3), d.id, d.principal
+SELECT s.ord, mm.n, d.origin, d.id, d.principal
 FROM unnest($1::text[]) WITH ORDINALITY AS s(space, ord)
 CROSS JOIN LATERAL (
-    SELECT r.endpoint, r.id, r.principal
-    FROM space_members m
-    JOIN principals p ON p.id = m.principal AND p.disabled_at IS NULL
-    JOIN push_registrations r ON r.principal = m.principal
-    WHERE m.space = s.space AND m."right" >= 'read'
-      AND NOT EXISTS (
+    SELECT a.members, cardinality(a.members) AS n FROM (
+        SELECT array(SELECT m.principal FROM space_members m
+                     WHERE m.space = s.space AND m."right" >= 'read'
+                     ORDER BY m.principal LIMIT $2) AS members
+        OFFSET 0) a) mm
+LEFT JOIN LATERAL (
+    SELECT split_part(r.endpoint, '/', 1) || '//' || split_part(r.endpoint, '/', 3) AS origin, r.id, r.principal
+    FROM unnest(mm.members) AS u(principal)
+    JOIN principals p ON p.id = u.principal AND p.disabled_at IS NULL
+    JOIN push_registrations r ON r.principal = u.principal
+    WHERE NOT EXISTS (
         SELECT 1 FROM push_preferences pp
-        WHERE pp.principal = m.principal AND pp.space = s.space AND NOT pp.notify)
-    LIMIT $2) d`
+        WHERE pp.principal = u.principal AND pp.space = s.space AND NOT pp.notify)
+    LIMIT $2) d ON true`
 
 // Handle implements sync.Consumer: HandlePrefix without a budget.
 func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {

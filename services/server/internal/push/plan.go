@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
@@ -20,7 +21,8 @@ type receiver struct {
 
 // spaceDevices is what a round read of one space's receivers.
 type spaceDevices struct {
-	// large: more than PageSize devices; the space is paged (push.page).
+	// large: more than PageSize members or devices; the space is paged
+	// (push.page).
 	large bool
 	// list holds the devices of a space that is not large, sorted by
 	// origin and registration id.
@@ -59,13 +61,20 @@ func (r *roundPlan) readSpaces(ctx context.Context, tx pgx.Tx, order []string) (
 	}
 	defer rows.Close()
 	lists := make([][]receiver, k)
+	cut := make([]bool, k) // the members read were cut at perSpace
 	for rows.Next() {
 		var ord int64
-		var origin *string
-		var rc receiver
-		if err := rows.Scan(&ord, &origin, &rc.device.RegistrationID, &rc.device.Principal); err != nil {
+		var members int
+		var origin, principal *string
+		var id pgtype.UUID
+		if err := rows.Scan(&ord, &members, &origin, &id, &principal); err != nil {
 			return 0, fmt.Errorf("push receivers: %w", err)
 		}
+		cut[ord-1] = members == perSpace
+		if !id.Valid {
+			continue // a space without devices
+		}
+		rc := receiver{device: Device{RegistrationID: id.Bytes, Principal: *principal}}
 		if origin != nil {
 			rc.origin = *origin
 		}
@@ -75,7 +84,7 @@ func (r *roundPlan) readSpaces(ctx context.Context, tx pgx.Tx, order []string) (
 		return 0, fmt.Errorf("push receivers: %w", err)
 	}
 	for i, l := range lists {
-		sd := &spaceDevices{large: len(l) == perSpace}
+		sd := &spaceDevices{large: cut[i] || len(l) == perSpace}
 		if !sd.large {
 			sd.list = sortReceivers(l)
 		}
