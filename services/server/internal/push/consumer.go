@@ -228,9 +228,9 @@ func (c *Consumer) Name() string { return ConsumerName }
 // endpoint, cut at its slashes, cheaper than a regular expression), which
 // groups devices into jobs; a space without devices has one row without a
 // device. Taking the members first bounds the work by $2 however large the
-// space: joined whole, the planner hashed every member of a space of
-// 25,000 to return a thousand devices. OFFSET 0 keeps the member list
-// from being read once per row.
+// space: joined whole, the planner hashed every member of a large space to
+// return a page of devices. OFFSET 0 keeps the member list from being read
+// once per row.
 const spaceDevicesSQL = `
 SELECT s.ord, mm.n, d.origin, d.id, d.principal
 FROM unnest($1::text[]) WITH ORDINALITY AS s(space, ord)
