@@ -210,8 +210,8 @@ func printEnabled(c *call, id uuid.UUID, res *webhooks.EnableView) {
 	case res.ResumeAfterSeq == 0 && res.WasCause == "":
 		fmt.Fprintf(c.stdout, "subscription %s was already active\n", id)
 	case res.From == "backlog":
-		fmt.Fprintf(c.stdout, "subscription %s enabled (was disabled: %s) with its backlog: its pending deliveries and %d made for events committed while disabled are sent in seq order, then events after seq %d\n",
-			id, res.WasCause, res.Created, res.ResumeAfterSeq)
+		fmt.Fprintf(c.stdout, "subscription %s enabled (was disabled: %s) with its backlog: its pending deliveries, %d that had disabled it and %d made for events committed while disabled are sent in seq order, then events after seq %d\n",
+			id, res.WasCause, res.Reset, res.Created, res.ResumeAfterSeq)
 		if res.NotDelivered != nil {
 			fmt.Fprintf(c.stdout, "events of its space in seq %d..%d left the log (retention) and were NOT delivered (%d pending deliveries skipped); resynchronize the receiver from the source\n",
 				res.NotDelivered.From, res.NotDelivered.To, res.Skipped)

@@ -499,15 +499,17 @@ type backlogRow struct {
 	status, cause, space       string
 	lastDelivered, resumeAfter int64
 	backlogFrom                *int64
+	disabledAt                 *time.Time
 }
 
 const lockBacklogSQL = `
-SELECT status, coalesce(disabled_cause, ''), space, last_delivered_seq, resume_after_seq, backlog_from_seq
+SELECT status, coalesce(disabled_cause, ''), space, last_delivered_seq, resume_after_seq, backlog_from_seq, disabled_at
 FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
 
 func lockBacklog(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*backlogRow, error) {
 	b := &backlogRow{}
-	err := tx.QueryRow(ctx, lockBacklogSQL, id).Scan(&b.status, &b.cause, &b.space, &b.lastDelivered, &b.resumeAfter, &b.backlogFrom)
+	err := tx.QueryRow(ctx, lockBacklogSQL, id).Scan(&b.status, &b.cause, &b.space, &b.lastDelivered, &b.resumeAfter, &b.backlogFrom,
+		&b.disabledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -539,6 +541,33 @@ func (b *backlogRow) startAt(next, read int64) int64 {
 	return max(read+1, b.resumeAfter+1, next)
 }
 
+// reviveSQL makes pending again the deliveries that disabled the
+// subscription ($1): the sender that disables it for failing (the head's
+// retry budget spent) or for a 410 makes them dead in the same
+// transaction, so their finished_at is its disabled_at ($2). Left dead,
+// an ordered subscription would resume with a hole where they were.
+// Dead deliveries of other causes (a refusal by rights, an earlier
+// dead letter) stay dead. Their retry budget starts again.
+const reviveSQL = `
+UPDATE webhook_deliveries
+SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL,
+    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+WHERE subscription_id = $1 AND status = 'dead' AND finished_at = $2`
+
+// revive makes pending the deliveries that disabled b (reviveSQL), if a
+// delivery disabled it: causes failing and gone. A gap's event is gone,
+// and a manual disable had no delivery to blame.
+func (b *backlogRow) revive(ctx context.Context, tx pgx.Tx, id uuid.UUID) (int64, error) {
+	if b.disabledAt == nil || (b.cause != CauseFailing && b.cause != CauseGone) {
+		return 0, nil
+	}
+	ct, err := tx.Exec(ctx, reviveSQL, id, *b.disabledAt)
+	if err != nil {
+		return 0, fmt.Errorf("revive the deliveries that disabled it: %w", err)
+	}
+	return ct.RowsAffected(), nil
+}
+
 // skipLostSQL gives up the pending deliveries whose events retention
 // removed: sending them is impossible, and the sender would disable the
 // subscription again at the first one.
@@ -562,8 +591,10 @@ WHERE id = $1`
 // round's matching) get deliveries, as long as the log holds them. Pending
 // deliveries of events retention removed are skipped, and NotDelivered is
 // the range of seqs after the last delivered one that retention removed,
-// as Enable reports the range it skips. Dead deliveries, the one that
-// disabled it included, stay dead: Recover or Resend sends them.
+// as Enable reports the range it skips. The deliveries that disabled it
+// (for failing or a 410) are pending again, sent first, so an ordered
+// subscription resumes without a hole; other dead deliveries stay dead
+// (Recover or Resend sends them).
 //
 // Where the backlog starts is the mark the first round after the disable
 // left (backlog_from_seq): every matching event before it got a delivery
@@ -639,13 +670,17 @@ func (p *EnableBacklogParams) backlogBatch(ctx context.Context, tx pgx.Tx, next 
 
 // enableAtHead is the part of EnableFromBacklog under the round barrier,
 // with the disabled subscription b locked: it makes the deliveries of the
-// retained backlog from from up to the head, skips the pending deliveries
+// retained backlog from from up to the head, makes the deliveries that
+// disabled it pending again (revive), skips the pending deliveries
 // of events retention removed, activates the subscription at the head and
 // inserts a delivery job if any delivery is pending. It fills in res.
 func (p *EnableBacklogParams) enableAtHead(ctx context.Context, tx pgx.Tx, b *backlogRow, from int64, res *EnableResult) error {
 	res.WasCause = b.cause
 	r, err := readRetention(ctx, tx, p.Events)
 	if err != nil {
+		return err
+	}
+	if res.Reset, err = b.revive(ctx, tx, p.ID); err != nil {
 		return err
 	}
 	if from <= r.head {

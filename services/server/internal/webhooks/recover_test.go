@@ -672,6 +672,36 @@ func TestEnableFromBacklog(t *testing.T) {
 		require.Equal(t, int64(3), res.Created)
 	})
 
+	// The deliveries that disabled an ordered subscription (its head's
+	// budget spent, or a 410) are sent again first: enabled with its
+	// backlog it resumes without a hole in the order.
+	for name, failure := range map[string]int{"Failing": http.StatusServiceUnavailable, "Gone": http.StatusGone} {
+		t.Run("IncludesTheDeliveryThatDisabledIt"+name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, slowDefaults())
+			var healthy atomic.Bool
+			rv := newReceiver(t, func(request, int) (int, map[string]string) {
+				if healthy.Load() {
+					return http.StatusOK, nil
+				}
+				return failure, nil
+			})
+			s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: quickSchedule(&webhooks.PolicyParams{}, time.Second)})
+			evs := b.emit(t, "s1", 2)
+			b.start(t)
+			b.round(t)
+			eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
+			eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+			require.Equal(t, webhooks.DeliveryDead, b.deliveryStatus(t, s.ID, evs[0].Seq))
+			healthy.Store(true)
+
+			res := b.enableFromBacklog(t, s.ID)
+			require.Equal(t, int64(1), res.Reset)
+			b.waitDelivered(t, s.ID, seqs(evs...)...)
+			require.Equal(t, seqs(evs...), okSeqs(rv.requests()), "the head that disabled it, then the next, in order")
+		})
+	}
+
 	t.Run("AnActiveSubscriptionIsLeftAsItIs", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)

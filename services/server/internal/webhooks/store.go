@@ -424,6 +424,9 @@ type EnableResult struct {
 	// Created is how many deliveries EnableFromBacklog made for events
 	// committed while the subscription was disabled (0 for Enable).
 	Created int64
+	// Reset is how many dead deliveries EnableFromBacklog made pending
+	// again: those that disabled the subscription (0 for Enable).
+	Reset int64
 	// NotDelivered is the range of seqs after the last delivered one up to
 	// the head that the subscription will never receive (Len 0: none).
 	NotDeliveredFrom, NotDeliveredTo int64

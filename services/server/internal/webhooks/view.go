@@ -176,6 +176,9 @@ type EnableView struct {
 	// Created is how many deliveries the backlog made for events
 	// committed while it was disabled.
 	Created int64 `json:"created"`
+	// Reset is how many dead deliveries the backlog made pending again:
+	// those that disabled the subscription.
+	Reset int64 `json:"reset"`
 	// NotDelivered is the range of seqs that will never be delivered, or
 	// null.
 	NotDelivered *SeqRangeView `json:"not_delivered"`
@@ -185,7 +188,7 @@ type EnableView struct {
 // with result r; s is the subscription as it is afterwards.
 func NewEnableView(s *Subscription, from string, r *EnableResult) EnableView {
 	v := EnableView{Subscription: NewSubscriptionView(s), WasCause: r.WasCause, ResumeAfterSeq: r.ResumeAfterSeq,
-		Skipped: r.Skipped, From: from, Created: r.Created}
+		Skipped: r.Skipped, From: from, Created: r.Created, Reset: r.Reset}
 	if r.NotDeliveredTo > 0 {
 		v.NotDelivered = &SeqRangeView{From: r.NotDeliveredFrom, To: r.NotDeliveredTo}
 	}
