@@ -37,7 +37,8 @@ import (
 // primary dies.
 //
 // It checks that every acknowledged event is in the log at its seq, the
-// log is gapless, every acknowledged event reached every receiver (in seq
+// log is gapless, the roles export the synchronous standby (1, and 0
+// while the new primary runs alone), every acknowledged event reached every receiver (in seq
 // order for the ordered subscription) and every delivered event is in the
 // log as delivered, repeats only of sends made while a loss was under way,
 // no 500 answer, and no process exited. It reports the outage as the
@@ -49,6 +50,7 @@ func TestFailover_PrimaryLostUnderLoad(t *testing.T) {
 	needAutoctl(t)
 	t.Parallel()
 	fo := setupFailover(t)
+	fo.waitStandbys(t, 1)
 	fo.startLoad()
 	fo.waitTraffic(t, time.Time{})
 	for n := 1; n <= 2; n++ {
@@ -211,10 +213,13 @@ func (fo *failover) loseThePrimary(t *testing.T, n int) {
 	l.promoted, err = standby.WaitWritable(ctx, 2*time.Minute)
 	require.NoError(t, err)
 	fo.waitTraffic(t, l.promoted)
+	// The new primary has no standby until the old one is back.
+	fo.waitStandbys(t, 0)
 
 	require.NoError(t, primary.Rejoin())
 	require.NoError(t, fo.f.Wait(ctx))
 	l.rejoined = time.Now()
+	fo.waitStandbys(t, 1)
 }
 
 func (fo *failover) other(n *pgformation.Node) *pgformation.Node {
@@ -289,6 +294,23 @@ func (fo *failover) waitTraffic(t *testing.T, since time.Time) {
 			t.Fatalf("the outage did not end: nothing since %s for %s", since.Format("15:04:05.000"), strings.Join(missing, ", "))
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// waitStandbys waits, at most a minute, until the api process exports
+// bothy_database_synchronous_standbys with the value want.
+func (fo *failover) waitStandbys(t *testing.T, want int) {
+	line := fmt.Sprintf("bothy_database_synchronous_standbys %d", want)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := scrape(t, fo.apiAddr, "bothy_database_synchronous_standbys ")
+		if got == line {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the api exports %q, want %q", got, line)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
 	}
 }
 

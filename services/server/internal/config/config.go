@@ -42,6 +42,9 @@ type Config struct {
 type Database struct {
 	URL      string
 	MaxConns int
+	// ExpectSynchronousStandby says that the database should always have a
+	// synchronous standby in sync; the alert compares with it.
+	ExpectSynchronousStandby bool
 }
 
 // Server configures "bothy server".

@@ -33,6 +33,9 @@ var Keys = []Key{
 	{Name: "database.max_conns", Default: "20", Range: "2..1000",
 		Doc: "Connections in the pool of each process (the LISTEN connection comes on top).",
 		set: func(c *Config, v string) error { return intIn(&c.Database.MaxConns, v, 2, 1000) }},
+	{Name: "database.expect_synchronous_standby", Default: "false", Range: "true or false",
+		Doc: "The database has a synchronous standby (ops/high-availability.md); BothyDatabaseNoSynchronousStandby fires when none is in sync.",
+		set: func(c *Config, v string) error { return boolean(&c.Database.ExpectSynchronousStandby, v) }},
 
 	{Name: "server.role", Default: "all", Range: "api, worker or all",
 		Doc: "What bothy server runs: api (HTTP API, metrics), worker (consumers, delivery jobs, maintenance) or all.",

@@ -48,11 +48,16 @@ func (n *Node) Kill(ctx context.Context) error {
 	if !n.Running() {
 		return fmt.Errorf("%s: its keeper is not running", n.name)
 	}
+	return n.killGroup(ctx)
+}
+
+// killGroup SIGKILLs the keeper's process group, which PostgreSQL joined,
+// and the postmaster itself (in case a keeper ever moves it out), and
+// waits until both are gone.
+func (n *Node) killGroup(ctx context.Context) error {
 	pm := n.postmasterPID()
 	_ = syscall.Kill(-n.keeper.Process.Pid, syscall.SIGKILL)
 	if pm > 0 {
-		// PostgreSQL joined the keeper's group; this covers a keeper that
-		// ever moves it out.
 		_ = syscall.Kill(pm, syscall.SIGKILL)
 	}
 	select {
@@ -83,19 +88,17 @@ func (n *Node) Rejoin() error {
 }
 
 // stop ends the keeper (SIGINT: a fast shutdown of PostgreSQL), killing
-// its process group if that takes longer than 30 s, and then frees the
-// shared memory a killed PostgreSQL left behind.
+// its processes if that takes longer than 30 s, and then frees the shared
+// memory a killed PostgreSQL left behind.
 func (n *Node) stop(ctx context.Context) {
 	if n.Running() {
 		_ = n.keeper.Process.Signal(syscall.SIGINT)
 		select {
 		case <-n.done:
 		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-n.keeper.Process.Pid, syscall.SIGKILL)
-			<-n.done
+			_ = n.killGroup(context.WithoutCancel(ctx))
 		case <-ctx.Done():
-			_ = syscall.Kill(-n.keeper.Process.Pid, syscall.SIGKILL)
-			<-n.done
+			_ = n.killGroup(context.WithoutCancel(ctx))
 		}
 	}
 	n.removeLeftShm()
