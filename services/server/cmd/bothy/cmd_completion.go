@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -98,10 +101,10 @@ func completeValues(cmd *cobra.Command, c *command, src func(*cobra.Command) *co
 		_ = cmd.RegisterFlagCompletionFunc("scopes", completeScopes)
 	}
 	if cmd.Flags().Lookup("events") != nil {
-		_ = cmd.RegisterFlagCompletionFunc("events", func(cc *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		_ = cmd.RegisterFlagCompletionFunc("events", func(cc *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			ctx, cancel := completionContext(cc)
 			defer cancel()
-			return src(cc).eventTypes(ctx, toComplete), cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+			return src(cc).eventTypes(ctx, args, toComplete), cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 		})
 	}
 	names := strings.Fields(c.Args)
@@ -188,31 +191,48 @@ func subscriptionIDs(ctx context.Context, s *completionSource, toComplete string
 }
 
 // eventTypes completes the last of a comma-separated list of event types:
-// "*", and with --server the types the server has seen on --space, where
-// it says.
-func (s *completionSource) eventTypes(ctx context.Context, toComplete string) []cobra.Completion {
+// "*", and with --server the types the server lists for the space (--space,
+// or the space of the subscription named by the first argument), less
+// those already given.
+func (s *completionSource) eventTypes(ctx context.Context, args []string, toComplete string) []cobra.Completion {
 	done := ""
 	if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
 		done = toComplete[:i+1]
 	}
 	out := []cobra.Completion{done + "*"}
-	space, _ := s.c.fs.GetString("space")
 	api, err := s.c.remote.client()
-	if space == "" || api == nil || err != nil {
+	if api == nil || err != nil {
 		return out
+	}
+	space, _ := s.c.fs.GetString("space")
+	if id, err := uuid.Parse(firstOr(args, "")); space == "" && err == nil {
+		var sub webhooks.SubscriptionView
+		if api.do(ctx, http.MethodGet, subscriptionPath(id, ""), nil, nil, &sub) == nil {
+			space = sub.Space
+		}
 	}
 	var res struct {
 		EventTypes []struct {
 			Type string `json:"type"`
 		} `json:"event_types"`
 	}
-	if api.do(ctx, "GET", "/v1/spaces/"+url.PathEscape(space)+"/event-types", nil, nil, &res) != nil {
+	if space == "" || api.do(ctx, http.MethodGet, "/v1/spaces/"+url.PathEscape(space)+"/event-types", nil, nil, &res) != nil {
 		return out
 	}
+	given := strings.Split(done, ",")
 	for _, t := range res.EventTypes {
-		out = append(out, done+t.Type)
+		if !slices.Contains(given, t.Type) {
+			out = append(out, done+t.Type)
+		}
 	}
 	return out
+}
+
+func firstOr(ss []string, none string) string {
+	if len(ss) == 0 {
+		return none
+	}
+	return ss[0]
 }
 
 // principalIDs are the first page of principals, where the caller may

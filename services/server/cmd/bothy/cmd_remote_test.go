@@ -299,3 +299,33 @@ func TestCLI_AdminOnTheDatabase(t *testing.T) {
 	jsonOf(&toks, "tokens", "list", "--principal", "ci")
 	require.Equal(t, authz.TokenRevoked, toks[0].Status)
 }
+
+// TestCompletion_EventTypesFromTheServer: --events completes, after the
+// types already given, the other types the server lists for --space or
+// the updated subscription's space. The server here stands in for GET
+// /v1/spaces/{space}/event-types, with its answer's shape.
+func TestCompletion_EventTypesFromTheServer(t *testing.T) {
+	t.Parallel()
+	const subID = "0b0e6f8e-0000-4000-8000-000000000000"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Header.Get("Authorization") != "Bearer t0ken":
+			http.Error(w, "{}", http.StatusUnauthorized)
+		case r.URL.Path == "/v1/spaces/s1/event-types":
+			_, _ = w.Write([]byte(`{"event_types":[{"type":"item.created","count":3},{"type":"item.deleted","count":1}]}`))
+		case r.URL.Path == "/v1/webhooks/"+subID:
+			_, _ = w.Write([]byte(`{"id":"` + subID + `","space":"s1"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	environ := []string{"BOTHY_SERVER=" + srv.URL, "BOTHY_TOKEN=t0ken"}
+
+	require.Equal(t, []string{"*", "item.created", "item.deleted"}, completions(t, environ, "webhooks", "create", "--space", "s1", "--events", ""))
+	require.Equal(t, []string{"item.created,*", "item.created,item.deleted"},
+		completions(t, environ, "webhooks", "update", subID, "--events", "item.created,"), "the subscription's space, less what is given")
+	require.Equal(t, []string{"*"}, completions(t, environ, "webhooks", "create", "--space", "s2", "--events", ""), "a space it does not list")
+	require.Equal(t, []string{"*"}, completions(t, nil, "webhooks", "create", "--space", "s1", "--events", ""), "no server")
+}
