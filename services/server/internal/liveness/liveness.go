@@ -16,11 +16,13 @@
 // owners available again (TestRescuer).
 //
 // A session can end while its process lives (a terminated backend, a
-// PostgreSQL restart). The Holder then locks the same key again at once
-// (TestHolder/LocksAgainAfterTheSessionIsCut), and nobody judges another
-// process dead before its own session is Settle old
-// (TestRescuer/YoungJudgeWaits), so after a restart every live process has
-// had time to lock again. What is left: a live process whose session is cut
+// PostgreSQL restart, a failover). The Holder then locks the same key again
+// at once (TestHolder/LocksAgainAfterTheSessionIsCut), and nobody judges
+// another process dead within Settle of a loss of every session
+// (SettledSQL, TestRescuer/YoungJudgeWaits), so after a restart every live
+// process has had time to lock again; a judge that has just started judges
+// at once when older sessions of bothy show that no such loss happened
+// (TestRescuer/YoungJudgeOfAnOldServerJudges). What is left: a live process whose session is cut
 // and that cannot lock again before another process checks may have its work
 // taken over while it still runs; that costs a second run of the work (a
 // duplicate send at worst), never a loss.
@@ -95,12 +97,30 @@ func OwnerOf(attemptedBy []string) string {
 // takes the owner's lock for the rest of the transaction when it is free
 // (PostgreSQL releases it at commit or rollback), so two judges never both
 // see the same owner gone in overlapping transactions. It is false, without
-// trying the lock, while the judge's own session is younger than the
-// interval in milliseconds given by the SQL expression settleMillis: a
-// young session may mean the server restarted a moment ago.
+// trying the lock, unless the judge is settled (SettledSQL with the
+// interval in milliseconds given by the SQL expression settleMillis).
 func GoneSQL(owner, settleMillis string) string {
-	return fmt.Sprintf(`((SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())) < now() - (%s)::float8 * interval '1 millisecond'
-        AND pg_try_advisory_xact_lock(%d, hashtext(%s)))`, settleMillis, LockClass, owner)
+	return fmt.Sprintf(`(%s AND pg_try_advisory_xact_lock(%d, hashtext(%s)))`, SettledSQL(settleMillis), LockClass, owner)
+}
+
+// SettledSQL returns a boolean SQL expression that is true when a free
+// liveness lock may be taken to mean a dead process: no mass loss of
+// sessions (a server restart, a failover to a standby) happened within
+// the interval in milliseconds given by the SQL expression settleMillis,
+// since live processes need a moment to lock their keys again after one.
+//
+// The judge's own session being older than the interval proves that. A
+// young one (the judge's process has just started) may still find proof
+// elsewhere: the server has run longer than the interval, and another
+// session of bothy's on this database (application_name bothy-..., every
+// role's pool and lock sessions) is older than it; a restart or a failover
+// ends all of them. Without either, the judge waits.
+func SettledSQL(settleMillis string) string {
+	age := fmt.Sprintf(`now() - (%s)::float8 * interval '1 millisecond'`, settleMillis)
+	return fmt.Sprintf(`(CASE WHEN (SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())) < %[1]s THEN true
+        ELSE pg_postmaster_start_time() < %[1]s AND EXISTS (
+            SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'bothy-%%'
+                AND backend_start < %[1]s AND pid <> pg_backend_pid()) END)`, age)
 }
 
 // HolderConfig configures a Holder.

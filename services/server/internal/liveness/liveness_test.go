@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
@@ -312,6 +313,42 @@ func TestRescuer(t *testing.T) {
 			return len(got) > 0
 		}, "rescued by a settled judge")
 		require.NoError(t, err)
+		require.Equal(t, res.Job.ID, got[0].ID)
+	})
+
+	t.Run("YoungJudgeOfAnOldServerJudges", func(t *testing.T) {
+		t.Parallel()
+		const settle = 3 * time.Second
+		db := dbtest.NewDB(t)
+		ctx := context.Background()
+		cc, err := pgx.ParseConfig(db.URL)
+		require.NoError(t, err)
+		cc.RuntimeParams["application_name"] = "bothy-api-1" // another process of bothy's, running all along
+		witness, err := pgx.ConnectConfig(ctx, cc)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = witness.Close(context.WithoutCancel(ctx)) })
+		started := time.Now()
+		dead := startProcess(t, db, "", true)
+		res, err := dead.client.Insert(ctx, holdArgs{}, nil)
+		require.NoError(t, err)
+		dead.waitStart(t, 10*time.Second)
+		require.NoError(t, dead.holder.Close(ctx))
+		eventually(t, 10*time.Second, func() bool { return time.Since(started) > settle }, "the witness is older than the settle interval")
+		// A judge whose process has just started: its pool's sessions are
+		// new, younger than the settle interval.
+		pool, err := pgxpool.New(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		judge, err := liveness.NewRescuer(pool, newHolder(t, db, ""), &liveness.RescuerConfig{Settle: settle, Logger: quiet})
+		require.NoError(t, err)
+		var got []liveness.Rescued
+		// Well within the settle interval, so the judge's own sessions
+		// stay young throughout.
+		eventually(t, settle/2, func() bool {
+			got, err = judge.RescueOnce(ctx)
+			require.NoError(t, err)
+			return len(got) > 0
+		}, "rescued by the young judge")
 		require.Equal(t, res.Job.ID, got[0].ID)
 	})
 

@@ -15,10 +15,10 @@ import (
 
 // RescuerConfig configures a Rescuer.
 type RescuerConfig struct {
-	// Interval between two checks. Default 2s.
+	// Interval between two checks; the first runs at once. Default 1s.
 	Interval time.Duration
-	// Settle is how long this process's own lock, and the session the check
-	// runs in, must have been held before it judges others. Default Settle.
+	// Settle is the settle interval of SettledSQL: how long after a loss
+	// of every session no process is judged dead. Default Settle.
 	Settle time.Duration
 	// QueryTimeout bounds one check. Default 10s.
 	QueryTimeout time.Duration
@@ -67,7 +67,7 @@ func NewRescuer(pool *pgxpool.Pool, holder *Holder, cfg *RescuerConfig) (*Rescue
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	c.Interval = cmp.Or(c.Interval, 2*time.Second)
+	c.Interval = cmp.Or(c.Interval, time.Second)
 	c.Settle = cmp.Or(c.Settle, Settle)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 10*time.Second)
 	if c.Logger == nil {
@@ -147,19 +147,21 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescued, error) {
 	return out, nil
 }
 
-// Run checks every Interval until ctx is cancelled and returns nil then.
-// It skips checks while this process's own lock has been held for less
-// than Settle.
+// Run checks at once and then every Interval until ctx is cancelled, and
+// returns nil then. It skips checks while this process holds no lock of
+// its own: a process that may itself be judged dead judges no other.
 func (r *Rescuer) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
 		}
-		if r.holder.HeldFor() < r.cfg.Settle {
+		if r.holder.HeldFor() == 0 {
 			continue
 		}
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
