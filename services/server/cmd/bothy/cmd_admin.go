@@ -91,17 +91,26 @@ func setupPrincipalsList(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		defer c.moreFollow(pg.NextCursor)
-		if *asJSON {
-			return c.printJSON(pg.Principals)
-		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tKIND\tCREATED\tDISABLED")
-		for _, p := range pg.Principals {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.ID, p.Kind, p.CreatedAt.UTC().Format(time.RFC3339), timeOr(p.DisabledAt, "-"))
-		}
-		return tw.Flush()
+		return printPage(c, *asJSON, pg.Principals, pg.NextCursor, "ID\tKIND\tCREATED\tDISABLED", func(p *authz.PrincipalView) string {
+			return strings.Join([]string{p.ID, p.Kind, p.CreatedAt.UTC().Format(time.RFC3339), timeOr(p.DisabledAt, "-")}, "\t")
+		})
 	}
+}
+
+// printPage prints a page of items, as JSON or as a table of header and a
+// row per item (tab-separated cells), and announces the next page's cursor
+// on stderr.
+func printPage[T any](c *call, asJSON bool, items []T, next, header string, row func(*T) string) error {
+	defer c.moreFollow(next)
+	if asJSON {
+		return c.printJSON(items)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for i := range items {
+		fmt.Fprintln(tw, row(&items[i]))
+	}
+	return tw.Flush()
 }
 
 func timeOr(t *time.Time, none string) string {
@@ -199,17 +208,10 @@ func setupTokensList(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		defer c.moreFollow(pg.NextCursor)
-		if *asJSON {
-			return c.printJSON(pg.Tokens)
-		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tNAME\tSCOPES\tCREATED\tEXPIRES\tLAST_USED")
-		for _, t := range pg.Tokens {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Status, t.Name, strings.Join(t.Scopes, ","),
-				t.CreatedAt.UTC().Format(time.RFC3339), timeOr(t.ExpiresAt, "never"), timeOr(t.LastUsedAt, "never"))
-		}
-		return tw.Flush()
+		return printPage(c, *asJSON, pg.Tokens, pg.NextCursor, "ID\tSTATUS\tNAME\tSCOPES\tCREATED\tEXPIRES\tLAST_USED", func(t *authz.TokenView) string {
+			return strings.Join([]string{t.ID.String(), t.Status, t.Name, strings.Join(t.Scopes, ","), t.CreatedAt.UTC().Format(time.RFC3339),
+				timeOr(t.ExpiresAt, "never"), timeOr(t.LastUsedAt, "never")}, "\t")
+		})
 	}
 }
 
@@ -253,16 +255,9 @@ func setupMembersList(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		defer c.moreFollow(pg.NextCursor)
-		if *asJSON {
-			return c.printJSON(pg.Members)
-		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PRINCIPAL\tRIGHT\tGRANTED")
-		for _, m := range pg.Members {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Principal, m.Right, m.GrantedAt.UTC().Format(time.RFC3339))
-		}
-		return tw.Flush()
+		return printPage(c, *asJSON, pg.Members, pg.NextCursor, "PRINCIPAL\tRIGHT\tGRANTED", func(m *authz.MembershipView) string {
+			return strings.Join([]string{m.Principal, m.Right, m.GrantedAt.UTC().Format(time.RFC3339)}, "\t")
+		})
 	}
 }
 
