@@ -216,7 +216,6 @@ type CreateParams struct {
 	Policy *PolicyParams
 }
 
-
 // Create validates and stores a subscription and returns it with its
 // signing secret (shown once). It starts at the head of the log: only
 // events committed after it was created are delivered. The owner must be
