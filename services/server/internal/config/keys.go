@@ -139,7 +139,7 @@ var Keys = []Key{
 		set: func(c *Config, v string) error {
 			return dur(&c.Webhooks.RightsMaxAge, v, 10*time.Millisecond, time.Minute)
 		}},
-	{Name: "webhooks.senders", Default: "100", Range: "1..10000",
+	{Name: "webhooks.senders", Default: "200", Range: "1..10000",
 		Doc: "Subscriptions one worker process sends for at once (River workers of the webhooks queue).",
 		set: func(c *Config, v string) error { return intIn(&c.Webhooks.Senders, v, 1, 10000) }},
 	{Name: "webhooks.sender_linger", Default: "2s", Range: "1ms..1m",

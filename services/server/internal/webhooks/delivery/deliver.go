@@ -50,7 +50,7 @@ type DeliverConfig struct {
 	RightsMaxAge time.Duration
 	// Senders is how many subscriptions one process sends for at once: it
 	// must be the webhooks queue's River workers, which the module sets
-	// from it (webhooks.senders). Default 100.
+	// from it (webhooks.senders). Default 200.
 	Senders int
 	// Linger is how long a sender with nothing to send waits for new
 	// deliveries of its subscription before it lets the subscription go,
@@ -79,7 +79,7 @@ func (c *DeliverConfig) withDefaults() DeliverConfig {
 	out.RetryMax = cmp.Or(out.RetryMax, time.Hour)
 	out.BatchSize = cmp.Or(out.BatchSize, 100)
 	out.RightsMaxAge = cmp.Or(out.RightsMaxAge, time.Second)
-	out.Senders = cmp.Or(out.Senders, 100)
+	out.Senders = cmp.Or(out.Senders, 200)
 	out.Linger = cmp.Or(out.Linger, 2*time.Second)
 	out.Slice = cmp.Or(out.Slice, 5*time.Second)
 	out.LivenessSettle = cmp.Or(out.LivenessSettle, liveness.Settle)
