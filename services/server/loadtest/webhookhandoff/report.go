@@ -176,7 +176,7 @@ func (h *handoff) stagesText(b *strings.Builder, r *result) {
 	for _, st := range r.stages {
 		fmt.Fprintf(b, "%-26s %8d %8s %8s %8s\n", st.Name, st.N, ms(st.P50), ms(st.P95), ms(st.P99))
 	}
-	fmt.Fprintf(b, "sent by a job fetched before their round's job: %d\n", r.sentEarlier)
+	fmt.Fprintf(b, "sent by a sender running already (no job fetched between their round and their send): %d\n", r.sentEarlier)
 }
 
 // costText prints the per-delivery figures and, with --statements, the

@@ -38,9 +38,9 @@ type result struct {
 	p99, max  time.Duration
 	stages    []harness.Stage
 	stagesErr error
-	// sentEarlier counts deliveries whose sending step began before the
-	// River fetch of the job their round made: a sender already running
-	// for the subscription sent them.
+	// sentEarlier counts deliveries that a sender already running for the
+	// subscription sent: no job of theirs was fetched between their round
+	// and their send.
 	sentEarlier int
 	// wall runs from the start of the measured load to the end of the
 	// wait for its deliveries; appending to the last event's commit (the
@@ -173,14 +173,15 @@ func (h *handoff) stages(ctx context.Context, r *result, res *phaseResult, arriv
 		}
 		round = append(round, created.Sub(committed))
 		js := jobs[sub]
-		// The round's job: the last one whose lowest seq is at most seq.
+		// The round's job: the last one whose lowest seq is at most seq. A
+		// job fetched before the round, or one fetched after the send, is a
+		// sender that was running already.
 		if i, _ := slices.BinarySearchFunc(js, seq+1, func(j job, s int64) int { return cmp.Compare(j.seq, s) }); i > 0 {
 			at := js[i-1].attempted
-			fetch = append(fetch, at.Sub(created))
-			if first.Before(at) {
+			if at.Before(created) || first.Before(at) {
 				r.sentEarlier++
 			} else {
-				claim = append(claim, first.Sub(at))
+				fetch, claim = append(fetch, at.Sub(created)), append(claim, first.Sub(at))
 			}
 		}
 		if received, ok := arrivals[delivery{sub: index[sub], id: id}]; ok {
