@@ -24,7 +24,7 @@ func TestEventsEmitThenConsumersStatus(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	var sts []sync.ConsumerStatusJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &sts))
-	require.Len(t, sts, 2)
+	require.Len(t, sts, 3)
 	for _, s := range sts {
 		require.Equal(t, int64(25), s.Head, s.Name)
 		require.Equal(t, int64(25), s.Lag, s.Name)
@@ -52,7 +52,7 @@ func TestEventsEmitThenConsumersStatus(t *testing.T) {
 		} `json:"lost"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &lost))
-	require.Len(t, lost, 2)
+	require.Len(t, lost, 3)
 	for _, s := range lost {
 		require.NotNil(t, s.Lost, s.Name)
 		require.Equal(t, [2]int64{1, 10}, [2]int64{s.Lost.From, s.Lost.To}, s.Name)

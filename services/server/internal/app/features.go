@@ -3,6 +3,7 @@ package app
 import (
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/console"
+	"github.com/bothy/bothy/services/server/internal/eventtypes"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
@@ -11,12 +12,13 @@ import (
 )
 
 // Features are the modules every bothy server runs, configured from cfg:
-// outgoing webhooks, push, the HTTP API and, if console.enabled, the web
-// console. A new feature is added here.
+// outgoing webhooks, push, the catalog of event types, the HTTP API and,
+// if console.enabled, the web console. A new feature is added here.
 func Features(cfg *config.Config) []module.Factory {
 	fs := []module.Factory{
 		delivery.NewModule(WebhooksConfig(cfg)),
 		push.NewModule(PushConfig(cfg)),
+		eventtypes.NewModule(),
 		httpapi.NewModule(APIConfig(cfg)),
 	}
 	if cfg.Console.Enabled {
@@ -80,6 +82,7 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		VAPIDPublicKey:             cfg.Push.VAPIDPublicKey,
 		AdminToken:                 cfg.Server.AdminToken,
 		ConsoleKey:                 consoleKey(cfg),
+		EventsPollInterval:         cfg.Consumer.PollInterval,
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 
 // consumerLag matches a consumer's row on the lag page and captures its
 // name and lag.
-var consumerLag = regexp.MustCompile(`<tr data-testid="consumer-row" data-name="([a-z]+)">[^<]*<td>[a-z]+</td>\s*` +
+var consumerLag = regexp.MustCompile(`<tr data-testid="consumer-row" data-name="([a-z_]+)">[^<]*<td>[a-z_]+</td>\s*` +
 	`<td data-testid="consumer-last-seq">seq (\d+)</td>\s*<td data-testid="consumer-head">seq (\d+)</td>\s*` +
 	`<td data-testid="consumer-lag">(\d+)</td>`)
 
@@ -40,8 +40,8 @@ func TestConsole_Lag(t *testing.T) {
 		require.Equal(t, http.StatusOK, p.status, p.body)
 		require.Contains(t, p.body, `<table id="consumers" data-testid="consumers">`)
 		rows := consumerLag.FindAllStringSubmatch(p.body, -1)
-		require.Len(t, rows, 2, p.body)
-		for i, name := range []string{"push", "webhooks"} {
+		require.Len(t, rows, 3, p.body)
+		for i, name := range []string{"event_types", "push", "webhooks"} {
 			require.Equal(t, []string{name, "0", "2", "2"}, rows[i][1:])
 		}
 		require.Contains(t, p.body, `<td data-testid="consumer-lost">none</td>`)

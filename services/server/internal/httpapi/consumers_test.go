@@ -54,9 +54,10 @@ func TestAPI_Consumers(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
 		got := b.consumers(t, ops)
-		require.Len(t, got.Consumers, 2)
-		require.Equal(t, "push", got.Consumers[0].Name)
-		require.Equal(t, "webhooks", got.Consumers[1].Name)
+		require.Len(t, got.Consumers, 3)
+		require.Equal(t, "event_types", got.Consumers[0].Name)
+		require.Equal(t, "push", got.Consumers[1].Name)
+		require.Equal(t, "webhooks", got.Consumers[2].Name)
 		for _, c := range got.Consumers {
 			require.EqualValues(t, 0, c.LastSeq, c.Name)
 			require.EqualValues(t, 3, c.Head, c.Name)
@@ -77,7 +78,7 @@ func TestAPI_Consumers(t *testing.T) {
 
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got := b.consumers(t, ops)
-			require.Len(c, got.Consumers, 2)
+			require.Len(c, got.Consumers, 3)
 			for _, s := range got.Consumers {
 				require.EqualValues(c, 2, s.LastSeq, s.Name)
 				require.EqualValues(c, 0, s.Lag, s.Name)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,6 +61,19 @@ type Config struct {
 	// console.enabled); empty: POST /v1/portal-links answers 404.
 	// Default empty.
 	ConsoleKey []byte
+	// EventsPollInterval is how often a long poll or an event stream reads
+	// the log again when no notice woke it (a NOTIFY can be lost, and a
+	// role without a LISTEN connection gets none): consumer.poll_interval.
+	// Default 1s.
+	EventsPollInterval time.Duration
+	// EventsHeartbeat is how often a quiet event stream sends a comment
+	// line, so that proxies keep it open and a client notices a dead
+	// connection. Default 15s.
+	EventsHeartbeat time.Duration
+	// EventsRightsMaxAge is how long an event stream goes on with the
+	// rights it read before it reads them again, so a revoke ends it
+	// within about this long. Default 1s.
+	EventsRightsMaxAge time.Duration
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -80,12 +94,21 @@ type API struct {
 	testerErr error
 	// ui is the River UI handler once mounted; Run starts its caches.
 	ui *riverui.Handler
+	// reader and appended serve the event pull and stream.
+	reader   sync.SpaceEventReader
+	appended sync.AppendWatcher
+	// stopping is closed when the server stops (Run's context ends): long
+	// polls answer at once and streams end, so shutdown does not wait for
+	// them.
+	stopping     chan struct{}
+	stoppingOnce gosync.Once
 }
 
-// Run starts the River UI's background
-// caches (job counts and the like) while the server runs, if the UI is
-// mounted, and returns nil once ctx is cancelled.
+// Run starts the River UI's background caches (job counts and the like)
+// while the server runs, if the UI is mounted, and returns nil once ctx is
+// cancelled, after telling long polls and event streams to end.
 func (a *API) Run(ctx context.Context) error {
+	defer a.stoppingOnce.Do(func() { close(a.stopping) })
 	if a.ui != nil {
 		if err := a.ui.Start(ctx); err != nil {
 			return fmt.Errorf("river ui: %w", err)
@@ -102,6 +125,9 @@ func New(d *module.Deps, cfg *Config) *API {
 		c = *cfg
 	}
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
+	c.EventsPollInterval = cmp.Or(c.EventsPollInterval, time.Second)
+	c.EventsHeartbeat = cmp.Or(c.EventsHeartbeat, 15*time.Second)
+	c.EventsRightsMaxAge = cmp.Or(c.EventsRightsMaxAge, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -110,7 +136,7 @@ func New(d *module.Deps, cfg *Config) *API {
 	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, status: d.ConsumerStatus,
 		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
-		tester:   tester, testerErr: testerErr}
+		tester:   tester, testerErr: testerErr, reader: d.Reader, appended: d.Appended, stopping: make(chan struct{})}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
@@ -152,8 +178,12 @@ func (m *apiModule) Run(ctx context.Context) error {
 type route struct {
 	pattern string
 	// public routes need no token.
-	public  bool
-	handler func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
+	public bool
+	// selfDurable GET handlers make what they show durable themselves
+	// (answerDurably, or a.log.Durable before each part of a stream), so
+	// wrap hands them the response as it is.
+	selfDurable bool
+	handler     func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
 }
 
 // routes is every /v1 endpoint; the OpenAPI document must list exactly
@@ -163,6 +193,9 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/openapi.json", public: true, handler: a.openAPI},
 
 		{pattern: "POST /v1/spaces/{space}/events", handler: a.appendEvents},
+		{pattern: "GET /v1/spaces/{space}/events", selfDurable: true, handler: a.listEvents},
+		{pattern: "GET /v1/spaces/{space}/events/{id}", handler: a.getEvent},
+		{pattern: "GET /v1/spaces/{space}/event-types", handler: a.listEventTypes},
 
 		{pattern: "GET /v1/webhooks", handler: a.listWebhooks},
 		{pattern: "POST /v1/webhooks", handler: a.createWebhook},
@@ -174,6 +207,7 @@ func (a *API) routes() []route {
 		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},
 		{pattern: "GET /v1/webhooks/{id}/deliveries", handler: a.listDeliveries},
+		{pattern: "GET /v1/webhooks/{id}/deliveries/{seq}", handler: a.getDelivery},
 		{pattern: "POST /v1/webhooks/{id}/deliveries/{seq}/resend", handler: a.resendDelivery},
 		{pattern: "POST /v1/webhooks/{id}/recover", handler: a.recoverWebhook},
 
@@ -273,7 +307,7 @@ func (a *API) wrap(rt route) http.Handler {
 				return
 			}
 		}
-		if r.Method != http.MethodGet || rt.public {
+		if r.Method != http.MethodGet || rt.public || rt.selfDurable {
 			// Public routes show nothing from the database.
 			if err := rt.handler(w, r, subj); err != nil {
 				a.fail(w, r, err)
@@ -295,13 +329,21 @@ func (a *API) wrap(rt route) http.Handler {
 // Writes need no barrier: they end in a synchronous commit, which flushes
 // the WAL past everything they could see.
 func (a *API) answerDurably(w http.ResponseWriter, r *http.Request, bw *bufferedWriter) {
-	if a.log != nil {
-		if err := a.log.Durable(r.Context()); err != nil {
-			a.fail(w, r, err)
-			return
-		}
+	if err := a.durable(r.Context()); err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	bw.sendTo(w)
+}
+
+// durable returns once what this process read is durable
+// (sync.DurabilityBarrier); an API built without an event log has none to
+// wait for.
+func (a *API) durable(ctx context.Context) error {
+	if a.log == nil {
+		return nil
+	}
+	return a.log.Durable(ctx)
 }
 
 func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {

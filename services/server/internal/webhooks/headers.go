@@ -2,9 +2,12 @@ package webhooks
 
 import (
 	"fmt"
+	"net/http"
 	"net/textproto"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
@@ -149,4 +152,29 @@ func MaskHeaderValue(v string) string {
 		cut--
 	}
 	return v[:cut] + "…"
+}
+
+// ShownHeaders returns the headers every request of a delivery of the
+// event with id eventID to sub carries, as the API may show them: the
+// custom headers with their values masked (MaskHeaderValue), and
+// webhook-id unless the subscription sends batches, whose id covers the
+// batch. webhook-timestamp and webhook-signature differ at every attempt
+// and are not kept.
+func ShownHeaders(sub *Subscription, eventID uuid.UUID) map[string]string {
+	msgID := eventID.String()
+	if sub.Policy.MaxBatch > 0 {
+		msgID = ""
+	}
+	h := http.Header{}
+	outbound.SetHeaders(h, sub.Headers, msgID)
+	out := make(map[string]string, len(h))
+	for name := range h {
+		out[name] = h.Get(name)
+	}
+	for name, v := range sub.Headers {
+		if canonical, err := headerName(name); err == nil && out[canonical] == v {
+			out[canonical] = MaskHeaderValue(v)
+		}
+	}
+	return out
 }

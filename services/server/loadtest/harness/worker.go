@@ -19,6 +19,8 @@ import (
 type Worker struct {
 	// Done receives what the server's Run returned, once.
 	Done <-chan error
+	// Addr is the address its HTTP server listens on.
+	Addr string
 	stop func()
 }
 
@@ -55,12 +57,13 @@ func StartWorker(ctx context.Context, p *WorkerParams) (*Worker, error) {
 		}
 	}}
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err := srv.Addr(actx)
+	addr, err := srv.Addr(actx)
 	acancel()
 	if err != nil {
 		w.Stop()
 		return nil, fmt.Errorf("worker did not start: %w", err)
 	}
+	w.Addr = addr.String()
 	return w, nil
 }
 

@@ -91,19 +91,29 @@ func NewRequest(ctx context.Context, t *Target, m *Message, ts time.Time) (*http
 	if err != nil {
 		return nil, errors.New("request: " + ScrubURL(err))
 	}
-	for name, v := range t.Headers {
-		if canonical, ok := usableHeader(name, v); ok {
-			req.Header.Set(canonical, v)
-		}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if req.Header.Get("User-Agent") == "" {
-		req.Header.Set("User-Agent", "bothy-webhooks/1")
-	}
-	req.Header.Set(standardwebhooks.HeaderWebhookID, m.ID)
+	SetHeaders(req.Header, t.Headers, m.ID)
 	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	return req, nil
+}
+
+// SetHeaders sets the headers of a request but its timestamp and
+// signature: the custom headers (those the store would refuse are left
+// out), then Content-Type, User-Agent unless a custom header set it, and
+// the message id unless it is "".
+func SetHeaders(h http.Header, custom map[string]string, msgID string) {
+	for name, v := range custom {
+		if canonical, ok := usableHeader(name, v); ok {
+			h.Set(canonical, v)
+		}
+	}
+	h.Set("Content-Type", "application/json")
+	if h.Get("User-Agent") == "" {
+		h.Set("User-Agent", "bothy-webhooks/1")
+	}
+	if msgID != "" {
+		h.Set(standardwebhooks.HeaderWebhookID, msgID)
+	}
 }
 
 // signature returns the v1 signature of the Standard Webhooks scheme.

@@ -1,0 +1,277 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/eventtypes"
+	"github.com/bothy/bothy/services/server/internal/page"
+	"github.com/bothy/bothy/services/server/internal/sync"
+)
+
+// Reading a space's events: a page after a seq, a long poll that answers
+// as soon as one exists, a stream (events.go appends). Everything shown
+// passes the durability barrier first, the cursor included: it names a
+// seq, and a seq a crash could take back would be handed to another event.
+
+const (
+	cursorEvents     = "events"
+	cursorEventTypes = "event-types"
+	// maxWait bounds a long poll.
+	maxWait = 60 * time.Second
+	// maxTypePatterns bounds the patterns of one request's type filter.
+	maxTypePatterns = 20
+)
+
+// eventsQuery is what a request for a space's events asks.
+type eventsQuery struct {
+	space string
+	after int64
+	limit int
+	types []string
+	wait  time.Duration
+}
+
+// parseEventsQuery reads after or cursor, limit, type and wait: 400 naming
+// the parameter.
+func parseEventsQuery(r *http.Request, space string) (*eventsQuery, error) {
+	q := r.URL.Query()
+	if q.Get("after") != "" && q.Get("cursor") != "" {
+		return nil, errorf(http.StatusBadRequest, kindBadRequest, "after and cursor: send one of them")
+	}
+	limit, cur, err := pageParams(r, cursorEvents)
+	if err != nil {
+		return nil, err
+	}
+	eq := &eventsQuery{space: space, limit: limit, after: cur.Seq}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, errorf(http.StatusBadRequest, kindBadRequest, "after %q: want a seq, 0 or more", v)
+		}
+		eq.after = n
+	}
+	if v := q.Get("type"); v != "" {
+		eq.types = strings.Split(v, ",")
+		if len(eq.types) > maxTypePatterns {
+			return nil, errorf(http.StatusBadRequest, kindBadRequest, "type: %d patterns, at most %d", len(eq.types), maxTypePatterns)
+		}
+		for _, p := range eq.types {
+			if !sync.ValidTypePattern(p) {
+				return nil, errorf(http.StatusBadRequest, kindBadRequest, "type %q: want comma-separated patterns such as item.created, item.* or *", p)
+			}
+		}
+	}
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if n, nerr := strconv.Atoi(v); nerr == nil {
+			d, err = time.Duration(n)*time.Second, nil
+		}
+		if err != nil || d < 0 || d > maxWait {
+			return nil, errorf(http.StatusBadRequest, kindBadRequest, "wait %q: want a duration such as 30s (or seconds), at most %s", v, maxWait)
+		}
+		eq.wait = d
+	}
+	return eq, nil
+}
+
+// eventsPage is the answer of GET /v1/spaces/{space}/events.
+type eventsPage struct {
+	Events []sync.Envelope `json:"events"`
+	// NextCursor is where the next request continues; always set, since
+	// the log goes on.
+	NextCursor string `json:"next_cursor"`
+	// Done: nothing after next_cursor was committed when the page was read.
+	Done bool `json:"done"`
+	// Lost is the range of seqs retention removed before they were read;
+	// the space's events among them are gone.
+	Lost *lostRange `json:"lost,omitempty"`
+}
+
+type lostRange struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+func newEventsPage(pg *sync.SpaceEventsPage) eventsPage {
+	out := eventsPage{Events: make([]sync.Envelope, len(pg.Events)), Done: pg.Done(),
+		NextCursor: page.Key{List: cursorEvents, Seq: pg.NextAfter}.Encode()}
+	for i := range pg.Events {
+		out.Events[i] = pg.Events[i].Envelope()
+	}
+	if pg.Lost.Len() > 0 {
+		out.Lost = &lostRange{From: pg.Lost.From, To: pg.Lost.To}
+	}
+	return out
+}
+
+// listEvents answers a page of the space's events in seq order, waits for
+// one with wait, or streams them to a client that accepts
+// text/event-stream (events_stream.go). Read on the space and scope
+// events:read.
+func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
+	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
+		return err
+	}
+	q, err := parseEventsQuery(r, space)
+	if err != nil {
+		return err
+	}
+	if acceptsEventStream(r) {
+		if q.wait > 0 {
+			return errorf(http.StatusBadRequest, kindBadRequest, "wait: a stream waits by itself; send wait only without Accept: text/event-stream")
+		}
+		if err := streamStart(r, q); err != nil {
+			return err
+		}
+		return a.streamEvents(w, r, s, q)
+	}
+	pg, err := a.pollEvents(r, s, q)
+	if err != nil {
+		return err
+	}
+	bw := newBufferedWriter()
+	writeJSON(bw, http.StatusOK, newEventsPage(pg))
+	a.answerDurably(w, r, bw)
+	return nil
+}
+
+// pollEvents reads the page after q.after; with q.wait, it reads again on
+// every notice (and every EventsPollInterval) until an event comes, the
+// wait ends or the server stops. A scan window with nothing of the space
+// in it is passed over at once.
+func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sync.SpaceEventsPage, error) {
+	ctx := r.Context()
+	deadline := time.Now().Add(q.wait)
+	after, lost, waited := q.after, sync.SeqRange{}, false
+	var tick *time.Ticker
+	for {
+		changed := a.changed()
+		pg, err := a.reader.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: q.space, AfterSeq: after, Types: q.types, Limit: q.limit})
+		if err != nil {
+			return nil, err
+		}
+		if lost.Len() == 0 {
+			lost = pg.Lost
+		}
+		pg.Lost = lost
+		if len(pg.Events) > 0 || q.wait == 0 || !time.Now().Before(deadline) {
+			if waited && len(pg.Events) > 0 {
+				return pg, a.stillAllowed(r, s, q.space) // read the rights again
+			}
+			return pg, nil
+		}
+		after = pg.NextAfter
+		if !pg.Done() {
+			continue
+		}
+		if tick == nil {
+			tick = time.NewTicker(a.cfg.EventsPollInterval)
+			defer tick.Stop()
+		}
+		waited = true
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-changed:
+		case <-tick.C:
+		case <-timer.C:
+		case <-a.stopping:
+			deadline = time.Now()
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// changed returns the channel the next notice closes; nil (never) without
+// a watcher, where polls rely on the poll interval.
+func (a *API) changed() <-chan struct{} {
+	if a.appended == nil {
+		return nil
+	}
+	return a.appended.Changed()
+}
+
+// stillAllowed decides events.read on space again, with the token's
+// scopes and the principal's rights as they are now: a long poll or a
+// stream that began before a revoke must not show what came after it.
+func (a *API) stillAllowed(r *http.Request, s *authz.Subject, space string) error {
+	req := &authz.Request{Action: authz.ActionEventsRead, Principal: s.Principal, Scopes: scopesOf(s), Space: space}
+	if s.TokenID != uuid.Nil {
+		req.Scopes, req.Token = nil, &s.TokenID
+	}
+	d, err := authz.Allowed(r.Context(), a.pool, req)
+	if err != nil {
+		return err
+	}
+	if !d.Allowed {
+		return errorf(http.StatusForbidden, kindForbidden, "%s: %s", authz.ActionEventsRead, d.Reason)
+	}
+	return nil
+}
+
+// getEvent answers one event of the space by its id.
+func (a *API) getEvent(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
+	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
+		return err
+	}
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return errorf(http.StatusNotFound, kindNotFound, "%q is not an event id", r.PathValue("id"))
+	}
+	e, err := a.reader.EventByID(r.Context(), id)
+	if errors.Is(err, sync.ErrEventNotFound) || (err == nil && e.Space != space) {
+		return errorf(http.StatusNotFound, kindNotFound, "no event %s in space %q (never appended, or removed by retention)", id, space)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e.Envelope())
+	return nil
+}
+
+// listEventTypes answers a page of the types the space's events had, from
+// the catalog its consumer keeps (package eventtypes), in type order.
+func (a *API) listEventTypes(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	space, err := pathSpace(r)
+	if err != nil {
+		return err
+	}
+	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
+		return err
+	}
+	limit, after, err := pageParams(r, cursorEventTypes)
+	if err != nil {
+		return err
+	}
+	ts, err := eventtypes.List(r.Context(), a.pool, &eventtypes.ListParams{Space: space, AfterType: after.Name, Limit: limit + 1})
+	if err != nil {
+		return err
+	}
+	out := struct {
+		EventTypes []eventtypes.View `json:"event_types"`
+		NextCursor string            `json:"next_cursor,omitempty"`
+	}{EventTypes: []eventtypes.View{}}
+	ts, out.NextCursor = pageOf(ts, limit, func(t *eventtypes.Type) page.Key { return page.Key{List: cursorEventTypes, Name: t.Type} })
+	for i := range ts {
+		out.EventTypes = append(out.EventTypes, ts[i].View())
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
