@@ -149,11 +149,13 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 // pollEvents reads the page after q.after; with q.wait, it reads again on
 // every notice (and every EventsPollInterval) until an event comes, the
 // wait ends or the server stops. A scan window with nothing of the space
-// in it is passed over at once.
+// in it is passed over at once. Events found after the rights were read
+// more than EventsRightsMaxAge ago are answered only if the rights, read
+// again, still allow them.
 func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sync.SpaceEventsPage, error) {
 	ctx := r.Context()
 	deadline := time.Now().Add(q.wait)
-	after, lost, waited := q.after, sync.SeqRange{}, false
+	after, lost, checked := q.after, sync.SeqRange{}, time.Now()
 	var tick *time.Ticker
 	for {
 		changed := a.changed()
@@ -166,8 +168,8 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 		}
 		pg.Lost = lost
 		if len(pg.Events) > 0 || q.wait == 0 || !time.Now().Before(deadline) {
-			if waited && len(pg.Events) > 0 {
-				return pg, a.stillAllowed(r, s, q.space) // read the rights again
+			if len(pg.Events) > 0 && time.Since(checked) >= a.cfg.EventsRightsMaxAge {
+				return pg, a.stillAllowed(r, s, q.space) // it waited: read the rights again
 			}
 			return pg, nil
 		}
@@ -179,7 +181,6 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 			tick = time.NewTicker(a.cfg.EventsPollInterval)
 			defer tick.Stop()
 		}
-		waited = true
 		timer := time.NewTimer(time.Until(deadline))
 		select {
 		case <-changed:

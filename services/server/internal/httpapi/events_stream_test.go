@@ -206,7 +206,7 @@ func TestAPI_LongPollEnds(t *testing.T) {
 	})
 	t.Run("ForbiddenWhenRevokedWhileWaiting", func(t *testing.T) {
 		t.Parallel()
-		b := setupPull(t, httpapi.Config{}, true)
+		b := setupPull(t, httpapi.Config{EventsRightsMaxAge: time.Nanosecond}, true)
 		reader := b.principal(t, "reader", authz.RightRead, "s1", authz.ScopeEventsRead)
 		ch := b.longPoll(t, reader, "wait=20s")
 		b.waitRead(t, 0)

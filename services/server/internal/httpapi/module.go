@@ -94,6 +94,9 @@ type API struct {
 	testerErr error
 	// ui is the River UI handler once mounted; Run starts its caches.
 	ui *riverui.Handler
+	// barrier is the event log's durability barrier, its flushes shared
+	// by concurrent reads; nil without an event log.
+	barrier *sharedBarrier
 	// reader and appended serve the event pull and stream.
 	reader   sync.SpaceEventReader
 	appended sync.AppendWatcher
@@ -131,12 +134,17 @@ func New(d *module.Deps, cfg *Config) *API {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	var barrier *sharedBarrier
+	if d.Events != nil {
+		barrier = newSharedBarrier(d.Events)
+	}
 	tester, testerErr := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
 		Timeout: c.WebhookTimeout})
 	return &API{pool: d.Pool, log: d.Events, source: d.Source, rounds: d.Rounds, status: d.ConsumerStatus,
 		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
-		tester:   tester, testerErr: testerErr, reader: d.Reader, appended: d.Appended, stopping: make(chan struct{})}
+		tester:   tester, testerErr: testerErr, reader: d.Reader, appended: d.Appended, stopping: make(chan struct{}),
+		barrier: barrier}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
@@ -337,13 +345,13 @@ func (a *API) answerDurably(w http.ResponseWriter, r *http.Request, bw *buffered
 }
 
 // durable returns once what this process read is durable
-// (sync.DurabilityBarrier); an API built without an event log has none to
-// wait for.
+// (sync.DurabilityBarrier), sharing flushes with concurrent reads; an API
+// built without an event log has none to wait for.
 func (a *API) durable(ctx context.Context) error {
-	if a.log == nil {
+	if a.barrier == nil {
 		return nil
 	}
-	return a.log.Durable(ctx)
+	return a.barrier.Durable(ctx)
 }
 
 func (a *API) authenticate(r *http.Request) (*authz.Subject, error) {

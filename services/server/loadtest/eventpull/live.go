@@ -24,6 +24,7 @@ const drainFor = 30 * time.Second
 // liveResult is what the long-pollers received.
 type liveResult struct {
 	Appended      int              `json:"appended"`
+	AppendedPerS  float64          `json:"appended_per_s"`
 	Received      int              `json:"received"`
 	ReceivedPerS  float64          `json:"received_per_s"`
 	Requests      int64            `json:"requests"`
@@ -125,6 +126,7 @@ func (pl *poller) run(ctx context.Context, c *client, requests *atomic.Int64) er
 func produce(ctx context.Context, s *harness.Scratch, p *params, spaces []string) (*liveResult, error) {
 	log := postgres.NewEventLog(s.Pool, nil)
 	defer log.Close()
+	began := time.Now()
 	acks, err := harness.OpenLoop(ctx, &harness.LoadParams{Rate: p.Rate, Duration: p.Duration, Producers: p.Producers},
 		func(ctx context.Context, i int) (ackAt, error) {
 			id, _ := uuid.NewV7()
@@ -140,7 +142,7 @@ func produce(ctx context.Context, s *harness.Scratch, p *params, spaces []string
 	if err != nil {
 		return nil, err
 	}
-	res := &liveResult{Appended: len(acks), acks: map[string]ackAt{}}
+	res := &liveResult{Appended: len(acks), AppendedPerS: float64(len(acks)) / time.Since(began).Seconds(), acks: map[string]ackAt{}}
 	for _, a := range acks {
 		res.acks[fmt.Sprint(a.seq)] = a
 	}
