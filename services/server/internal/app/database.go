@@ -9,15 +9,25 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
+	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
 
-// OpenPool connects to the configured database.
+// poolPingTimeout bounds the ping of an idle pool connection before use,
+// unless the URL sets pool_ping_timeout.
+const poolPingTimeout = 2 * time.Second
+
+// OpenPool connects to the configured database. Every connection waits at
+// most dburl.ConnectTimeout for each host, and an idle connection that does
+// not answer a ping within poolPingTimeout is replaced, so a pool on a
+// failover formation's URL passes over a lost primary that stopped
+// answering (TestOpenPool_PassesOverAHostThatStoppedAnswering).
 func OpenPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	return openPool(ctx, cfg, nil)
 }
@@ -30,12 +40,21 @@ func openPool(ctx context.Context, cfg *config.Config, configure func(*pgxpool.C
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	pc.MaxConns = int32(cfg.Database.MaxConns)
+	dburl.ApplyDefaults(&pc.ConnConfig.Config)
+	if pc.PingTimeout == 0 {
+		// A connection idle for a second is pinged before it is handed out;
+		// one to a server that stopped answering would otherwise hold the
+		// caller until its own deadline, if it has one, instead of being
+		// replaced by a connection to the new primary.
+		pc.PingTimeout = poolPingTimeout
+	}
 	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set {
 		// Operators (and the soak's fault injector) tell processes apart in
 		// pg_stat_activity by it.
 		pc.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("bothy-%s-%d", cfg.Server.Role, os.Getpid())
 	}
 	postgres.RequireSynchronousCommit(pc)
+	dropReadOnly(pc)
 	if configure != nil {
 		configure(pc)
 	}
@@ -53,6 +72,25 @@ func openPool(ctx context.Context, cfg *config.Config, configure func(*pgxpool.C
 		return nil, fmt.Errorf("connect to PostgreSQL at %s (database.url): %w", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), err)
 	}
 	return pool, nil
+}
+
+// dropReadOnly makes the pool close, rather than hand out again, a
+// connection whose server has become read-only: a primary being demoted
+// (its writes fail with SQLSTATE 25006, answered 503), or a standby. A new
+// connection then finds the read-write node (target_session_attrs), where
+// the old one would fail every write until its server restarts.
+// PostgreSQL 14 and later report both settings to the client as they
+// change (TestOpenPool_DropsConnectionsToAServerTurnedReadOnly); older
+// servers report neither, and nothing is dropped.
+func dropReadOnly(pc *pgxpool.Config) {
+	next := pc.AfterRelease
+	pc.AfterRelease = func(c *pgx.Conn) bool {
+		p := c.PgConn()
+		if p.ParameterStatus("in_hot_standby") == "on" || p.ParameterStatus("default_transaction_read_only") == "on" {
+			return false
+		}
+		return next == nil || next(c)
+	}
 }
 
 // openDatabase migrates if asked, connects, and checks that the schema is

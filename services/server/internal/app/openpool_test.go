@@ -5,12 +5,16 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbfault"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -95,4 +99,97 @@ func TestOpenPool_SynchronousCommitFromPGOPTIONS(t *testing.T) {
 	_, err = app.OpenPool(context.Background(), cfg)
 	require.ErrorIs(t, err, postgres.ErrAsyncCommitRequested)
 	require.ErrorContains(t, err, "PGOPTIONS")
+}
+
+// TestOpenPool_PassesOverAHostThatStoppedAnswering: on a failover
+// formation's URL (every node, target_session_attrs=read-write) the pool
+// must reach the primary when the first node stopped answering without
+// refusing anything, as a lost machine does: a new connection gives up on
+// it after dburl.ConnectTimeout and tries the next host, and an idle
+// connection to it fails its ping within the pool's ping timeout and is
+// replaced, instead of holding the caller until its own deadline.
+func TestOpenPool_PassesOverAHostThatStoppedAnswering(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	open := func(t *testing.T, lost *dbtest.FrozenProxy) *pgxpool.Pool {
+		u := dbtest.WithHosts(t, db.URL, lost.Addr()+","+dbtest.HostPort(t, db.URL))
+		cfg, err := config.Load("", nil, map[string]string{"database.url": u + "&target_session_attrs=read-write"})
+		require.NoError(t, err)
+		pool, err := app.OpenPool(context.Background(), cfg)
+		require.NoError(t, err, "OpenPool pings within 10 s")
+		t.Cleanup(pool.Close)
+		t.Cleanup(lost.Close) // first: closing a pool waits on connections nobody answers
+		return pool
+	}
+
+	t.Run("NewConnections", func(t *testing.T) {
+		t.Parallel()
+		lost := dbtest.NewFrozenProxy(t, dbtest.HostPort(t, db.URL))
+		lost.Freeze()
+		open(t, lost)
+	})
+
+	t.Run("IdleConnections", func(t *testing.T) {
+		t.Parallel()
+		lost := dbtest.NewFrozenProxy(t, dbtest.HostPort(t, db.URL))
+		pool := open(t, lost) // its connection goes through the proxy
+		lost.Freeze()
+		// The pool pings only a connection idle for more than a second.
+		time.Sleep(1100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var one int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT 1`).Scan(&one), "the query waited on the connection to the lost host")
+	})
+}
+
+// TestOpenPool_DropsConnectionsToAServerTurnedReadOnly: a primary being
+// demoted turns read-only under its open sessions
+// (default_transaction_read_only, as failover managers set it). The write
+// that meets it fails as the database being unavailable (a 503, retried),
+// and its connection is not handed out again.
+func TestOpenPool_DropsConnectionsToAServerTurnedReadOnly(t *testing.T) {
+	t.Parallel()
+	p := dbtest.NewPrivate(t, map[string]string{"shared_buffers": "32MB", "max_connections": "20"})
+	ctx := context.Background()
+	cfg, err := config.Load("", nil, map[string]string{"database.url": p.URL})
+	require.NoError(t, err)
+	pool, err := app.OpenPool(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	admin := p.Pool(t)
+	_, err = admin.Exec(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+
+	c, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	pid := c.Conn().PgConn().PID()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err = c.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`); err == nil; _, err = c.Exec(ctx, `UPDATE event_seq SET last_seq = last_seq`) {
+		require.True(t, time.Now().Before(deadline), "the server did not turn read-only") // the reload is asynchronous
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Release()
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "25006", pgErr.Code)
+	require.True(t, dbfault.Unavailable(err), "a write on a read-only server is a 503")
+
+	deadline = time.Now().Add(30 * time.Second)
+	for inPool(ctx, t, pool, pid) {
+		require.True(t, time.Now().Before(deadline), "the connection that met the read-only server is still handed out")
+		time.Sleep(10 * time.Millisecond) // the pool closes released connections asynchronously
+	}
+}
+
+// inPool reports whether an idle connection of pool has backend pid.
+func inPool(ctx context.Context, t *testing.T, pool *pgxpool.Pool, pid uint32) bool {
+	found := false
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		found = found || c.Conn().PgConn().PID() == pid
+		c.Release()
+	}
+	return found
 }

@@ -17,7 +17,10 @@
 //
 // A session can end while its process lives (a terminated backend, a
 // PostgreSQL restart, a failover). The Holder then locks the same key again
-// at once (TestHolder/LocksAgainAfterTheSessionIsCut), and nobody judges
+// at once (TestHolder/LocksAgainAfterTheSessionIsCut); it pings its session
+// every second, so a server that stopped answering without ending anything
+// (a lost primary's machine) counts as a lost session within seconds too
+// (TestHolder_LocksAgainWhenItsServerStopsAnswering). Nobody judges
 // another process dead within Settle of a loss of every session
 // (SettledSQL, TestRescuer/YoungJudgeWaits), so after a restart every live
 // process has had time to lock again; a judge that has just started judges
@@ -45,6 +48,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // LockClass is the first key of every liveness lock; the second is
@@ -137,6 +142,14 @@ type HolderConfig struct {
 	// the session was lost. Defaults 50ms and 1s: the shorter the gap, the
 	// smaller the chance that another process judges this one dead.
 	MinBackoff, MaxBackoff time.Duration
+	// CheckInterval is how often the held session is pinged, and
+	// PingTimeout how long the ping may take before the session counts as
+	// lost. Defaults 1s and 3s. A server that stopped answering (its
+	// machine lost, or frozen) neither ends the session nor refuses
+	// anything, and after a failover the lock lives on the old primary
+	// only; without the ping the holder would wait on it for good while
+	// others judge this process dead.
+	CheckInterval, PingTimeout time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -172,6 +185,8 @@ func NewHolder(cfg *HolderConfig) (*Holder, error) {
 	c.ApplicationName = cmp.Or(c.ApplicationName, "bothy-alive")
 	c.MinBackoff = cmp.Or(c.MinBackoff, 50*time.Millisecond)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Second)
+	c.CheckInterval = cmp.Or(c.CheckInterval, time.Second)
+	c.PingTimeout = cmp.Or(c.PingTimeout, 3*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -234,6 +249,7 @@ func (h *Holder) lock(ctx context.Context) error {
 		return fmt.Errorf("liveness: %w", err)
 	}
 	cc.RuntimeParams["application_name"] = h.cfg.ApplicationName
+	dburl.ApplyDefaults(&cc.Config)
 	// The server notices a vanished host within about 11 s instead of the
 	// kernel's two hours, and so releases the lock.
 	cc.RuntimeParams["tcp_keepalives_idle"] = "5"
@@ -281,8 +297,7 @@ func (h *Holder) Run(ctx context.Context) error {
 		conn := h.conn
 		h.mu.Unlock()
 		if conn != nil {
-			// Nothing is ever notified; the wait ends when the session does.
-			err := conn.PgConn().WaitForNotification(ctx)
+			err := h.wait(ctx, conn)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -306,6 +321,35 @@ func (h *Holder) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
+		}
+	}
+}
+
+// wait returns when the session of conn is lost: it ended, or its server
+// did not answer a ping within PingTimeout (one every CheckInterval). It
+// returns at once when ctx ends, leaving the session in place.
+func (h *Holder) wait(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		// Nothing is ever notified; the wait ends when the session does,
+		// or at the next check.
+		wctx, cancel := context.WithTimeout(ctx, h.cfg.CheckInterval)
+		err := conn.PgConn().WaitForNotification(wctx)
+		checkDue := wctx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !checkDue {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, h.cfg.PingTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the server did not answer a ping within %s: %w", h.cfg.PingTimeout, err)
 		}
 	}
 }

@@ -422,3 +422,55 @@ func TestHolders(t *testing.T) {
 		return len(got) == 0
 	}, "no holder once the session ended")
 }
+
+// TestHolder_LocksPastAHostThatStoppedAnswering: on a failover formation's
+// URL whose first host stopped answering without refusing anything (a
+// lost primary's machine), the holder gives up on that host after
+// dburl.ConnectTimeout and takes its lock on the next, within its own
+// attempt's 10 s.
+func TestHolder_LocksPastAHostThatStoppedAnswering(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	lost := dbtest.NewFrozenProxy(t, dbtest.HostPort(t, db.URL))
+	lost.Freeze()
+	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: dbtest.WithHosts(t, db.URL, lost.Addr()+","+dbtest.HostPort(t, db.URL)),
+		Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Acquire(context.Background()))
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	require.False(t, lockFree(t, db, h.ID()), "the lock is held on the answering host")
+}
+
+// TestHolder_LocksAgainWhenItsServerStopsAnswering: after a failover the
+// old primary may stop answering without ending anything (its machine
+// lost, or frozen), while the lock lives on the new one no longer. The
+// holder pings its session and, when the ping goes unanswered, locks
+// again on the next host of the URL. Here the old session goes through a
+// proxy that freezes, and its backend is ended on the server, as the new
+// primary never had it.
+func TestHolder_LocksAgainWhenItsServerStopsAnswering(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	old := dbtest.NewFrozenProxy(t, dbtest.HostPort(t, db.URL))
+	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: dbtest.WithHosts(t, db.URL, old.Addr()+","+dbtest.HostPort(t, db.URL)),
+		Logger: quiet, MinBackoff: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, h.Acquire(context.Background()))
+	first := h.PID()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		old.Close()
+		_ = h.Close(context.Background())
+	})
+
+	old.Freeze()
+	_, err = db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, first)
+	require.NoError(t, err)
+	eventually(t, 30*time.Second, func() bool { p := h.PID(); return p != 0 && p != first },
+		"the holder still waits on the session whose server stopped answering")
+	require.False(t, lockFree(t, db, h.ID()), "the lock is held again")
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // ListenerConfig configures a Listener.
@@ -86,6 +88,7 @@ func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
 	if l.cfg.ApplicationName != "" {
 		cc.RuntimeParams["application_name"] = l.cfg.ApplicationName
 	}
+	dburl.ApplyDefaults(&cc.Config)
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.ConnectConfig(connectCtx, cc)
 	cancel()
