@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/ops/promtooltest"
+	"github.com/bothy/bothy/internal/tooltest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -65,7 +65,7 @@ type testFile struct {
 
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
-	bin := promtooltest.Path(t)
+	bin := tooltest.Need(t, tooltest.Promtool)
 	rules, err := filepath.Glob("*.rules.yml")
 	require.NoError(t, err)
 	require.NotEmpty(t, rules)

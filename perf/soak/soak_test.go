@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/loadtest/soak"
 )
 
@@ -23,6 +24,7 @@ func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process soak: skipped with -short")
 	}
+	tooltest.Need(t, tooltest.PostgresServer)
 	var environ []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "BOTHY_DATABASE_URL=") {

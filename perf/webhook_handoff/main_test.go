@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/loadtest/harness"
 	"github.com/bothy/bothy/services/server/loadtest/webhookhandoff"
 )
@@ -50,14 +51,10 @@ func TestWebhookHandoffShort(t *testing.T) {
 // ones (JSON array bodies), and requires every delivery to arrive once,
 // signed, in order where ordered, and the JSON line to carry every figure,
 // the private cluster's WAL and CPU among them. It needs the PostgreSQL
-// server binaries; without them it skips, except under CI=true.
+// server binaries; without them it skips, except under CI=true
+// (tooltest.Need).
 func TestWebhookHandoffBacklogShort(t *testing.T) {
-	if err := harness.PrivateAvailable(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the backlog mode needs a private cluster: %v", err)
-		}
-		t.Skipf("the backlog mode needs a private cluster: %v", err)
-	}
+	tooltest.Need(t, tooltest.PostgresServer)
 	for _, tt := range []struct {
 		name string
 		args []string

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/bothy/bothy/internal/pgbin"
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
@@ -467,7 +468,7 @@ func findDevDatabase(ctx context.Context, mode, dir string, out io.Writer) (*dev
 		return nil, fmt.Errorf("no PostgreSQL on 127.0.0.1:5432 (user postgres): %s", tried[0])
 	}
 
-	bin, err := pgcluster.FindBin()
+	bin, err := pgbin.Server()
 	if err == nil {
 		db, err := startPrivatePG(ctx, bin, dir, out)
 		if err == nil {

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
-	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/pgformation"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -47,7 +47,7 @@ func TestFailover_PrimaryLostUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary on a PostgreSQL formation")
 	}
-	needAutoctl(t)
+	tooltest.Need(t, tooltest.Autoctl)
 	t.Parallel()
 	fo := setupFailover(t)
 	fo.waitStandbys(t, 1)
@@ -63,23 +63,6 @@ func TestFailover_PrimaryLostUnderLoad(t *testing.T) {
 		require.False(t, p.exited(), "a bothy process exited during the run:\n%s", p.logText())
 		p.stop(t)
 	}
-}
-
-// needAutoctl skips the test where pg_auto_failover is not installed, and
-// fails it in CI, which installs it.
-func needAutoctl(t *testing.T) {
-	t.Helper()
-	bin, err := pgcluster.FindBin()
-	if err == nil {
-		_, err = pgformation.FindAutoctl(bin)
-	}
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
 }
 
 // failover is the test's world: the formation, the processes, the load and

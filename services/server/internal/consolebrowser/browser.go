@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	gosync "sync"
 	"testing"
 	"time"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
@@ -50,10 +50,10 @@ type Dialog struct {
 }
 
 // New starts Chromium for t and closes it when t ends. Without a chromium
-// binary it fails t in CI and skips it elsewhere.
+// binary it fails t in CI and skips it elsewhere (tooltest.Need).
 func New(t testing.TB) *Browser {
 	t.Helper()
-	path := chromiumPath(t)
+	path := tooltest.Need(t, tooltest.Chromium)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(t.TempDir()),
@@ -86,21 +86,6 @@ func New(t testing.TB) *Browser {
 		}
 	}()
 	return b
-}
-
-// chromiumPath finds Debian's chromium binary.
-func chromiumPath(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("chromium")
-	if err == nil {
-		return p
-	}
-	msg := "chromium not found in PATH: apt-get install -y --no-install-recommends chromium"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
 }
 
 func screenshotDir(t testing.TB) string {

@@ -3,8 +3,8 @@
 // own, signs in, clicks through the pages and submits the forms as a person
 // would, against a real server on a scratch database.
 //
-// Without a chromium binary in PATH the tests fail in CI (CI set) and are
-// skipped elsewhere, saying how to install it (apt-get install chromium).
+// Without a chromium binary in PATH the tests fail in CI (CI=true) and are
+// skipped elsewhere, saying how to install it (tooltest.Need).
 //
 // Each test keeps full-page PNG screenshots of the pages it visits: under
 // $BOTHY_TEST_SCREENSHOT_DIR/<test name>/ when that is set (CI sets

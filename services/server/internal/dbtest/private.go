@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -33,9 +34,11 @@ type Private struct {
 // NewPrivate initializes and starts a private cluster with settings (see
 // QuietCrashSettings), creates and migrates database "bothy" in it, and
 // stops and removes the cluster when tb ends. It never touches the shared
-// test server. The test fails when the local server binaries are missing.
+// test server. Without the local server binaries the test fails in CI and
+// is skipped elsewhere (tooltest.Need).
 func NewPrivate(tb testing.TB, settings map[string]string) *Private {
 	tb.Helper()
+	tooltest.Need(tb, tooltest.PostgresServer)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Not tb.TempDir: its parents are private to root, and the cluster may

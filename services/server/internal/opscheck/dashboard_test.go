@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/ops/promtooltest"
+	"github.com/bothy/bothy/internal/tooltest"
 )
 
 // dashboardDir is ops/dashboards seen from this package.
@@ -134,7 +134,7 @@ func TestDashboards(t *testing.T) {
 
 			// The PromQL parses: promtool checks it as recording rules, with
 			// Grafana's variables replaced by values.
-			bin := promtooltest.Path(t) // after the checks above: without promtool only the parse is skipped
+			bin := tooltest.Need(t, tooltest.Promtool) // after the checks above: without promtool only the parse is skipped
 			rules := "groups:\n  - name: dashboard\n    rules:\n"
 			repl := strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$__interval", "1m", "$consumer", ".*")
 			for i, q := range qs {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/ops/promtooltest"
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/config"
@@ -94,7 +94,7 @@ func get(ctx context.Context, url string) (string, error) {
 // "promtool check metrics", the linter Prometheus ships.
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
-	bin := promtooltest.Path(t)
+	bin := tooltest.Need(t, tooltest.Promtool)
 	for _, role := range []string{"api", "worker"} {
 		t.Run(role, func(t *testing.T) {
 			t.Parallel()

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/bothy/bothy/internal/pgbin"
 )
 
 // Config says where a cluster lives and how it runs.
@@ -26,7 +28,7 @@ type Config struct {
 	// Dir holds the data directory (Dir/pgdata) and the server log
 	// (Dir/postgres.log). Required.
 	Dir string
-	// Bin is the folder with initdb and pg_ctl. Default: FindBin.
+	// Bin is the folder with initdb and pg_ctl. Default: pgbin.Server.
 	Bin string
 	// Port to listen on (127.0.0.1 only). Default: a free port.
 	Port int
@@ -56,7 +58,7 @@ func New(ctx context.Context, cfg *Config) (*Cluster, error) {
 	}
 	bin := cfg.Bin
 	if bin == "" {
-		if bin, err = FindBin(); err != nil {
+		if bin, err = pgbin.Server(); err != nil {
 			return nil, err
 		}
 	}
@@ -175,40 +177,6 @@ func (c *Cluster) cmd(ctx context.Context, name string, args ...string) *exec.Cm
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	return cmd
-}
-
-// FindBin returns the folder holding initdb and pg_ctl: the one pg_config
-// names, else the newest /usr/lib/postgresql/*/bin, else the PATH's.
-func FindBin() (string, error) {
-	has := func(d string) bool {
-		return fileExists(filepath.Join(d, "initdb")) && fileExists(filepath.Join(d, "pg_ctl"))
-	}
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		if d := strings.TrimSpace(string(out)); has(d) {
-			return d, nil
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return major(dirs[i]) > major(dirs[j]) })
-	for _, d := range dirs {
-		if has(d) {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
-		return filepath.Dir(p), nil
-	}
-	return "", errors.New("initdb and pg_ctl not found (pg_config --bindir, /usr/lib/postgresql/*/bin, PATH)")
-}
-
-func major(binDir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return n
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 func portFree(port int) bool {

@@ -23,13 +23,12 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/internal/pgbin"
 )
 
 // Config says where a formation lives and how it fails over.
@@ -55,9 +54,9 @@ type Config struct {
 	// pg_auto_failover's own timings.
 	FastFailover bool
 	// Bin is the folder with PostgreSQL's server binaries. Default
-	// pgcluster.FindBin.
+	// pgbin.Server.
 	Bin string
-	// Autoctl is the pg_autoctl binary. Default: FindAutoctl.
+	// Autoctl is the pg_autoctl binary. Default: pgbin.Autoctl.
 	Autoctl string
 }
 
@@ -81,24 +80,6 @@ type Node struct {
 	log    string
 	keeper *exec.Cmd
 	done   chan struct{}
-}
-
-// FindAutoctl returns the pg_autoctl binary, and an error naming the
-// packages to install when it or the monitor's extension is missing.
-func FindAutoctl(bin string) (string, error) {
-	const hint = "apt-get install -y --no-install-recommends pg-auto-failover-cli postgresql-NN-auto-failover (NN: the PostgreSQL major version)"
-	p, err := exec.LookPath("pg_autoctl")
-	if err != nil {
-		return "", fmt.Errorf("pg_autoctl not found in PATH: %s", hint)
-	}
-	share := filepath.Join(filepath.Dir(filepath.Dir(bin)), "share")
-	if out, err := exec.Command(filepath.Join(bin, "pg_config"), "--sharedir").Output(); err == nil {
-		share = strings.TrimSpace(string(out))
-	}
-	if _, err := os.Stat(filepath.Join(share, "extension", "pgautofailover.control")); err != nil {
-		return "", fmt.Errorf("the pgautofailover extension is not installed for the PostgreSQL in %s: %s", bin, hint)
-	}
-	return p, nil
 }
 
 // New creates a formation in cfg.Dir, starts the monitor and every node,
@@ -143,12 +124,12 @@ func (f *Formation) configure() error {
 	}
 	c.Dir, c.Standbys, c.DBName = dir, cmp.Or(c.Standbys, 1), cmp.Or(c.DBName, "bothy")
 	if c.Bin == "" {
-		if c.Bin, err = pgcluster.FindBin(); err != nil {
+		if c.Bin, err = pgbin.Server(); err != nil {
 			return err
 		}
 	}
 	if c.Autoctl == "" {
-		if c.Autoctl, err = FindAutoctl(c.Bin); err != nil {
+		if c.Autoctl, err = pgbin.Autoctl(c.Bin); err != nil {
 			return err
 		}
 	}

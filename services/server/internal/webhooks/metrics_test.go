@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/ops/promtooltest"
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -242,7 +242,7 @@ func TestMetrics_PromtoolCheckMetrics(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Contains(t, buf.String(), "bothy_webhook_delivery_stall_seconds ")
-	bin := promtooltest.Path(t)
+	bin := tooltest.Need(t, tooltest.Promtool)
 	cmd := exec.Command(bin, "check", "metrics")
 	cmd.Stdin = &buf
 	out, err := cmd.CombinedOutput()

@@ -160,10 +160,3 @@ func formatSettings(m map[string]string) string {
 	}
 	return strings.TrimSpace(b.String())
 }
-
-// PrivateAvailable says why StartPrivate cannot work on this machine (no
-// initdb and pg_ctl found), or nil.
-func PrivateAvailable() error {
-	_, err := pgcluster.FindBin()
-	return err
-}

@@ -1,0 +1,130 @@
+// Package tooltest is how a test says it needs a program from outside Go:
+// promtool, Chromium, the PostgreSQL server binaries or pg_autoctl. Without
+// the program the test fails under CI (CI=true), which installs them all,
+// and is skipped elsewhere, naming the program and the command that
+// installs it. Since go test ./... shows a skipped test only with -v, the
+// README's test command ends with `go run ./internal/tooltest/skipped`,
+// which prints one line naming what was skipped and how to install it.
+// Every skip in the module goes through Need unless it is for -short
+// (TestSkipsGoThroughNeed), so that line misses none.
+package tooltest
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bothy/bothy/internal/pgbin"
+)
+
+// Tool is a program some tests need.
+type Tool struct {
+	// Name names it in messages.
+	Name string
+	// For says which tests need it.
+	For string
+	// find returns its path, or why it is not there.
+	find func() (string, error)
+	// packages are the Debian packages that install it.
+	packages func() []string
+}
+
+// The tools, in the order the summary names them.
+var (
+	Promtool = &Tool{Name: "promtool", For: "the alert rule and metric tests", find: lookPath("promtool"), packages: fixed("prometheus")}
+	Chromium = &Tool{Name: "chromium", For: "the web console's browser tests", find: lookPath("chromium"), packages: fixed("chromium")}
+	// PostgresServer is initdb and pg_ctl, for private clusters.
+	PostgresServer = &Tool{Name: "PostgreSQL server binaries", For: "the crash tests, the soak and the load tests' private clusters",
+		find: pgbin.Server, packages: fixed("postgresql")}
+	// Autoctl is pg_autoctl with the monitor's extension for the local
+	// PostgreSQL.
+	Autoctl = &Tool{Name: "pg_autoctl", For: "the failover test", find: findAutoctl, packages: autoctlPackages}
+
+	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl}
+)
+
+// Need returns the path of tool. Without it, it fails tb under CI and
+// skips it elsewhere, saying what is missing and how to install it.
+func Need(tb testing.TB, tool *Tool) string {
+	tb.Helper()
+	p, err := tool.find()
+	if err == nil {
+		return p
+	}
+	msg := tool.Name + " not found (" + err.Error() + "); install: " + InstallCommand([]*Tool{tool})
+	if CI() {
+		tb.Fatal(msg + " (CI=true: a missing tool fails the run)")
+	}
+	tb.Skip(msg)
+	return ""
+}
+
+// CI reports whether the tests run in CI: CI is set to anything but
+// "false" or "0".
+func CI() bool {
+	v := os.Getenv("CI")
+	return v != "" && v != "false" && v != "0"
+}
+
+// Missing lists the tools not found on this machine, in the order of All.
+func Missing() []*Tool {
+	var out []*Tool
+	for _, t := range All {
+		if _, err := t.find(); err != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// InstallCommand is the apt-get command that installs tools.
+func InstallCommand(tools []*Tool) string {
+	var pkgs []string
+	for _, t := range tools {
+		for _, p := range t.packages() {
+			if !slices.Contains(pkgs, p) {
+				pkgs = append(pkgs, p)
+			}
+		}
+	}
+	return "apt-get install -y --no-install-recommends " + strings.Join(pkgs, " ")
+}
+
+// Summary is the line the README's test command ends with: the tools whose
+// tests were skipped, and the command that installs them; or that none
+// was.
+func Summary(missing []*Tool) string {
+	if len(missing) == 0 {
+		names := make([]string, len(All))
+		for i, t := range All {
+			names[i] = t.Name
+		}
+		return "tooltest: no test skipped for a missing tool (found " + strings.Join(names, ", ") + ")"
+	}
+	parts := make([]string, len(missing))
+	for i, t := range missing {
+		parts[i] = t.For + " (no " + t.Name + ")"
+	}
+	return "tooltest: SKIPPED " + strings.Join(parts, ", ") + "; install: " + InstallCommand(missing)
+}
+
+func lookPath(name string) func() (string, error) {
+	return func() (string, error) { return exec.LookPath(name) }
+}
+
+func fixed(pkgs ...string) func() []string { return func() []string { return pkgs } }
+
+func findAutoctl() (string, error) {
+	bin, err := pgbin.Server()
+	if err != nil {
+		return "", err
+	}
+	return pgbin.Autoctl(bin)
+}
+
+func autoctlPackages() []string {
+	bin, _ := pgbin.Server()
+	return pgbin.AutoctlPackages(bin)
+}
