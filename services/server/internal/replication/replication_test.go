@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
-	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/replication"
 )
 
@@ -83,8 +83,7 @@ func rolePool(t *testing.T, url, user string) *pgxpool.Pool {
 // startSynchronousReceiver runs pg_receivewal as a synchronous WAL
 // receiver named bothy_test_receiver until the test ends.
 func startSynchronousReceiver(t *testing.T, port int) {
-	bin, err := pgcluster.FindBin()
-	require.NoError(t, err)
+	bin := tooltest.Need(t, tooltest.PostgresServer)
 	dir := t.TempDir()
 	cmd := exec.Command(filepath.Join(bin, "pg_receivewal"), "-D", dir, "--synchronous", "--no-loop", "--no-password",
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=bothy_test_receiver", port))
