@@ -50,12 +50,16 @@ type devDatabase struct {
 	// stop is nil when the database is the user's: bothy dev neither found
 	// nor started it, and leaves it alone.
 	stop func(ctx context.Context) error
+	// ha, for a formation (--ha), tells how to watch it and lose its
+	// primary; empty otherwise.
+	ha string
 }
 
 // devFlags are the flags of bothy dev.
 type devFlags struct {
 	addr, dir, pgMode string
 	events            int
+	ha                bool
 }
 
 func setupDev(fs *pflag.FlagSet) func(context.Context, *call) error {
@@ -64,6 +68,7 @@ func setupDev(fs *pflag.FlagSet) func(context.Context, *call) error {
 	fs.StringVar(&f.dir, "dir", ".bothy-dev", "directory for the private PostgreSQL, if one is started")
 	fs.IntVar(&f.events, "events", 3, "demo events appended at start")
 	fs.StringVar(&f.pgMode, "postgres", "auto", "auto (127.0.0.1:5432, else a private cluster), local or private")
+	fs.BoolVar(&f.ha, "ha", false, "run PostgreSQL as a pg_auto_failover formation (monitor, primary, synchronous standby) in DIR/ha, made anew; needs pg_autoctl")
 	return func(ctx context.Context, c *call) error { return runDev(ctx, c, f) }
 }
 
@@ -96,7 +101,7 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 		return err
 	}
 	defer rcv.close()
-	return serveDev(ctx, cfg, logger, rcv, f.events, out)
+	return serveDev(ctx, cfg, logger, rcv, f.events, db.ha, out)
 }
 
 // devChosen returns whether the user chose a configuration key's value by
@@ -122,8 +127,13 @@ func devDatabaseFor(ctx context.Context, c *call, f *devFlags, chosen func(strin
 			}
 		}
 	}
-	if userDB {
+	switch {
+	case userDB && f.ha:
+		return nil, fmt.Errorf("%w: --ha starts its own PostgreSQL formation; unset database.url (BOTHY_DATABASE_URL, --database.url, the config file)", errUsage)
+	case userDB:
 		return &devDatabase{what: "from your configuration (BOTHY_DATABASE_URL, --database.url or the config file)"}, nil
+	case f.ha:
+		return startDevFormation(ctx, f.dir, out)
 	}
 	return findDevDatabase(ctx, f.pgMode, f.dir, out)
 }
@@ -146,6 +156,13 @@ func (d *devDatabase) release(ctx context.Context, stderr io.Writer) {
 func configureDev(c *call, f *devFlags, chosen func(string) bool, db *devDatabase) (*config.Config, error) {
 	if db.stop != nil {
 		if err := c.fs.Set("database.url", db.url); err != nil {
+			return nil, err
+		}
+	}
+	if db.ha != "" && !chosen("database.expect_synchronous_standby") {
+		// The formation has a synchronous standby: its metric and alert
+		// then mean something.
+		if err := c.fs.Set("database.expect_synchronous_standby", "true"); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +209,7 @@ func devListenAddr(addr string) string {
 // serveDev runs the server, creates the demo, tells the user how to use it
 // and appends the demo events, then waits for ctx to end (a clean stop) or
 // for the server to stop on its own (a failure).
-func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv *devReceiver, events int, out io.Writer) error {
+func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv *devReceiver, events int, ha string, out io.Writer) error {
 	srvCtx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
 	srv := app.NewServer(cfg, logger, app.Features(cfg))
@@ -214,7 +231,7 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 	}
 	printDevUsage(out, &devUsage{base: base, token: token, subID: subID, receiverURL: rcv.url,
 		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled,
-		allowPrivate: cfg.Webhooks.AllowPrivateTargets})
+		allowPrivate: cfg.Webhooks.AllowPrivateTargets, ha: ha})
 	if events > 0 {
 		if err := appendDevEvents(ctx, base, token, events, out); err != nil {
 			return errors.Join(err, waitServer())
@@ -239,6 +256,7 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 
 // devUsage is what the demo gave the user to try.
 type devUsage struct {
+	ha          string // how to watch the formation and lose its primary (--ha)
 	base        string // the API's base URL
 	token       string // the demo principal's token
 	subID       string // the demo webhook subscription
@@ -290,6 +308,7 @@ or on its database, as an operator, with the server's setting for private target
   bothy consumers status
 
 `, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console, u.allowPrivate)
+	fmt.Fprint(out, u.ha)
 }
 
 // appendDevEvents appends n demo events through the API, as a client would,

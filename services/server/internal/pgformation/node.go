@@ -150,6 +150,16 @@ func (n *Node) removeLeftShm() {
 	}
 }
 
+// logTail is the last three lines of the node's log, for errors.
+func (n *Node) logTail() string {
+	b, err := os.ReadFile(n.log)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-3):], " / ") + " (log " + n.log + ")"
+}
+
 // errNotYet is what a wait's condition returns while the formation is not
 // there yet.
 var errNotYet = errors.New("not yet")

@@ -174,6 +174,9 @@ func (f *Formation) prepareDir() error {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		f.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := reachable(f.cfg.Dir); err != nil {
+			return err
+		}
 		for _, d := range dirs {
 			if err := os.Chown(d, uid, gid); err != nil {
 				return err
@@ -184,6 +187,19 @@ func (f *Formation) prepareDir() error {
 		"XDG_CONFIG_HOME=" + filepath.Join(xdg, "config"), "XDG_DATA_HOME=" + filepath.Join(xdg, "data"),
 		"XDG_RUNTIME_DIR=" + filepath.Join(xdg, "run"), "LANG=C.UTF-8"}
 	return nil
+}
+
+// reachable fails when a folder above dir may not be searched by others:
+// the postgres user could not reach the nodes' directories.
+func reachable(dir string) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("pgformation: %s is private to its owner, so the postgres user cannot reach %s; choose a directory elsewhere", d, dir)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 func (f *Formation) node(name string, port int) *Node {
@@ -200,6 +216,9 @@ func (f *Formation) createMonitor(ctx context.Context) error {
 	}
 	f.monitor = m
 	err := poll(ctx, 60*time.Second, func(ctx context.Context) error {
+		if !m.Running() {
+			return fmt.Errorf("%w: pg_autoctl exited: %s", errStop, m.logTail())
+		}
 		conn, err := pgx.Connect(ctx, f.MonitorURL())
 		if err != nil {
 			return err
@@ -317,7 +336,11 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// poll calls try until it returns nil, every 200 ms, for at most limit.
+// errStop, wrapped by an error of poll's try, ends the polling at once.
+var errStop = errors.New("gave up")
+
+// poll calls try until it returns nil, every 200 ms, for at most limit, or
+// until it fails with errStop.
 func poll(ctx context.Context, limit time.Duration, try func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -325,8 +348,8 @@ func poll(ctx context.Context, limit time.Duration, try func(context.Context) er
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
 		err := try(tctx)
 		tcancel()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errStop) {
+			return err
 		}
 		select {
 		case <-ctx.Done():

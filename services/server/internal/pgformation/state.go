@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +52,7 @@ func (f *Formation) Wait(ctx context.Context) error {
 	return poll(ctx, 3*time.Minute, func(ctx context.Context) error {
 		for _, n := range f.nodes {
 			if !n.Running() {
-				return fmt.Errorf("%s: its keeper is not running (log %s)", n.name, n.log)
+				return fmt.Errorf("%w: %s: its keeper is not running: %s", errStop, n.name, n.logTail())
 			}
 		}
 		states, err := f.State(ctx)
@@ -190,11 +189,38 @@ func (f *Formation) URL(ctx context.Context) (string, error) {
 	return uri, nil
 }
 
-// Ports lists the nodes' ports as host:port, node1 first.
-func (f *Formation) Ports() []string {
-	var s []string
-	for _, n := range f.nodes {
-		s = append(s, "127.0.0.1:"+strconv.Itoa(n.port))
+// ShellLine is a shell command line that runs pg_autoctl with args against
+// this formation, as its keepers run: as the postgres user when the caller
+// is root, with the formation's XDG directories, where pg_autoctl keeps
+// each node's configuration and state. For people to copy.
+func (f *Formation) ShellLine(args ...string) string {
+	var parts []string
+	if f.cred != nil {
+		parts = append(parts, "runuser", "-u", "postgres", "--")
 	}
-	return s
+	parts = append(parts, "env")
+	for _, kv := range f.env {
+		if strings.HasPrefix(kv, "XDG_") || strings.HasPrefix(kv, "PG_CONFIG=") {
+			parts = append(parts, shellQuote(kv))
+		}
+	}
+	parts = append(parts, shellQuote(f.cfg.Autoctl))
+	for _, a := range args {
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+// MonitorData is the monitor's data directory, the --pgdata of
+// pg_autoctl's formation-wide commands (show state, perform failover).
+func (f *Formation) MonitorData() string { return f.monitor.data }
+
+// shellQuote quotes s for a POSIX shell unless it needs none.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,@%+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
