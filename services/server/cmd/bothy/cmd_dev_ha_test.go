@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/internal/tooltest"
 )
 
 var standbyAgainLine = regexp.MustCompile(`bothy dev: (node\d) is the synchronous standby again`)
@@ -25,7 +27,7 @@ func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a PostgreSQL formation")
 	}
-	needAutoctl(t)
+	tooltest.Need(t, tooltest.Autoctl)
 	t.Parallel()
 	// Not t.TempDir: its parents are private to root, and the formation
 	// runs as the postgres user, in a folder of dir.
