@@ -28,16 +28,26 @@ type requestView struct {
 	Headers map[string]string `json:"headers"`
 }
 
-// getDelivery answers one delivery of a subscription by its event's seq,
-// to whoever may manage the subscription.
-func (a *API) getDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+// subscriptionSeq loads the subscription of the path, as subscription
+// does, and reads the path's seq: 404 for one that is not a seq.
+func (a *API) subscriptionSeq(r *http.Request, s *authz.Subject) (*webhooks.Subscription, int64, error) {
 	sub, err := a.subscription(r, s)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if err != nil || seq < 1 {
-		return errorf(http.StatusNotFound, kindNotFound, "%q is not a seq", r.PathValue("seq"))
+		return nil, 0, errorf(http.StatusNotFound, kindNotFound, "%q is not a seq", r.PathValue("seq"))
+	}
+	return sub, seq, nil
+}
+
+// getDelivery answers one delivery of a subscription by its event's seq,
+// to whoever may manage the subscription.
+func (a *API) getDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
+	sub, seq, err := a.subscriptionSeq(r, s)
+	if err != nil {
+		return err
 	}
 	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Limit: 1, BeforeSeq: seq + 1})
 	if err != nil {

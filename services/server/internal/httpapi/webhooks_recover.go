@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -18,13 +17,9 @@ func (a *API) jobs() (webhooks.JobInserter, error) {
 }
 
 func (a *API) resendDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
-	sub, err := a.subscription(r, s)
+	sub, seq, err := a.subscriptionSeq(r, s)
 	if err != nil {
 		return err
-	}
-	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
-	if err != nil || seq < 1 {
-		return errorf(http.StatusNotFound, kindNotFound, "%q is not a seq", r.PathValue("seq"))
 	}
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &struct{}{}, true); err != nil {
 		return err
