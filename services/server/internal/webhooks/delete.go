@@ -11,14 +11,20 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-// deleteSQL deletes a subscription; its deliveries, their attempts and its
-// filter rows go with it (ON DELETE CASCADE). It
-// returns whether the subscription existed and how many delivery records
-// it had, counted in the same snapshot.
+// deleteSQL deletes a subscription; its deliveries and its filter rows go
+// with it (ON DELETE CASCADE), its attempts are deleted next
+// (deleteAttemptsSQL). It returns whether the subscription existed and how
+// many delivery records it had, counted in the same snapshot.
 const deleteSQL = `
 WITH n AS (SELECT count(*) AS deliveries FROM webhook_deliveries WHERE subscription_id = $1),
 d AS (DELETE FROM webhook_subscriptions WHERE id = $1 RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM d), (SELECT deliveries FROM n)`
+
+// deleteAttemptsSQL deletes a deleted subscription's attempts. It runs in a
+// statement after deleteSQL, whose wait for the subscription's row lock
+// lets a sender's record commit first: this statement's snapshot sees the
+// attempts that record wrote.
+const deleteAttemptsSQL = `DELETE FROM webhook_attempts WHERE subscription_id = $1`
 
 // Delete removes a subscription with every record of it: deliveries of
 // every status and their attempts. Nothing more is sent for it: a delivery
@@ -35,7 +41,11 @@ func Delete(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id u
 	var existed bool
 	var deliveries int64
 	err := atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
-		return tx.QueryRow(ctx, deleteSQL, id).Scan(&existed, &deliveries)
+		if err := tx.QueryRow(ctx, deleteSQL, id).Scan(&existed, &deliveries); err != nil || !existed {
+			return err
+		}
+		_, err := tx.Exec(ctx, deleteAttemptsSQL, id)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("delete webhook subscription %s: %w", id, err)

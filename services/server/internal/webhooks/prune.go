@@ -14,6 +14,19 @@ import (
 // one long transaction.
 const pruneBatch = 5000
 
+// pruneSQL deletes up to $2 deliveries finished before $1 and their
+// attempts; it counts the deliveries.
+const pruneSQL = `
+WITH d AS (
+    DELETE FROM webhook_deliveries WHERE (subscription_id, event_seq) IN (
+        SELECT subscription_id, event_seq FROM webhook_deliveries
+        WHERE status <> 'pending' AND finished_at < $1 LIMIT $2)
+    RETURNING subscription_id, event_seq
+), a AS (
+    DELETE FROM webhook_attempts a USING d WHERE a.subscription_id = d.subscription_id AND a.event_seq = d.event_seq
+)
+SELECT count(*) FROM d`
+
 // Prune deletes finished deliveries (delivered, dead, skipped) that finished
 // before before, with their attempts, and returns how many it deleted.
 // Pending deliveries are never touched: ordering and gap detection rest on
@@ -21,15 +34,13 @@ const pruneBatch = 5000
 func Prune(ctx context.Context, q authz.Querier, before time.Time) (int64, error) {
 	var total int64
 	for {
-		ct, err := q.Exec(ctx, `
-DELETE FROM webhook_deliveries WHERE (subscription_id, event_seq) IN (
-    SELECT subscription_id, event_seq FROM webhook_deliveries
-    WHERE status <> 'pending' AND finished_at < $1 LIMIT $2)`, before, pruneBatch)
+		var n int64
+		err := q.QueryRow(ctx, pruneSQL, before, pruneBatch).Scan(&n)
 		if err != nil {
 			return total, fmt.Errorf("prune webhook deliveries: %w", err)
 		}
-		total += ct.RowsAffected()
-		if ct.RowsAffected() < pruneBatch {
+		total += n
+		if n < pruneBatch {
 			return total, nil
 		}
 	}
