@@ -18,7 +18,7 @@ func TestLoad(t *testing.T) {
 		t.Parallel()
 		cfg, err := config.Load("", nil, nil)
 		require.NoError(t, err)
-		require.Equal(t, 1000, cfg.Consumer.BatchSize)
+		require.Equal(t, 5000, cfg.Consumer.BatchSize)
 		require.Equal(t, time.Second, cfg.Consumer.PollInterval)
 		require.Less(t, cfg.Consumer.PendingAlertAfter, cfg.Sync.EventRetention)
 		_, src := cfg.Value("consumer.batch_size")

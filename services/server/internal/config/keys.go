@@ -60,7 +60,7 @@ var Keys = []Key{
 			})
 		}},
 
-	{Name: "consumer.batch_size", Default: "1000", Range: "1..100000",
+	{Name: "consumer.batch_size", Default: "5000", Range: "1..100000",
 		Doc: "Most events one consumer round reads; rounds repeat at once while they read full batches.",
 		set: func(c *Config, v string) error { return intIn(&c.Consumer.BatchSize, v, 1, 100000) }},
 	{Name: "consumer.poll_interval", Default: "1s", Range: "10ms..1h",

@@ -19,7 +19,7 @@ import (
 // RoundConfig configures a RoundRunner.
 type RoundConfig struct {
 	// BatchSize is the most events one round reads (consumer.batch_size).
-	// Default 1000.
+	// Default 5000.
 	BatchSize int
 	// Budget bounds the work of one round of a ConsumerPrefixHandler.
 	// Defaults: 1000 jobs, 50,000 receivers.
@@ -48,7 +48,7 @@ func NewRoundRunner(db TxBeginner, cursors CursorStore, events EventSource, jobs
 	if cfg != nil {
 		c = *cfg
 	}
-	c.BatchSize = cmp.Or(c.BatchSize, 1000)
+	c.BatchSize = cmp.Or(c.BatchSize, 5000)
 	c.Budget.Jobs = cmp.Or(c.Budget.Jobs, 1000)
 	c.Budget.Receivers = cmp.Or(c.Budget.Receivers, 50_000)
 	if c.Logger == nil {
