@@ -250,12 +250,13 @@ type gate struct {
 }
 
 // admit waits for the throttle's slot and says whether the next request
-// may start: the lease must outlive it, and the rights decision must be
-// fresh (it is taken again, outside any transaction, when it is not).
+// may start: within the job's slice, the lease must outlive it, and the
+// rights decision must be fresh (it is taken again, outside any
+// transaction, when it is not).
 func (g *gate) admit(ctx context.Context) bool {
 	b, cfg := g.b, &g.s.d.cfg
-	if g.refused || ctx.Err() != nil {
-		return false
+	if g.refused || ctx.Err() != nil || g.s.sliceLeft() <= 0 {
+		return false // past the slice, the job yields: River's timeout for it allows one more request
 	}
 	if b.every > 0 {
 		now := time.Now()
