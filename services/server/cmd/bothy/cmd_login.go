@@ -91,7 +91,8 @@ func (c *credentials) save(environ []string) (string, error) {
 		return "", fmt.Errorf("credentials file: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
-	if err := tmp.Chmod(0o600); err == nil {
+	err = tmp.Chmod(0o600)
+	if err == nil {
 		_, err = tmp.Write(append(raw, '\n'))
 	}
 	if cerr := tmp.Close(); err == nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
-	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -24,7 +24,7 @@ import (
 const poolPingTimeout = 2 * time.Second
 
 // OpenPool connects to the configured database. Every connection waits at
-// most dburl.ConnectTimeout for each host, and an idle connection that does
+// most dbconn.ConnectTimeout for each host, and an idle connection that does
 // not answer a ping within poolPingTimeout is replaced, so a pool on a
 // failover formation's URL passes over a lost primary that stopped
 // answering (TestOpenPool_PassesOverAHostThatStoppedAnswering).
@@ -40,7 +40,7 @@ func openPool(ctx context.Context, cfg *config.Config, configure func(*pgxpool.C
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
 	pc.MaxConns = int32(cfg.Database.MaxConns)
-	dburl.ApplyDefaults(&pc.ConnConfig.Config)
+	dbconn.ApplyDefaults(&pc.ConnConfig.Config)
 	if pc.PingTimeout == 0 {
 		// A connection idle for a second is pinged before it is handed out;
 		// one to a server that stopped answering would otherwise hold the

@@ -105,7 +105,7 @@ func TestOpenPool_SynchronousCommitFromPGOPTIONS(t *testing.T) {
 // formation's URL (every node, target_session_attrs=read-write) the pool
 // must reach the primary when the first node stopped answering without
 // refusing anything, as a lost machine does: a new connection gives up on
-// it after dburl.ConnectTimeout and tries the next host, and an idle
+// it after dbconn.ConnectTimeout and tries the next host, and an idle
 // connection to it fails its ping within the pool's ping timeout and is
 // replaced, instead of holding the caller until its own deadline.
 func TestOpenPool_PassesOverAHostThatStoppedAnswering(t *testing.T) {

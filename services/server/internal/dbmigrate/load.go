@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -111,7 +112,7 @@ func parse(version int, name string, body []byte) (Migration, error) {
 		// build completed but its record did not.
 		found := namedConcurrentIndex.FindStringSubmatch(stmt)
 		if found == nil {
-			return m, fmt.Errorf("CREATE INDEX CONCURRENTLY must read CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS name ON ...")
+			return m, errors.New("CREATE INDEX CONCURRENTLY must read CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS name ON (the rest)")
 		}
 		m.Index = found[1]
 	}

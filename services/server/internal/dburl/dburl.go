@@ -2,9 +2,7 @@
 // the same server (the maintenance database "postgres", a new scratch
 // database) and drops databases others may still be connected to. Migrate's
 // "create the configured database if missing", the load tests' scratch
-// databases and the test harness's per-test ones all go through it. It
-// also holds the defaults every connection of bothy's gets where its URL
-// says nothing (ApplyDefaults).
+// databases and the test harness's per-test ones all go through it.
 package dburl
 
 import (
@@ -17,24 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// ConnectTimeout is how long a connection attempt waits for each host of
-// the URL when the URL sets no connect_timeout (or sets 0). A host that
-// stopped answering (its machine lost, or frozen) accepts nothing and
-// refuses nothing; without a limit every new connection waits for it, and
-// with several hosts (a failover formation's URL) the next one is never
-// tried (TestOpenPool_PassesOverAHostThatStoppedAnswering).
-const ConnectTimeout = 5 * time.Second
-
-// ApplyDefaults sets on c what bothy needs of every connection and the URL
-// left unset: ConnectTimeout.
-func ApplyDefaults(c *pgconn.Config) {
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = ConnectTimeout
-	}
-}
 
 // WithDatabase returns u pointing at database name on the same server.
 func WithDatabase(u, name string) (string, error) {

@@ -45,11 +45,10 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
-
-	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // LockClass is the first key of every liveness lock; the second is
@@ -249,7 +248,7 @@ func (h *Holder) lock(ctx context.Context) error {
 		return fmt.Errorf("liveness: %w", err)
 	}
 	cc.RuntimeParams["application_name"] = h.cfg.ApplicationName
-	dburl.ApplyDefaults(&cc.Config)
+	dbconn.ApplyDefaults(&cc.Config)
 	// The server notices a vanished host within about 11 s instead of the
 	// kernel's two hours, and so releases the lock.
 	cc.RuntimeParams["tcp_keepalives_idle"] = "5"

@@ -426,7 +426,7 @@ func TestHolders(t *testing.T) {
 // TestHolder_LocksPastAHostThatStoppedAnswering: on a failover formation's
 // URL whose first host stopped answering without refusing anything (a
 // lost primary's machine), the holder gives up on that host after
-// dburl.ConnectTimeout and takes its lock on the next, within its own
+// dbconn.ConnectTimeout and takes its lock on the next, within its own
 // attempt's 10 s.
 func TestHolder_LocksPastAHostThatStoppedAnswering(t *testing.T) {
 	t.Parallel()

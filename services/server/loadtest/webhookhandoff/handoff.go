@@ -91,6 +91,5 @@ func (h *handoff) phase(ctx context.Context, d time.Duration, rate float64, with
 // eventRow is one event of the measured phase.
 type eventRow struct {
 	id        uuid.UUID
-	target    int
 	committed time.Time
 }

@@ -7,9 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/bothy/bothy/services/server/internal/dburl"
 )
 
 // ListenerConfig configures a Listener.
@@ -88,7 +87,7 @@ func (l *Listener) listenOnce(ctx context.Context) (connected bool, err error) {
 	if l.cfg.ApplicationName != "" {
 		cc.RuntimeParams["application_name"] = l.cfg.ApplicationName
 	}
-	dburl.ApplyDefaults(&cc.Config)
+	dbconn.ApplyDefaults(&cc.Config)
 	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn, err := pgx.ConnectConfig(connectCtx, cc)
 	cancel()

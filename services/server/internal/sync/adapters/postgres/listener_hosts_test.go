@@ -15,7 +15,7 @@ import (
 // TestListener_ListensPastAHostThatStoppedAnswering: on a failover
 // formation's URL whose first host stopped answering without refusing
 // anything (a lost primary's machine), the listener gives up on that host
-// after dburl.ConnectTimeout and listens on the next, within its own
+// after dbconn.ConnectTimeout and listens on the next, within its own
 // attempt's 10 s.
 func TestListener_ListensPastAHostThatStoppedAnswering(t *testing.T) {
 	t.Parallel()
