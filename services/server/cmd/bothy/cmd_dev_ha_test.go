@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,16 +49,7 @@ func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
 	waitOutput(t, out, standbyAgainLine, 1, 2*time.Minute)
 
-	m := curlLine.FindStringSubmatch(out.String())
-	require.NotNil(t, m, "no curl line in:\n%s", out.String())
-	req, err := http.NewRequest("POST", m[1], strings.NewReader(m[3]))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+m[2])
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusCreated, res.StatusCode)
+	sendCurlLine(t, out.String())
 	waitOutput(t, out, verifiedLine, 4, time.Minute)
 
 	cancel()

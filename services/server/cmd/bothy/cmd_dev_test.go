@@ -81,18 +81,7 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 		require.Contains(t, out.String(), want)
 	}
 
-	// The printed curl line, sent as curl would.
-	m := curlLine.FindStringSubmatch(out.String())
-	require.NotNil(t, m, "no curl line in:\n%s", out.String())
-	req, err := http.NewRequest("POST", m[1], strings.NewReader(m[3]))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+m[2])
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", body)
+	sendCurlLine(t, out.String())
 	got = waitOutput(t, out, verifiedLine, 4, 15*time.Second)
 	require.Equal(t, "4", got[3][1])
 	require.Contains(t, out.String(), "hello from curl")
@@ -100,7 +89,7 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	// The printed console URL serves the sign-in page.
 	cm := consoleLine.FindStringSubmatch(out.String())
 	require.NotNil(t, cm, "no console line in:\n%s", out.String())
-	res, err = http.Get(cm[1] + "sign-in")
+	res, err := http.Get(cm[1] + "sign-in")
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
@@ -117,6 +106,23 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	require.Contains(t, out.String(), "bothy dev: stopped")
 	require.NotContains(t, errOut.String(), "level=ERROR")
 	t.Logf("bothy dev: up, 4 verified deliveries and stopped in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// sendCurlLine sends the curl line bothy dev printed, as curl would, and
+// requires a 201.
+func sendCurlLine(t *testing.T, out string) {
+	t.Helper()
+	m := curlLine.FindStringSubmatch(out)
+	require.NotNil(t, m, "no curl line in:\n%s", out)
+	req, err := http.NewRequest("POST", m[1], strings.NewReader(m[3]))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+m[2])
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", body)
 }
 
 // requireCLIAgreesWithDev runs the CLI as bothy dev's output says, through

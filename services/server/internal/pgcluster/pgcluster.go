@@ -97,7 +97,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 		_ = c.Stop(ctx)
 	}
 	if c.port == 0 || !portFree(c.port) {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return err
 		}
@@ -188,7 +188,8 @@ func portFree(port int) bool {
 	return true
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

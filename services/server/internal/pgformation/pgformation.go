@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/internal/pgbin"
+	"github.com/bothy/bothy/services/server/internal/pgcluster"
 )
 
 // Config says where a formation lives and how it fails over.
@@ -146,7 +146,7 @@ func (f *Formation) choosePorts() error {
 	}
 	if len(c.Ports) == 0 {
 		for range c.Standbys + 2 {
-			p, err := freePort()
+			p, err := pgcluster.FreePort()
 			if err != nil {
 				return err
 			}
@@ -325,15 +325,6 @@ func (n *Node) Running() bool {
 	default:
 		return true
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // errStop, wrapped by an error of poll's try, ends the polling at once.

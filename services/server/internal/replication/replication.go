@@ -1,7 +1,7 @@
 // Package replication reports the replication that bothy's acknowledgments
 // rest on when PostgreSQL is highly available: how many synchronous
 // standbys confirm each commit. An acknowledged event waits for them
-// (docs/adr/0066-high-availability-postgresql.md); with none in sync, a
+// (docs/adr/0068-high-availability-postgresql.md); with none in sync, a
 // failover can take back what was acknowledged, so the roles export the
 // count as bothy_database_synchronous_standbys and an alert watches it.
 package replication
