@@ -54,3 +54,32 @@ func TestConsumer_OneJobUntilItsSenderStarts(t *testing.T) {
 	b.waitDelivered(t, s.ID, seqsOfEvents(evs)...)
 	require.Equal(t, seqsOfEvents(evs), seqsOf(rv.requests()))
 }
+
+// TestSender_KeepsItsSubscriptionAcrossSlices: a sender whose slice ends
+// while it waits for new deliveries yields its River slot keeping the
+// subscription, so the next delivery of a steady trickle needs no new job.
+func TestSender_KeepsItsSubscriptionAcrossSlices(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Slice, cfg.Linger = 300*time.Millisecond, time.Minute
+	b := setup(t, cfg)
+	rv := newReceiver(t, nil)
+	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.start(t)
+	b.emit(t, "s1", 1)
+	require.Equal(t, 1, b.round(t).Jobs)
+	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
+	ctx := context.Background()
+	eventually(t, 10*time.Second, func() bool {
+		var ended bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce((metadata->>'snoozes')::int, 0) > 0 OR state = 'completed'
+			FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&ended))
+		return ended
+	}, "the job's first slice ended")
+	b.emit(t, "s1", 1)
+	require.Zero(t, b.round(t).Jobs, "the yielded sender still holds the subscription")
+	eventually(t, 10*time.Second, func() bool { return rv.count() == 2 }, "second delivery")
+	var jobs int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
+	require.Equal(t, 1, jobs)
+}

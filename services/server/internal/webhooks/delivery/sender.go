@@ -43,7 +43,7 @@ type plan struct {
 	wait     time.Duration
 	wakeable bool
 	// idle: nothing to send now; linger for new deliveries, then let the
-	// subscription go.
+	// subscription go (or, when the slice ends first, yield keeping it).
 	idle bool
 	// yield: the slice is used up but work remains; the job keeps the
 	// lease and comes back behind other subscriptions' jobs.
@@ -77,8 +77,11 @@ func (s *sender) run(ctx context.Context) error {
 				return river.JobSnooze(p.wait)
 			}
 		case p.idle:
-			if s.linger(ctx) {
+			switch s.linger(ctx) {
+			case woken:
 				continue
+			case sliceOver:
+				return river.JobSnooze(0)
 			}
 			done, err := s.release(ctx)
 			if err != nil || done {
@@ -113,26 +116,46 @@ func (s *sender) pause(ctx context.Context, w time.Duration, wakeable bool) bool
 	}
 }
 
+// lingering is how a linger ended.
+type lingering int
+
+const (
+	// woken: new deliveries were announced; step again.
+	woken lingering = iota
+	// expired: none came within the linger; let the subscription go.
+	expired
+	// sliceOver: the job's slice ended first; yield and linger on in the
+	// next run, keeping the subscription, so a steady trickle of
+	// deliveries never needs a new job.
+	sliceOver
+)
+
 // linger waits for a wake-up of the subscription (its round made new
-// deliveries) for up to Linger, within the slice, and only while the
-// process has a sender slot to spare: an idle sender must not keep another
-// subscription's job waiting. It says whether a wake-up came.
-func (s *sender) linger(ctx context.Context) bool {
+// deliveries) for up to Linger, and only while the process has a sender
+// slot to spare: an idle sender must not keep another subscription's job
+// waiting.
+func (s *sender) linger(ctx context.Context) lingering {
+	if s.d.running.Load() >= int64(s.d.cfg.Senders) {
+		return expired
+	}
 	w := min(s.d.cfg.Linger, s.sliceLeft())
-	if w <= 0 || s.d.running.Load() >= int64(s.d.cfg.Senders) {
-		return false
+	if w <= 0 {
+		return sliceOver
 	}
 	t := time.NewTimer(w)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return expired
 	case <-s.d.stopping:
-		return false
+		return expired
 	case <-t.C:
-		return false
+		if w < s.d.cfg.Linger {
+			return sliceOver
+		}
+		return expired
 	case <-s.wake:
-		return true
+		return woken
 	}
 }
 
