@@ -251,3 +251,42 @@ type DeliveriesPage struct {
 	// NextCursor is set when more may follow.
 	NextCursor string `json:"next_cursor,omitempty"`
 }
+
+// StatsView is the answer of GET /v1/webhooks/{id}/stats and what the CLI
+// prints with --json: a subscription's attempts over a window, by
+// interval, as the console charts them.
+type StatsView struct {
+	SubscriptionID uuid.UUID `json:"subscription_id"`
+	// Since is the start of the first interval, Until the end of the
+	// last (excluded).
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// StepSeconds is each interval's length; the last one ends at Until
+	// and may be shorter.
+	StepSeconds int64 `json:"step_seconds"`
+	// OK and Failed total the intervals.
+	OK     int64 `json:"ok"`
+	Failed int64 `json:"failed"`
+	// SuccessRate is OK/(OK+Failed), null without attempts.
+	SuccessRate *float64 `json:"success_rate"`
+	// Intervals are in time order, one per step, also those without
+	// attempts.
+	Intervals []StatsInterval `json:"intervals"`
+}
+
+// StatsInterval is one interval of a StatsView.
+type StatsInterval struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// OK counts attempts answered 2xx; Failed every other attempt: another
+	// status, no answer, or a refusal before any request.
+	OK     int64 `json:"ok"`
+	Failed int64 `json:"failed"`
+	// LatencyP50Seconds and LatencyP95Seconds are the median and the 95th
+	// percentile of the requests' durations (a refusal sent none), to the
+	// millisecond; null without requests.
+	LatencyP50Seconds *float64 `json:"latency_p50_seconds"`
+	LatencyP95Seconds *float64 `json:"latency_p95_seconds"`
+	// SuccessRate is OK/(OK+Failed), null without attempts.
+	SuccessRate *float64 `json:"success_rate"`
+}
