@@ -218,6 +218,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/webhooks/{id}/deliveries/{seq}", handler: a.getDelivery},
 		{pattern: "POST /v1/webhooks/{id}/deliveries/{seq}/resend", handler: a.resendDelivery},
 		{pattern: "POST /v1/webhooks/{id}/recover", handler: a.recoverWebhook},
+		{pattern: "GET /v1/webhooks/{id}/stats", handler: a.webhookStats},
 
 		{pattern: "GET /v1/push/vapid-public-key", public: true, handler: a.vapidPublicKey},
 		{pattern: "GET /v1/push/registrations", handler: a.listRegistrations},

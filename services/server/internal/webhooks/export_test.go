@@ -8,3 +8,6 @@ import "github.com/riverqueue/river"
 func SetNoticeAfterAppend(w *NoticeWorker, f func(job *river.Job[NoticeArgs]) error) {
 	w.afterAppend = f
 }
+
+// StatsSQL is the statement of Stats, for its plan.
+const StatsSQL = statsSQL
