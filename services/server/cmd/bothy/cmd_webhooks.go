@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -94,7 +95,11 @@ func setupWebhooksList(fs *pflag.FlagSet) func(context.Context, *call) error {
 			} else if s.DisabledCause != "" {
 				status += " (" + s.DisabledCause + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.ID, s.Owner, s.Space, status, s.LastDeliveredSeq, s.Pending,
+			last := "-" // nothing delivered: last_delivered_seq is only where the sender resumes
+			if s.LastSuccessSeq != nil {
+				last = strconv.FormatInt(*s.LastSuccessSeq, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, s.Owner, s.Space, status, last, s.Pending,
 				typesOf(&s), policyOf(&s.PolicyView), redactURL(s.URL))
 		}
 		return tw.Flush()

@@ -151,20 +151,28 @@ func checkCounts(ctx context.Context, tx pgx.Tx, space, owner string, l Limits) 
 
 // Subscription is a stored subscription, without its secrets.
 type Subscription struct {
-	ID               uuid.UUID
-	Owner            string
-	Space            string
-	URL              string
-	EventTypes       []string
-	TokenID          *uuid.UUID
-	Status           string
-	DisabledCause    string
-	DisabledDetail   string
-	DisabledAt       *time.Time
-	ResumeAfterSeq   int64
+	ID             uuid.UUID
+	Owner          string
+	Space          string
+	URL            string
+	EventTypes     []string
+	TokenID        *uuid.UUID
+	Status         string
+	DisabledCause  string
+	DisabledDetail string
+	DisabledAt     *time.Time
+	ResumeAfterSeq int64
+	// LastDeliveredSeq is the sender's resume point: the highest seq
+	// delivered, or the head at creation (or at an enable from the head)
+	// when none was delivered since. LastSuccessSeq says what was
+	// delivered.
 	LastDeliveredSeq int64
-	CreatedAt        time.Time
-	Policy           Policy
+	// LastSuccessSeq and LastSuccessAt are the newest kept delivery
+	// that was delivered (answered 2xx) and when; nil when none is.
+	LastSuccessSeq *int64
+	LastSuccessAt  *time.Time
+	CreatedAt      time.Time
+	Policy         Policy
 	// Probing: disabled as failing and probed with its head delivery
 	// (Policy.AutoRecover).
 	Probing bool
@@ -331,21 +339,29 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
 (SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
-` + PolicyColumns + `, s.probing`
+` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at`
+
+// subscriptionFrom is the FROM of subscriptionColumns: the subscription
+// with its newest delivered delivery, found walking its deliveries back
+// from the newest by the primary key.
+const subscriptionFrom = `webhook_subscriptions s LEFT JOIN LATERAL (
+    SELECT d.event_seq, d.finished_at FROM webhook_deliveries d
+    WHERE d.subscription_id = s.id AND d.status = 'delivered' ORDER BY d.event_seq DESC LIMIT 1
+) ok ON true`
 
 func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	s := &Subscription{}
 	ps := ScanPolicy(&s.Policy)
 	err := row.Scan(append(append([]any{&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
 		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers},
-		ps.Dest()...), &s.Probing)...)
+		ps.Dest()...), &s.Probing, &s.LastSuccessSeq, &s.LastSuccessAt)...)
 	ps.Done()
 	return s, err
 }
 
 // Get reads one subscription.
 func Get(ctx context.Context, q authz.Querier, id uuid.UUID) (*Subscription, error) {
-	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM webhook_subscriptions s WHERE s.id = $1`, id)
+	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM `+subscriptionFrom+` WHERE s.id = $1`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read webhook subscription %s: %w", id, err)
 	}
@@ -381,7 +397,7 @@ func List(ctx context.Context, q authz.Querier, p *ListParams) ([]*Subscription,
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM webhook_subscriptions s
+	rows, err := q.Query(ctx, `SELECT `+subscriptionColumns+` FROM `+subscriptionFrom+`
 WHERE ($1 = '' OR s.owner = $1) AND ($2 = '' OR s.space = $2)
   AND ($3::timestamptz IS NULL OR (s.created_at, s.id) > ($3, $4::uuid))
 ORDER BY s.created_at, s.id LIMIT $5`, p.Owner, p.Space, after, p.AfterID, limit)

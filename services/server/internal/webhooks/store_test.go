@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -184,4 +185,38 @@ func TestRotateSecret(t *testing.T) {
 		_, err := webhooks.RotateSecret(context.Background(), b.db.Pool, [16]byte{1}, time.Hour)
 		require.ErrorIs(t, err, webhooks.ErrNotFound)
 	})
+}
+
+func TestGet_LastSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	evs := b.emit(t, "s1", 3)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: "http://127.0.0.1:9/x"})
+
+	got, err := webhooks.Get(ctx, b.db.Pool, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, evs[2].Seq, got.LastDeliveredSeq, "the resume point is the head at creation")
+	require.Nil(t, got.LastSuccessSeq, "nothing was delivered")
+	require.Nil(t, got.LastSuccessAt)
+	v := webhooks.NewSubscriptionView(got)
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"last_success_seq":null,"last_success_at":null`)
+
+	finished := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	_, err = b.db.Pool.Exec(ctx, `
+INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id, status, finished_at)
+VALUES ($1, 10, gen_random_uuid(), 'delivered', $2), ($1, 11, gen_random_uuid(), 'delivered', $2 + interval '1 minute'),
+       ($1, 12, gen_random_uuid(), 'dead', $2), ($1, 13, gen_random_uuid(), 'pending', NULL)`, s.ID, finished)
+	require.NoError(t, err)
+	got, err = webhooks.Get(ctx, b.db.Pool, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(11), *got.LastSuccessSeq)
+	require.True(t, finished.Add(time.Minute).Equal(*got.LastSuccessAt))
+
+	list, err := webhooks.List(ctx, b.db.Pool, &webhooks.ListParams{Owner: "alice"})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, int64(11), *list[0].LastSuccessSeq)
 }

@@ -99,15 +99,24 @@ type SubscriptionView struct {
 	EventTypes []string  `json:"event_types"`
 	// TokenID is the token whose current scopes bound every delivery;
 	// absent: the owner's full rights.
-	TokenID          *uuid.UUID `json:"token_id,omitempty"`
-	Status           string     `json:"status"`
-	DisabledCause    string     `json:"disabled_cause,omitempty"`
-	DisabledDetail   string     `json:"disabled_detail,omitempty"`
-	DisabledAt       *time.Time `json:"disabled_at,omitempty"`
-	ResumeAfterSeq   int64      `json:"resume_after_seq"`
-	LastDeliveredSeq int64      `json:"last_delivered_seq"`
-	Pending          int64      `json:"pending"`
-	CreatedAt        time.Time  `json:"created_at"`
+	TokenID        *uuid.UUID `json:"token_id,omitempty"`
+	Status         string     `json:"status"`
+	DisabledCause  string     `json:"disabled_cause,omitempty"`
+	DisabledDetail string     `json:"disabled_detail,omitempty"`
+	DisabledAt     *time.Time `json:"disabled_at,omitempty"`
+	ResumeAfterSeq int64      `json:"resume_after_seq"`
+	// LastDeliveredSeq is the sender's resume point, not a delivery: the
+	// highest seq delivered, or the head at creation (or at an enable from
+	// the head) while nothing was delivered since. Kept under its old name
+	// for compatibility; LastSuccessSeq says what was delivered.
+	LastDeliveredSeq int64 `json:"last_delivered_seq"`
+	// LastSuccessSeq is the seq of the newest delivery actually delivered
+	// (answered 2xx) among those kept, and LastSuccessAt when; both null
+	// when there is none.
+	LastSuccessSeq *int64     `json:"last_success_seq"`
+	LastSuccessAt  *time.Time `json:"last_success_at"`
+	Pending        int64      `json:"pending"`
+	CreatedAt      time.Time  `json:"created_at"`
 	// Headers are the custom headers with masked values (MaskHeaders):
 	// the whole values are never shown again.
 	Headers map[string]string `json:"headers"`
@@ -124,8 +133,18 @@ func NewSubscriptionView(s *Subscription) SubscriptionView {
 	}
 	return SubscriptionView{ID: s.ID, Owner: s.Owner, Space: s.Space, URL: s.URL, EventTypes: types, TokenID: s.TokenID,
 		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
-		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, Pending: s.Pending, CreatedAt: s.CreatedAt,
+		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, LastSuccessSeq: s.LastSuccessSeq,
+		LastSuccessAt: utcPtr(s.LastSuccessAt), Pending: s.Pending, CreatedAt: s.CreatedAt,
 		Headers: MaskHeaders(s.Headers), PolicyView: NewPolicyView(s)}
+}
+
+// utcPtr returns *t in UTC, nil for nil.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // PolicyView is a subscription's delivery policy as the API shows it. The
