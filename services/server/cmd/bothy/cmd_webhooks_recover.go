@@ -16,7 +16,7 @@ func init() {
 	register(command{Name: "webhooks resend", Args: "SUBSCRIPTION_ID SEQ", Remote: true, Setup: setupWebhooksResend,
 		Summary: "send one delivered, dead or skipped delivery again, with the same webhook-id"})
 	register(command{Name: "webhooks recover", Args: "SUBSCRIPTION_ID", Remote: true, Setup: setupWebhooksRecover,
-		Summary: "send a seq or time range's dead, skipped and not delivered events, while the log holds them"})
+		Summary: "send a seq or time range's dead, skipped and not delivered events (default: since the subscription's creation), while the log holds them"})
 }
 
 func setupWebhooksResend(fs *pflag.FlagSet) func(context.Context, *call) error {
@@ -56,10 +56,11 @@ type recoverJSON struct {
 }
 
 func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error {
-	fromSeq := fs.Int64("from-seq", 0, "first seq of the range")
+	fromSeq := fs.Int64("from-seq", 0, "first seq of the range (default: the first committed at or after the subscription's creation)")
 	toSeq := fs.Int64("to-seq", 0, "last seq of the range, included (default: the head)")
 	since := fs.String("since", "", "RFC 3339 time: events committed at or after it, instead of --from-seq")
 	until := fs.String("until", "", "RFC 3339 time: events committed before it (default: up to the head)")
+	beforeCreation := fs.Bool("before-creation", false, "allow a range that starts before the subscription was created")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
@@ -69,6 +70,9 @@ func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error 
 		req, err := recoverRange(*fromSeq, *toSeq, *since, *until)
 		if err != nil {
 			return err
+		}
+		if *beforeCreation {
+			req.BeforeCreation = beforeCreation
 		}
 		svc, done, err := c.webhooks(ctx)
 		if err != nil {
@@ -88,7 +92,7 @@ func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error 
 }
 
 // recoverRange returns the request the range flags make: a seq range or a
-// time range, not both.
+// time range, not both; neither starts at the subscription's creation.
 func recoverRange(fromSeq, toSeq int64, since, until string) (*webhooks.RecoverRequest, error) {
 	req := &webhooks.RecoverRequest{}
 	if fromSeq != 0 {
@@ -110,8 +114,8 @@ func recoverRange(fromSeq, toSeq int64, since, until string) (*webhooks.RecoverR
 		}
 		*f.to = &t
 	}
-	if bySeq, byTime := fromSeq != 0 || toSeq != 0, since != "" || until != ""; bySeq == byTime {
-		return nil, fmt.Errorf("%w: webhooks recover needs --from-seq (and --to-seq) or --since (and --until)", errUsage)
+	if bySeq, byTime := fromSeq != 0 || toSeq != 0, since != "" || until != ""; bySeq && byTime {
+		return nil, fmt.Errorf("%w: webhooks recover takes --from-seq (and --to-seq) or --since (and --until), not both", errUsage)
 	}
 	return req, nil
 }

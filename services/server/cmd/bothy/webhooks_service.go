@@ -281,6 +281,9 @@ func (d *dbWebhooks) Recover(ctx context.Context, id uuid.UUID, req *webhooks.Re
 	if req.Until != nil {
 		p.Until = *req.Until
 	}
+	if req.BeforeCreation != nil {
+		p.BeforeCreation = *req.BeforeCreation
+	}
 	var v webhooks.RecoverView
 	err := d.withSendDeps(func(events *postgres.EventLog, jobs *river.Client[pgx.Tx]) error {
 		p.Events, p.Jobs = events, jobs

@@ -229,6 +229,10 @@ type Subject struct {
 	Principal string
 	TokenID   uuid.UUID
 	Scopes    []string
+	// Portal is set for a console session opened by a portal link: a
+	// product's user acting within what the link grants, not the owner's
+	// own request, so what only the owner may ask for is refused.
+	Portal bool
 }
 
 // Authenticate resolves a bearer secret (with or without the "Bearer "

@@ -130,6 +130,7 @@ func (c *Console) loadSession(r *http.Request) (*session, error) {
 			return nil, errNoSession
 		}
 		s.subject.Scopes = []string{authz.ScopeWebhooksManage + "@" + s.portalSpace}
+		s.subject.Portal = true
 	}
 	return s, nil
 }

@@ -49,11 +49,16 @@ func (a *API) recoverWebhook(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
+	before := req.BeforeCreation != nil && *req.BeforeCreation
+	if before && s.Portal {
+		return errorf(http.StatusForbidden, kindForbidden, "before_creation: a portal link's session may not recover events "+
+			"from before the subscription's creation; only its owner's own request may")
+	}
 	jobs, err := a.jobs()
 	if err != nil {
 		return err
 	}
-	p := &webhooks.RecoverParams{SubscriptionID: sub.ID, Events: a.source, Jobs: jobs}
+	p := &webhooks.RecoverParams{SubscriptionID: sub.ID, Events: a.source, Jobs: jobs, BeforeCreation: before}
 	for _, f := range []struct {
 		name string
 		v    *int64

@@ -210,7 +210,10 @@ func TestAPI_WebhookResendRecoverEnable(t *testing.T) {
 		n++
 		require.Equal(t, missed[3], got[n-1].seq)
 
-		for _, body := range []string{`{}`, `{"from_seq":1,"since":"2001-02-03T04:05:06Z"}`, `{"to_seq":3}`, `{"from_seq":5,"to_seq":4}`,
+		r = b.do(t, "POST", sp+"/recover", owner, `{}`)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+		require.EqualValues(t, 0, r.json(t)["created"], "from the creation: everything is delivered or pending")
+		for _, body := range []string{`{"from_seq":1,"since":"2001-02-03T04:05:06Z"}`, `{"to_seq":3}`, `{"from_seq":5,"to_seq":4}`,
 			`{"since":"2001-02-03T04:05:06Z","until":"2001-02-03T04:05:06Z"}`} {
 			b.do(t, "POST", sp+"/recover", owner, body).problem(t, http.StatusUnprocessableEntity)
 		}

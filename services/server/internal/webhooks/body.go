@@ -56,12 +56,16 @@ type RotateRequest struct {
 }
 
 // RecoverRequest is the body of POST /v1/webhooks/{id}/recover: a seq
-// range or a time range.
+// range or a time range, from the subscription's creation when neither
+// from_seq nor since is given.
 type RecoverRequest struct {
 	FromSeq *int64     `json:"from_seq,omitempty"`
 	ToSeq   *int64     `json:"to_seq,omitempty"`
 	Since   *time.Time `json:"since,omitempty"`
 	Until   *time.Time `json:"until,omitempty"`
+	// BeforeCreation allows a range that starts before the subscription
+	// was created (RecoverParams.BeforeCreation).
+	BeforeCreation *bool `json:"before_creation,omitempty"`
 }
 
 // PolicyRequest is the delivery policy part of a create or update

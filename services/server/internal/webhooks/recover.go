@@ -63,6 +63,7 @@ type sendable struct {
 	owner, space string
 	tokenID      *uuid.UUID
 	status       string
+	created      time.Time
 }
 
 // lockSendable locks the subscription's row and checks that it may get
@@ -72,8 +73,8 @@ type sendable struct {
 // next step waiting until the caller commits.
 func lockSendable(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*sendable, error) {
 	s := &sendable{}
-	err := tx.QueryRow(ctx, `SELECT owner, space, token_id, status FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`, id).
-		Scan(&s.owner, &s.space, &s.tokenID, &s.status)
+	err := tx.QueryRow(ctx, `SELECT owner, space, token_id, status, created_at FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`, id).
+		Scan(&s.owner, &s.space, &s.tokenID, &s.status, &s.created)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -303,15 +304,25 @@ func Resend(ctx context.Context, q authz.Querier, p *ResendParams) (*Delivery, e
 }
 
 // RecoverParams selects what Recover makes pending: a seq range (FromSeq)
-// or a commit-time range (Since), not both.
+// or a commit-time range (Since), not both. Without FromSeq and Since the
+// range starts at the subscription's creation: its first seq is the first
+// committed at or after it. A range that starts before the creation is
+// refused unless BeforeCreation says so.
 type RecoverParams struct {
 	SubscriptionID uuid.UUID
 	// FromSeq and ToSeq are the first and last seq, both included; ToSeq
-	// 0: up to the head.
+	// 0: up to the head. FromSeq 0: from the subscription's creation.
 	FromSeq, ToSeq int64
 	// Since and Until bound the events' commit times, Since included and
 	// Until excluded; Until zero: up to the head.
 	Since, Until time.Time
+	// BeforeCreation allows a range that starts before the subscription
+	// was created: events its owner never asked for until now.
+	BeforeCreation bool
+
+	// fromCreated: FromSeq was filled in from the creation, so a start
+	// after the head is an empty range rather than a mistake.
+	fromCreated bool
 	// Events reads the log.
 	Events sync.EventSource
 	// Jobs inserts the delivery job.
@@ -321,18 +332,78 @@ type RecoverParams struct {
 func (p *RecoverParams) validate() error {
 	bySeq, byTime := p.FromSeq != 0 || p.ToSeq != 0, !p.Since.IsZero() || !p.Until.IsZero()
 	switch {
-	case bySeq == byTime:
-		return fmt.Errorf("%w: give from_seq (and to_seq) or since (and until)", ErrInvalid)
-	case bySeq && p.FromSeq < 1:
+	case bySeq && byTime:
+		return fmt.Errorf("%w: give from_seq (and to_seq) or since (and until), not both", ErrInvalid)
+	case p.FromSeq < 0:
 		return fmt.Errorf("%w: from_seq: want a seq of at least 1", ErrInvalid)
-	case bySeq && p.ToSeq != 0 && p.ToSeq < p.FromSeq:
+	case p.FromSeq != 0 && p.ToSeq != 0 && p.ToSeq < p.FromSeq:
 		return fmt.Errorf("%w: to_seq %d is below from_seq %d", ErrInvalid, p.ToSeq, p.FromSeq)
-	case byTime && p.Since.IsZero():
-		return fmt.Errorf("%w: since: required with until", ErrInvalid)
-	case byTime && !p.Until.IsZero() && !p.Until.After(p.Since):
+	case !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since):
 		return fmt.Errorf("%w: until must be after since", ErrInvalid)
 	}
 	return nil
+}
+
+// fromCreation fills in where the range starts when it was not given (the
+// first seq committed at or after the subscription's creation, for a seq
+// range, its creation time for a time range) and refuses a start before
+// that unless BeforeCreation is set, naming the field. When retention
+// removed every event before the creation, the first retained seq is
+// known to be at or after it, but not which removed seqs were: a range
+// starting among them is allowed, since it can send no event from before
+// the creation (the removed part is reported lost).
+func (p *RecoverParams) fromCreation(ctx context.Context, tx pgx.Tx, r *retention, created time.Time) error {
+	if !p.Since.IsZero() || !p.Until.IsZero() {
+		if p.Since.IsZero() {
+			p.Since = created
+		}
+		keptBefore := r.oldest != nil && r.oldest.CommittedAt.Before(created)
+		if p.Since.Before(created) && !p.BeforeCreation && (keptBefore || r.low <= 1) {
+			return fmt.Errorf("%w: since: %s is before the subscription was created (%s); set before_creation to recover "+
+				"events it was never subscribed to", ErrInvalid, p.Since.UTC().Format(time.RFC3339Nano), created.UTC().Format(time.RFC3339Nano))
+		}
+		if !p.Until.IsZero() && !p.Until.After(p.Since) {
+			return fmt.Errorf("%w: until: must be after the subscription's creation (%s)", ErrInvalid, created.UTC().Format(time.RFC3339Nano))
+		}
+		return nil
+	}
+	if p.FromSeq != 0 {
+		return p.checkFromSeq(ctx, tx, r, created)
+	}
+	first, err := firstSeqAtOrAfter(ctx, tx, p.Events, r, created)
+	if err != nil {
+		return err
+	}
+	p.FromSeq, p.fromCreated = first, true
+	if p.ToSeq != 0 && p.ToSeq < first {
+		return fmt.Errorf("%w: to_seq %d is before the subscription's first seq %d", ErrInvalid, p.ToSeq, first)
+	}
+	return nil
+}
+
+// checkFromSeq refuses a FromSeq whose range would send a retained event
+// committed before the subscription's creation, unless BeforeCreation is
+// set. Commit times grow with seqs, so the first retained event of the
+// range tells: one read, and the search for the first seq after the
+// creation only to say it in the refusal.
+func (p *RecoverParams) checkFromSeq(ctx context.Context, tx pgx.Tx, r *retention, created time.Time) error {
+	at := max(p.FromSeq, r.low)
+	if p.BeforeCreation || at > r.head {
+		return nil
+	}
+	ev, err := eventAtSeq(ctx, tx, p.Events, at)
+	if err != nil {
+		return fmt.Errorf("read event %d: %w", at, err)
+	}
+	if ev == nil || !ev.CommittedAt.Before(created) {
+		return nil
+	}
+	first, err := firstSeqAtOrAfter(ctx, tx, p.Events, r, created)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: from_seq: %d is before the subscription's creation (its first seq is %d); set before_creation "+
+		"to recover events it was never subscribed to", ErrInvalid, p.FromSeq, first)
 }
 
 // RecoverResult says what Recover did.
@@ -357,11 +428,11 @@ type RecoverResult struct {
 // Recover makes pending again the subscription's dead and skipped
 // deliveries of a range of the log, and makes deliveries for the events of
 // the range that match its space and current filter (by the round's
-// matching) and have none: events committed while it was disabled, or
-// before it was created. Delivered and pending deliveries are left as they
-// are (Resend sends a delivered one again). Only retained events can be
-// recovered; the part of the range retention removed is reported in the
-// result, and the rest is recovered.
+// matching) and have none: events committed while it was disabled, or,
+// with BeforeCreation, before it was created. Delivered and pending
+// deliveries are left as they are (Resend sends a delivered one again).
+// Only retained events can be recovered; the part of the range retention
+// removed is reported in the result, and the rest is recovered.
 //
 // The subscription must be active (ErrConflict) and its owner still allowed
 // to receive the space's events (ErrForbidden). Everything is made pending
@@ -369,10 +440,11 @@ type RecoverResult struct {
 // finds all of it at once: the deliveries of an ordered subscription go out
 // in seq order, before every newer pending one. A range of more than
 // MaxRecoverSeqs seqs is refused (ErrInvalid).
-func Recover(ctx context.Context, q authz.Querier, p *RecoverParams) (*RecoverResult, error) {
-	if err := p.validate(); err != nil {
+func Recover(ctx context.Context, q authz.Querier, params *RecoverParams) (*RecoverResult, error) {
+	if err := params.validate(); err != nil {
 		return nil, err
 	}
+	p := *params // fromCreation fills in the start
 	res := &RecoverResult{}
 	err := inTx(ctx, q, func(tx pgx.Tx) error {
 		s, err := lockSendable(ctx, tx, p.SubscriptionID)
@@ -381,6 +453,9 @@ func Recover(ctx context.Context, q authz.Querier, p *RecoverParams) (*RecoverRe
 		}
 		r, err := readRetention(ctx, tx, p.Events)
 		if err != nil {
+			return err
+		}
+		if err := p.fromCreation(ctx, tx, r, s.created); err != nil {
 			return err
 		}
 		if p.FromSeq > 0 {
@@ -406,6 +481,10 @@ func Recover(ctx context.Context, q authz.Querier, p *RecoverParams) (*RecoverRe
 // the head when ToSeq is 0 or past it) and res.Lost to the seqs of it that
 // retention removed. A FromSeq after the head is refused (ErrInvalid).
 func (p *RecoverParams) seqRange(r *retention, res *RecoverResult) error {
+	if p.FromSeq > r.head && p.fromCreated {
+		res.Range = sync.SeqRange{}
+		return nil
+	}
 	if p.FromSeq > r.head {
 		return fmt.Errorf("%w: from_seq %d is after the head of the log (%d)", ErrInvalid, p.FromSeq, r.head)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -301,7 +302,7 @@ func TestRecover(t *testing.T) {
 		failing.Store(0)
 
 		sent := len(okSeqs(rv.requests()))
-		res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before.Seq, ToSeq: after.Seq})
+		res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before.Seq, ToSeq: after.Seq, BeforeCreation: true})
 		require.NoError(t, err)
 		require.Equal(t, sync.SeqRange{From: before.Seq, To: after.Seq}, res.Range)
 		require.Equal(t, int64(3), res.Reset, "two dead, one skipped")
@@ -315,7 +316,7 @@ func TestRecover(t *testing.T) {
 			require.NoError(t, r.Verified)
 		}
 
-		again, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before.Seq})
+		again, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before.Seq, BeforeCreation: true})
 		require.NoError(t, err)
 		require.Zero(t, again.Reset+again.Created, "everything is delivered now")
 	})
@@ -445,6 +446,59 @@ func TestRecover(t *testing.T) {
 		require.Equal(t, seqs(append(missed, later...)...), seqsOf(rv.requests()))
 	})
 
+	t.Run("StartsAtTheCreationAndRefusesEarlierSeqsUnlessAsked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		ctx := context.Background()
+		rv := newReceiver(t, nil)
+		before := b.emit(t, "s1", 2)
+		s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+		require.NoError(t, webhooks.Disable(ctx, b.db.Pool, s.ID, ""))
+		after := b.emit(t, "s1", 2)
+		b.round(t)
+		_, err := webhooks.Enable(ctx, b.db.Pool, postgres.CursorStore{}, s.ID)
+		require.NoError(t, err)
+
+		res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID})
+		require.NoError(t, err)
+		require.Equal(t, sync.SeqRange{From: after[0].Seq, To: after[1].Seq}, res.Range, "from the first seq after the creation")
+		require.Equal(t, int64(2), res.Created)
+
+		for _, p := range []webhooks.RecoverParams{
+			{FromSeq: before[1].Seq},
+			{FromSeq: before[0].Seq, ToSeq: after[1].Seq},
+		} {
+			p.SubscriptionID = s.ID
+			_, err = b.recover(p)
+			require.ErrorIs(t, err, webhooks.ErrInvalid)
+			require.ErrorContains(t, err, fmt.Sprintf("from_seq: %d is before the subscription's creation (its first seq is %d); set before_creation",
+				p.FromSeq, after[0].Seq))
+		}
+		_, err = b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, Since: s.CreatedAt.Add(-time.Hour)})
+		require.ErrorContains(t, err, "since: ")
+		require.ErrorContains(t, err, "is before the subscription was created")
+		_, err = b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, ToSeq: before[1].Seq})
+		require.ErrorContains(t, err, "to_seq")
+
+		res, err = b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before[0].Seq, BeforeCreation: true})
+		require.NoError(t, err)
+		require.Equal(t, sync.SeqRange{From: before[0].Seq, To: after[1].Seq}, res.Range)
+		require.Equal(t, int64(2), res.Created, "the events before the creation get deliveries when asked")
+		res, err = b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, Until: time.Now()})
+		require.NoError(t, err, "until alone: from the creation")
+		require.Equal(t, after[0].Seq, res.Range.From)
+	})
+
+	t.Run("FromTheCreationWithNothingSinceIsEmpty", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		b.emit(t, "s1", 2)
+		s, _ := b.subscribe(t, &webhooks.CreateParams{URL: "http://127.0.0.1:9/x"})
+		res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID})
+		require.NoError(t, err)
+		require.Zero(t, res.Range.Len())
+	})
+
 	t.Run("Refusals", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
@@ -454,11 +508,9 @@ func TestRecover(t *testing.T) {
 		evs := b.emit(t, "s1", 2)
 		now := time.Now()
 		for _, p := range []webhooks.RecoverParams{
-			{},
 			{FromSeq: 1, Since: now},
-			{FromSeq: 0, ToSeq: 5},
+			{FromSeq: -1},
 			{FromSeq: 5, ToSeq: 4},
-			{Until: now},
 			{Since: now, Until: now},
 			{FromSeq: evs[1].Seq + 1},
 		} {
