@@ -82,6 +82,7 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		VAPIDPublicKey:             cfg.Push.VAPIDPublicKey,
 		AdminToken:                 cfg.Server.AdminToken,
 		ConsoleKey:                 consoleKey(cfg),
+		ConsolePublicURL:           cfg.Console.PublicURL,
 		EventsPollInterval:         cfg.Consumer.PollInterval,
 	}
 }

@@ -117,6 +117,9 @@ type Console struct {
 	FrameAncestors string
 	SessionTTL     time.Duration
 	SecureCookies  bool
+	// PublicURL is the console's public address (console.public_url);
+	// empty: the request's.
+	PublicURL string
 }
 
 // Perf holds the performance budgets load tests check.

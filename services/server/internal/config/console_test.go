@@ -19,11 +19,15 @@ func TestLoad_Console(t *testing.T) {
 		"ShortKeyEvenIfOff":  {"console.key": "short"},
 		"FrameAncestorsList": {"console.frame_ancestors": "https://a.example; script-src *"},
 		"SecureCookiesWord":  {"console.secure_cookies": "sometimes"},
+		"PublicURLRelative":  {"console.public_url": "/console"},
+		"PublicURLScheme":    {"console.public_url": "ftp://bothy.example.com"},
+		"PublicURLQuery":     {"console.public_url": "https://bothy.example.com/?a=b"},
 	} {
 		_, err := config.Load("", nil, flags)
 		require.Error(t, err, name)
 		want := map[string]string{"FrameAncestorsList": "console.frame_ancestors",
-			"SecureCookiesWord": "console.secure_cookies"}[name]
+			"SecureCookiesWord": "console.secure_cookies", "PublicURLRelative": "console.public_url",
+			"PublicURLScheme": "console.public_url", "PublicURLQuery": "console.public_url"}[name]
 		if want == "" {
 			want = "console.key"
 		}
@@ -37,4 +41,7 @@ func TestLoad_Console(t *testing.T) {
 	cfg, err = config.Load("", nil, map[string]string{"console.secure_cookies": "true"})
 	require.NoError(t, err)
 	require.True(t, cfg.Console.SecureCookies)
+	cfg, err = config.Load("", nil, map[string]string{"console.public_url": "https://bothy.example.com/base/"})
+	require.NoError(t, err)
+	require.Equal(t, "https://bothy.example.com/base/", cfg.Console.PublicURL)
 }

@@ -237,6 +237,22 @@ var Keys = []Key{
 		Doc: "Mark the console's cookies Secure on plain-HTTP requests: set it when a TLS-terminating proxy serves the console over HTTPS. Over direct TLS they are Secure anyway; X-Forwarded-Proto is not trusted.",
 		set: func(c *Config, v string) error { return boolean(&c.Console.SecureCookies, v) }},
 
+	{Name: "console.public_url", Default: "", Range: "empty or an absolute http or https URL, such as https://bothy.example.com",
+		Doc: "The console's public address, when a proxy or a product serves it under a name other than the request's Host: portal links (POST /v1/portal-links) and the console's links are built from it. Empty: from the request.",
+		set: func(c *Config, v string) error {
+			return str(&c.Console.PublicURL, v, func(s string) error {
+				if s == "" {
+					return nil
+				}
+				u, err := url.Parse(s)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+					u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+					return fmt.Errorf("want an absolute http or https URL without user, query or fragment, such as https://bothy.example.com")
+				}
+				return nil
+			})
+		}},
+
 	{Name: "log.level", Default: "info", Range: "debug, info, warn or error",
 		Doc: "Lowest level logged.",
 		set: func(c *Config, v string) error { return oneOf(&c.Log.Level, v, "debug", "info", "warn", "error") }},

@@ -61,6 +61,10 @@ type Config struct {
 	// console.enabled); empty: POST /v1/portal-links answers 404.
 	// Default empty.
 	ConsoleKey []byte
+	// ConsolePublicURL is the console's public address
+	// (console.public_url): portal links are built from it. Empty: from
+	// the request's Host.
+	ConsolePublicURL string
 	// EventsPollInterval is how often a long poll or an event stream reads
 	// the log again when no notice woke it (a NOTIFY can be lost, and a
 	// role without a LISTEN connection gets none): consumer.poll_interval.

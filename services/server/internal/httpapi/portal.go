@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -80,12 +79,16 @@ func (a *API) createPortalLink(w http.ResponseWriter, r *http.Request, s *authz.
 	expires := time.Now().Add(ttl).Truncate(time.Second)
 	token := portallink.Sign(a.cfg.ConsoleKey, &portallink.Claims{Principal: req.Principal, Space: req.Space,
 		TokenID: s.TokenID, Expires: expires.Unix(), Nonce: portallink.NewNonce()})
-	path := "/console/portal?" + url.Values{"token": {token}}.Encode()
-	scheme := "http"
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-		scheme = "https"
+	path := portallink.Path(token)
+	base := a.cfg.ConsolePublicURL
+	if base == "" {
+		scheme := "http"
+		if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+			scheme = "https"
+		}
+		base = scheme + "://" + r.Host
 	}
-	writeJSON(w, http.StatusCreated, portalLinkJSON{URL: scheme + "://" + r.Host + path, Path: path, Principal: req.Principal,
+	writeJSON(w, http.StatusCreated, portalLinkJSON{URL: portallink.URL(base, token), Path: path, Principal: req.Principal,
 		Space: req.Space, ExpiresAt: expires.UTC()})
 	return nil
 }

@@ -60,3 +60,25 @@ func TestAPI_PortalLinksNeedTheConsole(t *testing.T) {
 	detail := b.do(t, "POST", "/v1/portal-links", admin, `{"principal":"owner","space":"acme"}`).problem(t, http.StatusNotFound)
 	require.Contains(t, detail, "console.enabled")
 }
+
+// TestAPI_PortalLinksFromThePublicURL: with console.public_url set, links
+// are built from it, not from the request's Host or a client's
+// X-Forwarded-Proto.
+func TestAPI_PortalLinksFromThePublicURL(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	b := &testBundle{db: db, base: startServer(t, db.URL, "api",
+		"console.enabled", "true", "console.key", "portal-key-for-the-api-tests-0123456789",
+		"console.public_url", "https://hooks.example.com/bothy/")}
+	admin := b.principal(t, "owner", authz.RightAdmin, "acme", authz.ScopeWebhooksManage)
+	req, err := http.NewRequest("POST", b.base+"/v1/portal-links", strings.NewReader(`{"principal":"owner","space":"acme"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+admin)
+	req.Header.Set("X-Forwarded-Proto", "http")
+	res := send(t, req)
+	require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
+	v := res.json(t)
+	require.True(t, strings.HasPrefix(v["url"].(string), "https://hooks.example.com/bothy/console/portal?token="), v["url"])
+	require.Equal(t, "https://hooks.example.com/bothy"+v["path"].(string), v["url"])
+}

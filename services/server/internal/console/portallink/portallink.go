@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 	"time"
 
@@ -40,6 +41,17 @@ type Claims struct {
 	// Nonce makes each link unique, so that two links with the same
 	// claims issued in the same second are two links: each opens once.
 	Nonce string `json:"n,omitempty"`
+}
+
+// Path is the console path that opens a portal link's token.
+func Path(token string) string {
+	return "/console/portal?" + url.Values{"token": {token}}.Encode()
+}
+
+// URL is the portal link of token under base, the console's public
+// address (console.public_url): its scheme, host and path prefix.
+func URL(base, token string) string {
+	return strings.TrimRight(base, "/") + Path(token)
 }
 
 // NewNonce returns a random nonce for Claims.Nonce.

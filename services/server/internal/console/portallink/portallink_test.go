@@ -65,3 +65,11 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "/console/portal?token=a.b%2Bc", portallink.Path("a.b+c"))
+	for _, base := range []string{"https://x.example/p", "https://x.example/p/"} {
+		require.Equal(t, "https://x.example/p/console/portal?token=t", portallink.URL(base, "t"))
+	}
+}
