@@ -40,7 +40,7 @@ func (c *Console) lag(w http.ResponseWriter, r *http.Request, s *session) error 
 		}
 		d.Consumers = cp.Consumers
 	}
-	pg, err := c.listSubscriptions(r, s, "", "")
+	pg, err := c.listSubscriptions(r, s, "", "", 0)
 	if err != nil {
 		return err
 	}

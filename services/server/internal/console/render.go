@@ -10,7 +10,7 @@ import (
 
 // pageNames are the templates of templates/, one page each; every page
 // fills the blocks of layout.html.
-var pageNames = []string{"error", "sign-in", "subscriptions", "subscription", "confirm", "result", "lag", "push", "portal-confirm",
+var pageNames = []string{"error", "sign-in", "subscriptions", "subscription", "subscription-form", "delivery", "confirm", "result", "lag", "push", "portal-confirm",
 	"portal-continue"}
 
 type pages struct {
@@ -30,6 +30,13 @@ var funcs = template.FuncMap{
 		return *t
 	},
 	"ms": func(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) },
+	// percent renders a share (0..1) as a percentage, "–" for none.
+	"percent": func(r *float64) string {
+		if r == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f%%", *r*100)
+	},
 }
 
 func parsePages() (*pages, error) {
@@ -73,6 +80,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, sta
 
 var titles = map[string]string{
 	"error": "Error", "sign-in": "Sign in", "subscriptions": "Webhook subscriptions", "subscription": "Webhook subscription",
+	"subscription-form": "Webhook subscription", "delivery": "Delivery",
 	"confirm": "Confirm", "result": "Done", "lag": "Delivery lag", "push": "Push registrations",
 	"portal-confirm": "Open the portal", "portal-continue": "Open the portal",
 }

@@ -15,14 +15,20 @@ func (s *session) visible(sub *subscriptionView) bool {
 }
 
 type subscriptionsData struct {
-	Space         string
-	Subscriptions []subscriptionView
-	NextCursor    string
+	Space string
+	Rows  []subscriptionRow
+	Pages pager
+}
+
+// subscriptionRow is a subscription in the list, with its health.
+type subscriptionRow struct {
+	Sub    subscriptionView
+	Health *health
 }
 
 // listSubscriptions is one page of the subscriptions the API lists for
 // the session, on space if not "" (a portal session: its own space only).
-func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor string) (*subscriptionsPage, error) {
+func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor string, limit int) (*subscriptionsPage, error) {
 	if s.portalSpace != "" {
 		// Without a space the API lists only the principal's own
 		// subscriptions, and the session's scope (webhooks:manage on the
@@ -37,6 +43,9 @@ func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor s
 	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	var pg subscriptionsPage
 	if err := c.call(r, s, http.MethodGet, "/v1/webhooks?"+q.Encode(), nil, &pg); err != nil {
@@ -53,13 +62,26 @@ func (c *Console) listSubscriptions(r *http.Request, s *session, space, cursor s
 }
 
 func (c *Console) subscriptions(w http.ResponseWriter, r *http.Request, s *session) error {
-	q := r.URL.Query()
-	pg, err := c.listSubscriptions(r, s, q.Get("space"), q.Get("cursor"))
+	space := r.URL.Query().Get("space")
+	pages := readPager(r)
+	pg, err := c.listSubscriptions(r, s, space, pages.Cursor, pages.Limit)
 	if err != nil {
 		return err
 	}
-	c.render(w, r, s, http.StatusOK, "subscriptions", &subscriptionsData{Space: q.Get("space"), Subscriptions: pg.Subscriptions,
-		NextCursor: pg.NextCursor})
+	d := &subscriptionsData{Space: space, Rows: make([]subscriptionRow, 0, len(pg.Subscriptions))}
+	for i := range pg.Subscriptions {
+		h, err := c.healthOf(r, s, &pg.Subscriptions[i])
+		if err != nil {
+			return err
+		}
+		d.Rows = append(d.Rows, subscriptionRow{Sub: pg.Subscriptions[i], Health: h})
+	}
+	pages.Next = pg.NextCursor
+	if space != "" && s.portalSpace == "" {
+		pages.base = url.Values{"space": {space}}
+	}
+	d.Pages = pages
+	c.render(w, r, s, http.StatusOK, "subscriptions", d)
 	return nil
 }
 
@@ -85,10 +107,18 @@ func (c *Console) getSubscription(r *http.Request, s *session) (*subscriptionVie
 }
 
 type subscriptionData struct {
-	Sub        *subscriptionView
-	Status     string
-	Deliveries []deliveryView
-	NextCursor string
+	Sub    *subscriptionView
+	Filter deliveryFilter
+	// FilterError is the API's refusal of the filter, shown by it.
+	FilterError string
+	Deliveries  []deliveryView
+	Pages       pager
+	// Saved says the edit form has just changed the subscription.
+	Saved bool
+	// Stats and Charts are the last 24 hours of attempts; nil when the
+	// API has none to give.
+	Stats  *statsView
+	Charts []chart
 }
 
 func (c *Console) subscription(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -96,21 +126,29 @@ func (c *Console) subscription(w http.ResponseWriter, r *http.Request, s *sessio
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	status := r.URL.Query().Get("status")
-	if status != "" {
-		q.Set("status", status)
+	f := readDeliveryFilter(r)
+	pages := readPager(r)
+	q := f.apiQuery()
+	q.Set("limit", strconv.Itoa(pages.Limit))
+	if pages.Cursor != "" {
+		q.Set("cursor", pages.Cursor)
 	}
-	if cur := r.URL.Query().Get("cursor"); cur != "" {
-		q.Set("cursor", cur)
-	}
-	q.Set("limit", "20")
 	var pg deliveriesPage
-	if err := c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(sub.ID)+"/deliveries?"+q.Encode(), nil, &pg); err != nil {
+	d := &subscriptionData{Sub: sub, Filter: f, Saved: r.URL.Query().Get("saved") != ""}
+	err = c.call(r, s, http.MethodGet, "/v1/webhooks/"+url.PathEscape(sub.ID)+"/deliveries?"+q.Encode(), nil, &pg)
+	if pe := (*pageError)(nil); errors.As(err, &pe) && pe.status == http.StatusBadRequest {
+		d.FilterError = pe.detail // the API names the filter it refused
+	} else if err != nil {
 		return err
 	}
-	c.render(w, r, s, http.StatusOK, "subscription", &subscriptionData{Sub: sub, Status: status, Deliveries: pg.Deliveries,
-		NextCursor: pg.NextCursor})
+	pages.Next = pg.NextCursor
+	pages.base = f.query()
+	d.Deliveries, d.Pages = pg.Deliveries, pages
+	if d.Stats, err = c.stats(r, s, sub.ID); err != nil {
+		return err
+	}
+	d.Charts = charts(d.Stats)
+	c.render(w, r, s, http.StatusOK, "subscription", d)
 	return nil
 }
 

@@ -1,6 +1,9 @@
 package console
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The API's JSON answers, as far as the console shows them.
 
@@ -22,6 +25,13 @@ type subscriptionView struct {
 	MaxInFlight      int               `json:"max_in_flight"`
 	AutoRecover      bool              `json:"auto_recover"`
 	Probing          bool              `json:"probing"`
+	// The throttle, schedule and batch fields are absent while they are
+	// the server's.
+	MaxRequestsPerSecond *float64 `json:"max_requests_per_second"`
+	RetryBaseSeconds     *float64 `json:"retry_base_seconds"`
+	RetryMaxSeconds      *float64 `json:"retry_max_seconds"`
+	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds"`
+	MaxBatch             int      `json:"max_batch"`
 }
 
 type subscriptionsPage struct {
@@ -47,6 +57,30 @@ type deliveryView struct {
 	NextAttemptAt *time.Time    `json:"next_attempt_at"`
 	LastError     string        `json:"last_error"`
 	AttemptList   []attemptView `json:"attempt_list"`
+}
+
+// deliveryDetail is GET /v1/webhooks/{id}/deliveries/{seq}: the delivery
+// with its event (null when retention removed it or the subject may not
+// read the space's events) and the request every attempt sends, its
+// secrets masked by the API.
+type deliveryDetail struct {
+	deliveryView
+	Event   *eventView `json:"event"`
+	Request struct {
+		Method  string            `json:"method"`
+		URL     string            `json:"url"`
+		Headers map[string]string `json:"headers"`
+	} `json:"request"`
+}
+
+type eventView struct {
+	ID         string          `json:"id"`
+	Seq        int64           `json:"seq"`
+	Type       string          `json:"type"`
+	Space      string          `json:"space"`
+	Actor      string          `json:"actor"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	Data       json.RawMessage `json:"data"`
 }
 
 type deliveriesPage struct {

@@ -19,6 +19,11 @@ import (
 // place; unset, they go to the test's artifact directory.
 const EnvScreenshotDir = "BOTHY_TEST_SCREENSHOT_DIR"
 
+// EnvDocScreenshots names the variable that, set to a directory (such as
+// docs/screenshots), makes DocScreenshot save the pages the
+// documentation shows there.
+const EnvDocScreenshots = "BOTHY_SCREENSHOTS"
+
 // stepTimeout bounds every browser step, so a page that never shows what a
 // test waits for fails that test instead of hanging the package.
 const stepTimeout = 60 * time.Second
@@ -185,6 +190,45 @@ func (b *Browser) Screenshot(name string) string {
 	}
 	b.t.Logf("screenshot: %s", path)
 	return path
+}
+
+// DocScreenshot saves a full-page PNG of the tab, width pixels wide, as
+// name.png in $BOTHY_SCREENSHOTS for the documentation; without the
+// variable it does nothing. The viewport is width wide while the picture is
+// taken and as the test had it afterwards; a mobile viewport (a phone test)
+// is kept mobile.
+func (b *Browser) DocScreenshot(name string, width int64, mobile bool) {
+	b.t.Helper()
+	dir := os.Getenv(EnvDocScreenshots)
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.t.Fatalf("doc screenshot directory: %v", err)
+	}
+	opts := []chromedp.EmulateViewportOption{}
+	if mobile {
+		opts = append(opts, chromedp.EmulateMobile)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.EmulateViewport(width, 800, opts...)); err != nil {
+		b.t.Fatalf("doc screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("doc screenshot %s: %v", name, err)
+	}
+	if !mobile {
+		if _, err := chromedp.Run(ctx, chromedp.EmulateReset()); err != nil {
+			b.t.Fatalf("doc screenshot %s: %v", name, err)
+		}
+	}
+	path := filepath.Join(dir, safeName(name)+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatalf("doc screenshot %s: %v", name, err)
+	}
+	b.t.Logf("doc screenshot: %s", path)
 }
 
 // Dialogs returns the JavaScript dialogs opened so far.

@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
@@ -187,6 +189,26 @@ func TestAPI_Webhooks(t *testing.T) {
 		require.Len(t, b.do(t, "GET", sp+"/deliveries?limit=1", owner, "").json(t)["deliveries"].([]any), 1)
 		b.do(t, "GET", sp+"/deliveries?limit=0", owner, "").problem(t, http.StatusBadRequest)
 		b.do(t, "GET", sp+"/deliveries?status=lost", owner, "").problem(t, http.StatusBadRequest)
+
+		// Filters: one event's delivery, and a range of creation times.
+		older := ds[1].(map[string]any)
+		byEvent := b.do(t, "GET", sp+"/deliveries?event_id="+older["event_id"].(string), owner, "").json(t)["deliveries"].([]any)
+		require.Len(t, byEvent, 1)
+		require.Equal(t, older["seq"], byEvent[0].(map[string]any)["seq"])
+		require.Empty(t, b.do(t, "GET", sp+"/deliveries?event_id="+uuid.NewString(), owner, "").json(t)["deliveries"])
+		created, err := time.Parse(time.RFC3339Nano, older["created_at"].(string))
+		require.NoError(t, err)
+		q := url.Values{"since": {created.Add(-time.Hour).Format(time.RFC3339)}, "until": {created.Add(time.Hour).Format(time.RFC3339)}}
+		require.Len(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").json(t)["deliveries"].([]any), 2)
+		q = url.Values{"since": {created.Add(time.Hour).Format(time.RFC3339)}}
+		require.Empty(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").json(t)["deliveries"])
+		q = url.Values{"until": {created.Add(-time.Hour).Format(time.RFC3339)}}
+		require.Empty(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").json(t)["deliveries"])
+		require.Contains(t, b.do(t, "GET", sp+"/deliveries?event_id=nope", owner, "").problem(t, http.StatusBadRequest), "event_id")
+		require.Contains(t, b.do(t, "GET", sp+"/deliveries?since=yesterday", owner, "").problem(t, http.StatusBadRequest), "since")
+		require.Contains(t, b.do(t, "GET", sp+"/deliveries?until=2026-13-01T00:00:00Z", owner, "").problem(t, http.StatusBadRequest), "until")
+		q = url.Values{"since": {"2026-01-02T00:00:00Z"}, "until": {"2026-01-01T00:00:00Z"}}
+		require.Contains(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").problem(t, http.StatusBadRequest), "since")
 	})
 
 	t.Run("GetAndListForOwnerAndSpaceAdmin", func(t *testing.T) {

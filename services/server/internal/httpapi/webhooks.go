@@ -308,6 +308,36 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *aut
 var deliveryStatuses = map[string]bool{"": true, webhooks.DeliveryPending: true, webhooks.DeliveryDelivered: true,
 	webhooks.DeliveryDead: true, webhooks.DeliverySkipped: true}
 
+// deliveryFilters reads the deliveries list's event_id, since and until
+// (RFC 3339) into p: 400 naming the parameter for a bad value.
+func deliveryFilters(r *http.Request, p *webhooks.DeliveriesParams) error {
+	q := r.URL.Query()
+	if v := q.Get("event_id"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return errorf(http.StatusBadRequest, kindBadRequest, "event_id %q: want an event's ID (a UUID)", v)
+		}
+		p.EventID = id
+	}
+	for _, f := range []struct {
+		name string
+		to   *time.Time
+	}{{"since", &p.Since}, {"until", &p.Until}} {
+		if v := q.Get(f.name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return errorf(http.StatusBadRequest, kindBadRequest, "%s %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", f.name, v)
+			}
+			*f.to = t
+		}
+	}
+	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Since.Before(p.Until) {
+		return errorf(http.StatusBadRequest, kindBadRequest, "since: %s is not before until %s",
+			p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339))
+	}
+	return nil
+}
+
 func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	sub, err := a.subscription(r, s)
 	if err != nil {
@@ -325,8 +355,11 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if before.Seq != 0 && before.ID != sub.ID {
 		return errorf(http.StatusBadRequest, kindBadRequest, "cursor: %v", page.ErrBadCursor)
 	}
-	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status,
-		Limit: limit + 1, BeforeSeq: before.Seq})
+	p := &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status, Limit: limit + 1, BeforeSeq: before.Seq}
+	if err := deliveryFilters(r, p); err != nil {
+		return err
+	}
+	ds, err := webhooks.Deliveries(r.Context(), a.pool, p)
 	if err != nil {
 		return err
 	}

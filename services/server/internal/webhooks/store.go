@@ -570,6 +570,11 @@ type DeliveriesParams struct {
 	// BeforeSeq, if not 0, lists only deliveries of lower seqs: the next
 	// page after one that ended at that seq.
 	BeforeSeq int64
+	// EventID, if not nil, lists only the delivery of that event.
+	EventID uuid.UUID
+	// Since and Until, if not zero, list only deliveries created at or
+	// after Since and before Until.
+	Since, Until time.Time
 }
 
 // Deliveries lists a subscription's deliveries, newest first (by seq, the
@@ -583,7 +588,8 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 	rows, err := q.Query(ctx, `
 SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
 FROM webhook_deliveries WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
-ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq)
+AND ($5::uuid IS NULL OR event_id = $5) AND ($6::timestamptz IS NULL OR created_at >= $6) AND ($7::timestamptz IS NULL OR created_at < $7)
+ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq, nullUUID(p.EventID), nullTime(p.Since), nullTime(p.Until))
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", p.SubscriptionID, err)
 	}
@@ -592,6 +598,21 @@ ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSe
 		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError)
 		return d, err
 	})
+}
+
+// nullUUID and nullTime are NULL for the zero value: a filter not given.
+func nullUUID(id uuid.UUID) *uuid.UUID {
+	if id == uuid.Nil {
+		return nil
+	}
+	return &id
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // Attempts lists the recorded attempts of one delivery, oldest first.

@@ -1,0 +1,209 @@
+package consolebrowser
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// seqs are the seqs of the delivery rows the page shows, in order.
+func seqs(b *Browser) []string {
+	return Run(b, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('[data-testid="delivery-row"]'), r => r.dataset.seq)`))
+}
+
+// TestConsole_DeliveryPage opens a delivery from its subscription's page:
+// the message (the event's data), each attempt with the request's headers,
+// the custom header's value masked, and the receiver's answer as text.
+func TestConsole_DeliveryPage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const secretValue = "Bearer receiver-secret-0123456789"
+	require.Equal(t, http.StatusOK, f.api(t, http.MethodPatch, "/v1/webhooks/"+f.aliceSub, f.aliceToken,
+		map[string]any{"headers": map[string]string{"Authorization": secretValue}}, nil))
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+	openSubscription(f, b, f.aliceSub)
+	b.DocScreenshot("subscription", 1000, false)
+
+	// The list keeps each delivery's attempts under it; the seq opens it.
+	oldest := seqs(b)[1]
+	b.Do(chromedp.Click(chromedp.CSS(`[data-testid="delivery-row"][data-seq="`+oldest+`"] [data-testid="delivery-link"]`)),
+		shows("#message-body"))
+	require.Equal(t, "Delivery "+oldest, heading(b))
+	require.Equal(t, "delivered", text(b, "#delivery-status"))
+	require.Equal(t, "item.created", text(b, "#delivery-event-type"))
+	require.JSONEq(t, `{"n": 0}`, text(b, "#message-body"))
+
+	require.Equal(t, 1, count(b, `[data-testid="attempt"]`))
+	require.Equal(t, "HTTP 200", text(b, `[data-testid="attempt-status"]`))
+	require.Equal(t, maliciousExcerpt, text(b, `[data-testid="response-excerpt"]`))
+	b.Do(chromedp.Click(chromedp.CSS(`[data-testid="attempt-request"] summary`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="request-headers"]`)))
+	headers := Run(b, chromedp.Evaluate[map[string]string](`Object.fromEntries(Array.from(
+		document.querySelectorAll('[data-testid="request-header"]'), r => [r.dataset.name, r.querySelector("td").innerText]))`))
+	require.Equal(t, text(b, "#delivery-event-id"), headers["Webhook-Id"])
+	require.Contains(t, headers, "Authorization")
+	require.NotContains(t, headers["Authorization"], "receiver-secret", "the custom header's value is masked")
+	require.NotContains(t, Run(b, chromedp.Evaluate[string](`document.documentElement.outerHTML`)), "receiver-secret")
+	noScriptRan(t, b)
+	b.Screenshot("delivery")
+	b.DocScreenshot("delivery", 1000, false)
+
+	// Another subscription's delivery is not reached through this one.
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions/"+f.bobSub+"/deliveries/1"), shows("#error-detail"))
+	require.Contains(t, heading(b), "404")
+}
+
+// TestConsole_DeliverySearchAndPaging finds deliveries by event ID and by
+// time range, and pages them forward and back at a chosen page size; a
+// filter the API refuses is shown by the filter, naming it.
+func TestConsole_DeliverySearchAndPaging(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.appendEvents(t, f.aliceToken, "acme", 10)
+	all := f.waitDelivered(t, f.aliceToken, f.aliceSub, 12)
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+	openSubscription(f, b, f.aliceSub)
+	require.Len(t, seqs(b), 12, "20 a page by default")
+	require.Zero(t, count(b, "#next-page, #prev-page"))
+
+	// Ten a page: forward to the last two, and back.
+	b.Do(setValue("limit", "10"), chromedp.Click(chromedp.ID("delivery-filter-submit")), shows("#next-page"))
+	first := seqs(b)
+	require.Len(t, first, 10)
+	require.Zero(t, count(b, "#prev-page"))
+	b.Do(chromedp.Click(chromedp.ID("next-page")), shows("#prev-page"))
+	second := seqs(b)
+	require.Len(t, second, 2)
+	require.Zero(t, count(b, "#next-page"))
+	last, _ := strconv.Atoi(first[9])
+	next, _ := strconv.Atoi(second[0])
+	require.Less(t, next, last, "the next page is older")
+	b.Do(chromedp.Click(chromedp.ID("prev-page")), shows("#next-page"))
+	require.Equal(t, first, seqs(b))
+
+	// By event ID.
+	var page struct {
+		Deliveries []struct {
+			Seq       int64  `json:"seq"`
+			EventID   string `json:"event_id"`
+			CreatedAt string `json:"created_at"`
+		} `json:"deliveries"`
+	}
+	require.Equal(t, http.StatusOK, f.api(t, http.MethodGet, "/v1/webhooks/"+f.aliceSub+"/deliveries?limit=100", f.aliceToken, nil, &page))
+	require.Len(t, page.Deliveries, len(all))
+	target := page.Deliveries[4]
+	openSubscription(f, b, f.aliceSub)
+	b.Do(chromedp.SendKeys(chromedp.ID("event-id"), target.EventID), chromedp.Click(chromedp.ID("delivery-filter-submit")),
+		shows("#delivery-filter-clear"))
+	require.Equal(t, []string{strconv.FormatInt(target.Seq, 10)}, seqs(b))
+	b.Screenshot("search-event-id")
+
+	// An event ID the API refuses: its problem, by the filter.
+	openSubscription(f, b, f.aliceSub)
+	b.Do(chromedp.SendKeys(chromedp.ID("event-id"), "not-an-id"), chromedp.Click(chromedp.ID("delivery-filter-submit")),
+		shows("#filter-error"))
+	require.Contains(t, text(b, "#filter-error"), "event_id")
+	require.Zero(t, count(b, `[data-testid="delivery-row"]`))
+
+	// By time range (UTC): around the deliveries' creation, then after it.
+	created, err := time.Parse(time.RFC3339Nano, target.CreatedAt)
+	require.NoError(t, err)
+	local := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") }
+	openSubscription(f, b, f.aliceSub)
+	b.Do(setValue("since", local(created.Add(-time.Hour))), setValue("until", local(created.Add(time.Hour))),
+		chromedp.Click(chromedp.ID("delivery-filter-submit")), shows("#delivery-filter-clear"))
+	require.Len(t, seqs(b), 12)
+	b.Do(setValue("since", local(created.Add(time.Hour))), setValue("until", ""),
+		chromedp.Click(chromedp.ID("delivery-filter-submit")), shows("#empty-deliveries"))
+	require.Contains(t, text(b, "#empty-deliveries"), "match this filter")
+	b.Do(setValue("since", local(created.Add(time.Hour))), setValue("until", local(created.Add(-time.Hour))),
+		chromedp.Click(chromedp.ID("delivery-filter-submit")), shows("#filter-error"))
+	require.Contains(t, text(b, "#filter-error"), "since")
+}
+
+// TestConsole_HealthAtAGlance: the list shows each subscription's health:
+// healthy while its receiver answers 2xx, failing once its newest attempt
+// failed, disabled when disabled; with its last attempt and success rate.
+func TestConsole_HealthAtAGlance(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(failing.Close)
+	var sub struct {
+		ID string `json:"id"`
+	}
+	require.Equal(t, http.StatusCreated, f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken,
+		map[string]any{"space": "acme", "url": failing.URL + "/hook", "policy": "unordered"}, &sub))
+	disabled := f.createSubscription(t, f.aliceToken, "acme")
+	require.Equal(t, http.StatusOK, f.api(t, http.MethodPost, "/v1/webhooks/"+disabled+"/disable", f.aliceToken, map[string]any{}, nil))
+	f.appendEvents(t, f.aliceToken, "acme", 1)
+	require.Eventually(t, func() bool {
+		for _, d := range f.deliveries(t, f.aliceToken, sub.ID) {
+			if d.Attempts > 0 {
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 50*time.Millisecond, "the failing receiver is tried")
+
+	b := New(t)
+	signIn(f, b, f.aliceToken)
+	badge := func(id string) string {
+		return text(b, fmt.Sprintf(`[data-testid="subscription-row"][data-id=%q] [data-testid="health-badge"]`, id))
+	}
+	cell := func(id, testid string) string {
+		return text(b, fmt.Sprintf(`[data-testid="subscription-row"][data-id=%q] [data-testid=%q]`, id, testid))
+	}
+	require.Equal(t, "healthy", badge(f.aliceSub))
+	require.Contains(t, cell(f.aliceSub, "last-attempt"), "HTTP 200")
+	require.Equal(t, "failing", badge(sub.ID))
+	require.Contains(t, cell(sub.ID, "last-attempt"), "HTTP 503")
+	require.Equal(t, "disabled", badge(disabled))
+	require.Contains(t, cell(disabled, "last-attempt"), "none yet")
+	b.Screenshot("subscriptions-health")
+	b.DocScreenshot("subscriptions", 1000, false)
+}
+
+// TestConsole_PhoneWidth shows the console's pages at a phone's width
+// (375 CSS pixels): none is wider than the screen.
+func TestConsole_PhoneWidth(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := New(t)
+	b.Do(chromedp.EmulateViewport(375, 740, chromedp.EmulateMobile))
+	signIn(f, b, f.aliceToken)
+	fits := func(name string) {
+		t.Helper()
+		w := Run(b, chromedp.Evaluate[[]int](`[document.documentElement.scrollWidth, window.innerWidth]`))
+		require.LessOrEqual(t, w[0], w[1], "%s: the page is wider than the screen", name)
+		require.Equal(t, 375, w[1])
+	}
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions"), shows(`[data-testid="subscriptions"]`))
+	fits("subscriptions")
+	b.Screenshot("phone-subscriptions")
+	b.DocScreenshot("phone-subscriptions", 375, true)
+	openSubscription(f, b, f.aliceSub)
+	fits("subscription")
+	b.Screenshot("phone-subscription")
+	b.DocScreenshot("phone-subscription", 375, true)
+	b.Do(chromedp.Click(testID("delivery-link")), shows("#message-body"),
+		chromedp.Click(chromedp.CSS(`[data-testid="attempt-request"] summary`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="request-headers"]`)))
+	fits("delivery")
+	b.Screenshot("phone-delivery")
+	b.Do(chromedp.Navigate(f.base+"/console/subscriptions/new"), shows("#subscription-form"))
+	fits("create form")
+	b.Do(chromedp.Navigate(f.base+"/console/lag"), shows("main h1"))
+	fits("lag")
+	b.Do(chromedp.Navigate(f.base+"/console/push?space=acme"), shows("main h1"))
+	fits("push")
+}
