@@ -1,9 +1,15 @@
 // Package console is bothy's web console on the api role, under /console/:
 // server-rendered pages (html/template, no build chain) over the HTTP API.
-// It shows webhook subscriptions with status, policy, lag and last
-// delivery; a subscription's deliveries and attempts with status, latency
-// and the receiver's response excerpt; the actions the API offers, each
-// behind a confirmation page; a lag overview (the event log's consumers
+// It shows webhook subscriptions with their health (healthy, failing,
+// disabled; last attempt, success rate), status, policy, lag and last
+// delivery; a subscription's last 24 hours as a chart drawn on the server
+// (inline SVG); its deliveries and attempts with status, latency and the
+// receiver's response excerpt, found by status, event ID and creation time
+// and paged both ways; a delivery's page with its event's data and, for
+// each attempt, the request's headers (masked by the API) and the answer;
+// forms to create and edit a subscription, which show the API's refusal
+// next to the field it names; the actions the API offers, each behind a
+// confirmation page; a lag overview (the event log's consumers
 // against its head, for tokens with ops:read, and each subscription's
 // pending deliveries); and the signed-in principal's push registrations
 // and preferences.
@@ -66,23 +72,54 @@
 //     to do.
 //   - sign-in (/console/sign-in): form#sign-in-form, input#token,
 //     button#sign-in-submit; p#sign-in-error after a refused token.
-//   - subscriptions (/console/subscriptions[?space=]):
-//     form#space-filter with input#space; table#subscriptions with rows
+//   - subscriptions (/console/subscriptions[?space=][&limit=]):
+//     a#new-subscription; form#space-filter with input#space;
+//     table#subscriptions with rows
 //     tr[data-testid=subscription-row][data-id=ID] holding
-//     a[data-testid=subscription-link] and cells data-testid
-//     subscription-status, subscription-policy, subscription-lag,
-//     subscription-last-delivered; p#empty-subscriptions; a#next-page.
-//   - a subscription (/console/subscriptions/ID[?status=]):
+//     a[data-testid=subscription-link] and cells data-testid health-badge
+//     (healthy, failing or disabled), last-attempt, success-rate (the last
+//     24 hours), subscription-status, subscription-policy,
+//     subscription-lag, subscription-last-delivered; p#empty-subscriptions;
+//     a[data-testid=page-size]; nav#pager with a#first-page, a#prev-page,
+//     a#next-page.
+//   - a subscription (/console/subscriptions/ID[?status=&event_id=&since=
+//     &until=&limit=&cursor=&back=]): p#saved-message after an edit;
 //     h1#subscription-url; dd#subscription-id, #subscription-space,
 //     #subscription-owner, #subscription-status, #subscription-policy,
-//     #subscription-lag, #subscription-last-delivered; ul#actions with
+//     #subscription-rate, #subscription-max-batch, #subscription-lag,
+//     #subscription-last-delivered; ul#actions with a#action-edit and
 //     a[data-testid=action-NAME] for NAME in enable or disable, test,
-//     rotate-secret, recover, delete; form#delivery-filter with
-//     select#status; table#deliveries with tr[data-testid=delivery-row]
-//     [data-seq=SEQ] (cell data-testid=delivery-status, link
-//     a[data-testid=action-resend]) each followed by its
-//     tr[data-testid=attempt-row] (cells attempt-status, attempt-latency,
-//     pre[data-testid=response-excerpt]); p#empty-deliveries; a#next-page.
+//     rotate-secret, recover, delete; div#charts with
+//     figure#chart-attempts (an svg[role=img], span[data-testid=
+//     chart-summary]) or p#empty-charts; form#delivery-filter with
+//     select#status, input#event-id, input#since and input#until
+//     (datetime-local, UTC), select#limit, button#delivery-filter-submit,
+//     a#delivery-filter-clear; p#filter-error when the API refuses the
+//     filter; table#deliveries with tr[data-testid=delivery-row]
+//     [data-seq=SEQ] (link a[data-testid=delivery-link], cell
+//     data-testid=delivery-status, link a[data-testid=action-resend]) each
+//     followed by its tr[data-testid=attempt-row] (cells attempt-status,
+//     attempt-latency, pre[data-testid=response-excerpt]);
+//     p#empty-deliveries; nav#pager as above.
+//   - a delivery (/console/subscriptions/ID/deliveries/SEQ):
+//     h1#delivery-title; dd#delivery-status, #delivery-event-id,
+//     #delivery-event-type, #delivery-attempts; pre#message-body (the
+//     event's data) or p#message-missing; ol#attempts with
+//     li[data-testid=attempt] (attempt-status, attempt-latency,
+//     details[data-testid=attempt-request] holding
+//     table[data-testid=request-headers] with
+//     tr[data-testid=request-header][data-name=NAME],
+//     pre[data-testid=response-excerpt]); p#empty-attempts.
+//   - create and edit (/console/subscriptions/new,
+//     /console/subscriptions/ID/edit): form#subscription-form with
+//     fields f-NAME inside div#field-NAME for NAME in space, url,
+//     event_types, headers, policy, auto_recover, max_in_flight,
+//     max_requests_per_second, max_batch, retry_base_seconds,
+//     retry_max_seconds, retry_budget_seconds (the API's names); the API's
+//     refusal of a field in div#field-NAME p.field-error, of the form in
+//     p#form-error; checkboxes input[name=remove_header] (edit);
+//     button#form-submit, a#form-cancel. Creating shows the result page
+//     with the secret.
 //   - confirmation (/console/subscriptions/ID/confirm/NAME[?seq=]):
 //     p#confirm-question, form#confirm-form (input#reason for disable,
 //     radio inputs name=from for enable, input#from-seq and input#to-seq

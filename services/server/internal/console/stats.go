@@ -6,30 +6,14 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"time"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	statscharts "github.com/bothy/bothy/services/server/internal/webhooks/charts"
 )
 
 // statsView is GET /v1/webhooks/{id}/stats: a subscription's attempts
 // over a window, by interval.
-type statsView struct {
-	Since       time.Time       `json:"since"`
-	Until       time.Time       `json:"until"`
-	StepSeconds int64           `json:"step_seconds"`
-	OK          int64           `json:"ok"`
-	Failed      int64           `json:"failed"`
-	SuccessRate *float64        `json:"success_rate"`
-	Intervals   []statsInterval `json:"intervals"`
-}
-
-type statsInterval struct {
-	Start             time.Time `json:"start"`
-	End               time.Time `json:"end"`
-	OK                int64     `json:"ok"`
-	Failed            int64     `json:"failed"`
-	LatencyP50Seconds *float64  `json:"latency_p50_seconds"`
-	LatencyP95Seconds *float64  `json:"latency_p95_seconds"`
-	SuccessRate       *float64  `json:"success_rate"`
-}
+type statsView = webhooks.StatsView
 
 // stats reads the last 24 hours of a subscription's attempts from the
 // API; nil when the API has no statistics to give (404).
@@ -45,9 +29,9 @@ func (c *Console) stats(r *http.Request, s *session, id string) (*statsView, err
 	return &v, nil
 }
 
-// chart is one chart of a subscription's page: an inline SVG rendered on
-// the server from the statistics, with a text summary for screen readers
-// and the tests.
+// chart is the chart of a subscription's page: an inline SVG drawn on the
+// server from the statistics (package charts: every text in it escaped,
+// no script), with the window's totals as text.
 type chart struct {
 	ID      string
 	Title   string
@@ -55,20 +39,17 @@ type chart struct {
 	SVG     template.HTML
 }
 
-// charts are the subscription page's charts of st: deliveries per
-// interval (ok and failed), attempt latency (p50 and p95) and success
-// rate.
+// charts are the subscription page's charts of st: attempts per interval
+// (2xx and failed), their latency (p50 and p95) and the success rate.
 func charts(st *statsView) []chart {
 	if st == nil {
 		return nil
 	}
+	const id, title = "chart-attempts", "Delivery attempts, last 24 hours"
 	rate := "no attempts"
 	if st.SuccessRate != nil {
-		rate = fmt.Sprintf("%.1f%%", *st.SuccessRate*100)
+		rate = fmt.Sprintf("success rate %.1f%%", *st.SuccessRate*100)
 	}
-	return []chart{
-		{ID: "chart-deliveries", Title: "Attempts per hour", Summary: fmt.Sprintf("%d ok, %d failed", st.OK, st.Failed)},
-		{ID: "chart-latency", Title: "Latency p50 / p95", Summary: ""},
-		{ID: "chart-success", Title: "Success rate", Summary: rate},
-	}
+	return []chart{{ID: id, Title: title, Summary: fmt.Sprintf("%d answered 2xx, %d failed, %s", st.OK, st.Failed, rate),
+		SVG: statscharts.Attempts(st, &statscharts.Options{ID: id + "-svg", Title: title})}}
 }

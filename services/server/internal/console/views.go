@@ -8,23 +8,27 @@ import (
 // The API's JSON answers, as far as the console shows them.
 
 type subscriptionView struct {
-	ID               string            `json:"id"`
-	Owner            string            `json:"owner"`
-	Space            string            `json:"space"`
-	URL              string            `json:"url"`
-	EventTypes       []string          `json:"event_types"`
-	Status           string            `json:"status"`
-	DisabledCause    string            `json:"disabled_cause"`
-	DisabledDetail   string            `json:"disabled_detail"`
-	DisabledAt       *time.Time        `json:"disabled_at"`
-	LastDeliveredSeq int64             `json:"last_delivered_seq"`
-	Pending          int64             `json:"pending"`
-	CreatedAt        time.Time         `json:"created_at"`
-	Headers          map[string]string `json:"headers"`
-	Policy           string            `json:"policy"`
-	MaxInFlight      int               `json:"max_in_flight"`
-	AutoRecover      bool              `json:"auto_recover"`
-	Probing          bool              `json:"probing"`
+	ID               string     `json:"id"`
+	Owner            string     `json:"owner"`
+	Space            string     `json:"space"`
+	URL              string     `json:"url"`
+	EventTypes       []string   `json:"event_types"`
+	Status           string     `json:"status"`
+	DisabledCause    string     `json:"disabled_cause"`
+	DisabledDetail   string     `json:"disabled_detail"`
+	DisabledAt       *time.Time `json:"disabled_at"`
+	LastDeliveredSeq int64      `json:"last_delivered_seq"`
+	// LastSuccessSeq and LastSuccessAt are the newest delivery the
+	// receiver answered 2xx; nil before the first.
+	LastSuccessSeq *int64            `json:"last_success_seq"`
+	LastSuccessAt  *time.Time        `json:"last_success_at"`
+	Pending        int64             `json:"pending"`
+	CreatedAt      time.Time         `json:"created_at"`
+	Headers        map[string]string `json:"headers"`
+	Policy         string            `json:"policy"`
+	MaxInFlight    int               `json:"max_in_flight"`
+	AutoRecover    bool              `json:"auto_recover"`
+	Probing        bool              `json:"probing"`
 	// The throttle, schedule and batch fields are absent while they are
 	// the server's.
 	MaxRequestsPerSecond *float64 `json:"max_requests_per_second"`

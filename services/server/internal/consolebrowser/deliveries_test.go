@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,14 +140,24 @@ func TestConsole_HealthAtAGlance(t *testing.T) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(failing.Close)
-	var sub struct {
+	var flakyCalls atomic.Int64
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if flakyCalls.Add(1)%3 == 0 {
+			http.Error(w, "try again", http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(flaky.Close)
+	var sub, flakySub struct {
 		ID string `json:"id"`
 	}
 	require.Equal(t, http.StatusCreated, f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken,
 		map[string]any{"space": "acme", "url": failing.URL + "/hook", "policy": "unordered"}, &sub))
+	require.Equal(t, http.StatusCreated, f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken,
+		map[string]any{"space": "acme", "url": flaky.URL + "/hook", "policy": "unordered"}, &flakySub))
 	disabled := f.createSubscription(t, f.aliceToken, "acme")
 	require.Equal(t, http.StatusOK, f.api(t, http.MethodPost, "/v1/webhooks/"+disabled+"/disable", f.aliceToken, map[string]any{}, nil))
-	f.appendEvents(t, f.aliceToken, "acme", 1)
+	f.appendEvents(t, f.aliceToken, "acme", 8)
+	f.waitDelivered(t, f.aliceToken, flakySub.ID, 8)
 	require.Eventually(t, func() bool {
 		for _, d := range f.deliveries(t, f.aliceToken, sub.ID) {
 			if d.Attempts > 0 {
@@ -170,8 +181,28 @@ func TestConsole_HealthAtAGlance(t *testing.T) {
 	require.Contains(t, cell(sub.ID, "last-attempt"), "HTTP 503")
 	require.Equal(t, "disabled", badge(disabled))
 	require.Contains(t, cell(disabled, "last-attempt"), "none yet")
+	// Success rates of the last 24 hours, from the API's statistics.
+	require.Equal(t, "100.0%", cell(f.aliceSub, "success-rate"))
+	require.Equal(t, "0.0%", cell(sub.ID, "success-rate"))
+	require.Equal(t, "–", cell(disabled, "success-rate"))
 	b.Screenshot("subscriptions-health")
 	b.DocScreenshot("subscriptions", 1000, false)
+
+	// A subscription's page charts its last 24 hours: an SVG drawn on
+	// the server, with its totals as text.
+	var st struct {
+		OK     int64 `json:"ok"`
+		Failed int64 `json:"failed"`
+	}
+	require.Equal(t, http.StatusOK, f.api(t, http.MethodGet, "/v1/webhooks/"+flakySub.ID+"/stats", f.aliceToken, nil, &st))
+	require.Positive(t, st.Failed)
+	openSubscription(f, b, flakySub.ID)
+	require.Equal(t, 1, count(b, `#chart-attempts svg[role="img"]`))
+	require.Contains(t, text(b, `[data-testid="chart-summary"]`), fmt.Sprintf("%d answered 2xx, %d failed", st.OK, st.Failed))
+	require.Positive(t, count(b, `#chart-attempts svg rect`), "bars are drawn")
+	require.Zero(t, count(b, `#chart-attempts script`))
+	b.Screenshot("subscription-charts")
+	b.DocScreenshot("subscription-charts", 1000, false)
 }
 
 // TestConsole_PhoneWidth shows the console's pages at a phone's width
