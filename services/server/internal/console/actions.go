@@ -162,7 +162,8 @@ func (c *Console) actRecover(r *http.Request, s *session, path string, d *result
 }
 
 // recoverBody is the API request of a recover: the form's from_seq and
-// to_seq, each only if given.
+// to_seq, each only if given (the API starts at the subscription's
+// creation without from_seq), and before_creation if checked.
 func recoverBody(r *http.Request) (map[string]any, error) {
 	body := map[string]any{}
 	for _, k := range []string{"from_seq", "to_seq"} {
@@ -173,6 +174,9 @@ func recoverBody(r *http.Request) (map[string]any, error) {
 			}
 			body[k] = n
 		}
+	}
+	if r.PostFormValue("before_creation") == "true" {
+		body["before_creation"] = true
 	}
 	return body, nil
 }

@@ -122,7 +122,8 @@
 //     with the secret.
 //   - confirmation (/console/subscriptions/ID/confirm/NAME[?seq=]):
 //     p#confirm-question, form#confirm-form (input#reason for disable,
-//     radio inputs name=from for enable, input#from-seq and input#to-seq
+//     radio inputs name=from for enable, input#from-seq, input#to-seq and
+//     (not in portal sessions) input#before-creation
 //     for recover), button#confirm-submit,
 //     a#confirm-cancel.
 //   - result of an action: p#result-message; code#new-secret after a
