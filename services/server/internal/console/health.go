@@ -19,14 +19,20 @@ type health struct {
 	SuccessRate *float64
 }
 
+// healthConcurrency bounds the API calls one list page makes at once for
+// its rows' health, so a page takes a few of the pool's connections, not
+// one per row.
+const healthConcurrency = 4
+
 // healthProbe is how many of the newest deliveries are read for the last
 // attempt: the newest ones may still wait for their first.
 const healthProbe = 3
 
 // healthOf reads sub's health from the API: its newest deliveries with
 // their attempts and its statistics. A subscription is failing while it
-// probes a receiver that failed (the ordered policy) or when its newest
-// attempt failed; disabled when it is not active.
+// probes a receiver that failed (the ordered policy), when the newest
+// attempt of its newest deliveries failed, or when most attempts of its
+// newest hour with attempts failed; disabled when it is not active.
 func (c *Console) healthOf(r *http.Request, s *session, sub *subscriptionView) (*health, error) {
 	h := &health{Badge: "healthy"}
 	var pg deliveriesPage
@@ -43,16 +49,31 @@ func (c *Console) healthOf(r *http.Request, s *session, sub *subscriptionView) (
 	if err != nil {
 		return nil, err
 	}
+	recentlyFailing := false
 	if st != nil {
 		h.SuccessRate = st.SuccessRate
+		recentlyFailing = mostlyFailed(st)
 	}
 	switch {
 	case sub.Status != "active":
 		h.Badge = "disabled"
-	case sub.Probing || (h.Last != nil && !h.Last.ok()):
+	case sub.Probing || (h.Last != nil && !h.Last.ok()) || recentlyFailing:
 		h.Badge = "failing"
 	}
 	return h, nil
+}
+
+// mostlyFailed says whether most attempts of the newest interval that had
+// any failed: an ordered subscription retrying its head has its newer
+// deliveries waiting without attempts, so its newest attempts are not
+// among those of its newest deliveries.
+func mostlyFailed(st *statsView) bool {
+	for i := len(st.Intervals) - 1; i >= 0; i-- {
+		if it := st.Intervals[i]; it.OK+it.Failed > 0 {
+			return it.Failed > it.OK
+		}
+	}
+	return false
 }
 
 // ok says whether the receiver answered the attempt 2xx.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // visible reports whether a portal session may see sub: the session's
@@ -68,13 +70,20 @@ func (c *Console) subscriptions(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
-	d := &subscriptionsData{Space: space, Rows: make([]subscriptionRow, 0, len(pg.Subscriptions))}
+	d := &subscriptionsData{Space: space, Rows: make([]subscriptionRow, len(pg.Subscriptions))}
+	// The rows' health is two API calls each, made a few at a time.
+	g, ctx := errgroup.WithContext(r.Context())
+	g.SetLimit(healthConcurrency)
 	for i := range pg.Subscriptions {
-		h, err := c.healthOf(r, s, &pg.Subscriptions[i])
-		if err != nil {
+		d.Rows[i].Sub = pg.Subscriptions[i]
+		g.Go(func() error {
+			h, err := c.healthOf(r.WithContext(ctx), s, &d.Rows[i].Sub)
+			d.Rows[i].Health = h
 			return err
-		}
-		d.Rows = append(d.Rows, subscriptionRow{Sub: pg.Subscriptions[i], Health: h})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	pages.Next = pg.NextCursor
 	if space != "" && s.portalSpace == "" {
