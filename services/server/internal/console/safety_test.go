@@ -56,6 +56,21 @@ func TestConsole_CSRF(t *testing.T) {
 		require.Empty(t, res.Header.Values("Set-Cookie"))
 		require.Equal(t, http.StatusOK, br.get("/console/subscriptions").status, "still signed in")
 	})
+	// The create and edit forms take the same check: without the token
+	// nothing is created or changed.
+	t.Run("CreateAndEditForms", func(t *testing.T) {
+		form := url.Values{"space": {"acme"}, "url": {rcv.URL + "/forged"}, "policy": {"unordered"}}
+		require.Equal(t, http.StatusForbidden, br.post("/console/subscriptions/new", form).status)
+		require.Equal(t, http.StatusForbidden, br.post("/console/subscriptions/"+id+"/edit", form).status)
+		var list struct {
+			Subscriptions []struct {
+				Policy string `json:"policy"`
+			} `json:"subscriptions"`
+		}
+		require.Equal(t, http.StatusOK, b.api(t, http.MethodGet, "/v1/webhooks", token, nil, &list))
+		require.Len(t, list.Subscriptions, 1, "nothing was created")
+		require.Equal(t, "ordered", list.Subscriptions[0].Policy, "nothing was changed")
+	})
 	t.Run("WithTheTokenItActs", func(t *testing.T) {
 		p := br.post("/console/subscriptions/"+id+"/disable", url.Values{"csrf": {good}, "reason": {"maintenance"}})
 		require.Equal(t, http.StatusOK, p.status, p.body)
