@@ -135,12 +135,23 @@ func TestAPI_WebhookResendRecoverEnable(t *testing.T) {
 		n += 2
 		require.Equal(t, seqs, seqsSent(got[n-2:]))
 
+		// The receiver's answer comes before the sender records it, and a
+		// pending delivery is not resent: wait for the record.
+		require.Eventually(t, func() bool {
+			r := b.do(t, "GET", fmt.Sprintf("%s/deliveries/%d", sp, seqs[0]), owner, "")
+			return r.status == http.StatusOK && r.json(t)["status"] == "delivered"
+		}, 30*time.Second, 10*time.Millisecond)
 		r := b.do(t, "POST", fmt.Sprintf("%s/deliveries/%d/resend", sp, seqs[0]), owner, "")
 		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 		d := r.json(t)
 		require.Equal(t, "pending", d["status"])
 		require.EqualValues(t, seqs[0], d["seq"])
-		require.Len(t, d["attempt_list"], 1, "the first attempt stays listed")
+		// The live sender may send it again before the answer is read, so
+		// the answer lists the first attempt and perhaps the new one.
+		atts := d["attempt_list"].([]any)
+		require.NotEmpty(t, atts, "the first attempt stays listed")
+		require.LessOrEqual(t, len(atts), 2)
+		require.EqualValues(t, http.StatusNoContent, atts[0].(map[string]any)["status_code"], "the first attempt stays listed")
 		got = rv.waitFor(t, n+1)
 		n++
 		require.Equal(t, seqs[0], got[n-1].seq)
