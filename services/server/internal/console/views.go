@@ -1,8 +1,9 @@
 package console
 
 import (
-	"encoding/json"
 	"time"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // The API's JSON answers, as far as the console shows them.
@@ -69,22 +70,12 @@ type deliveryView struct {
 // secrets masked by the API.
 type deliveryDetail struct {
 	deliveryView
-	Event   *eventView `json:"event"`
+	Event   *sync.Envelope `json:"event"`
 	Request struct {
 		Method  string            `json:"method"`
 		URL     string            `json:"url"`
 		Headers map[string]string `json:"headers"`
 	} `json:"request"`
-}
-
-type eventView struct {
-	ID         string          `json:"id"`
-	Seq        int64           `json:"seq"`
-	Type       string          `json:"type"`
-	Space      string          `json:"space"`
-	Actor      string          `json:"actor"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	Data       json.RawMessage `json:"data"`
 }
 
 type deliveriesPage struct {
