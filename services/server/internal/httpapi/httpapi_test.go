@@ -204,6 +204,16 @@ func TestAPI_Webhooks(t *testing.T) {
 		require.Empty(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").json(t)["deliveries"])
 		q = url.Values{"until": {created.Add(-time.Hour).Format(time.RFC3339)}}
 		require.Empty(t, b.do(t, "GET", sp+"/deliveries?"+q.Encode(), owner, "").json(t)["deliveries"])
+		// By event type: the subscription's item.* delivered two types.
+		byType := b.do(t, "GET", sp+"/deliveries?type=item.created", owner, "").json(t)["deliveries"].([]any)
+		require.Len(t, byType, 1)
+		require.Equal(t, older["seq"], byType[0].(map[string]any)["seq"])
+		byType = b.do(t, "GET", sp+"/deliveries?type=item.updated", owner, "").json(t)["deliveries"].([]any)
+		require.Len(t, byType, 1)
+		require.Equal(t, d0["seq"], byType[0].(map[string]any)["seq"])
+		require.Len(t, b.do(t, "GET", sp+"/deliveries?type=item.*", owner, "").json(t)["deliveries"].([]any), 2)
+		require.Empty(t, b.do(t, "GET", sp+"/deliveries?type=other.thing", owner, "").json(t)["deliveries"])
+		require.Contains(t, b.do(t, "GET", sp+"/deliveries?type=Item.*", owner, "").problem(t, http.StatusBadRequest), "type")
 		require.Contains(t, b.do(t, "GET", sp+"/deliveries?event_id=nope", owner, "").problem(t, http.StatusBadRequest), "event_id")
 		require.Contains(t, b.do(t, "GET", sp+"/deliveries?since=yesterday", owner, "").problem(t, http.StatusBadRequest), "since")
 		require.Contains(t, b.do(t, "GET", sp+"/deliveries?until=2026-13-01T00:00:00Z", owner, "").problem(t, http.StatusBadRequest), "until")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/page"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -308,8 +309,9 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, s *aut
 var deliveryStatuses = map[string]bool{"": true, webhooks.DeliveryPending: true, webhooks.DeliveryDelivered: true,
 	webhooks.DeliveryDead: true, webhooks.DeliverySkipped: true}
 
-// deliveryFilters reads the deliveries list's event_id, since and until
-// (RFC 3339) into p: 400 naming the parameter for a bad value.
+// deliveryFilters reads the deliveries list's event_id, type (an event
+// type pattern), since and until (RFC 3339) into p: 400 naming the
+// parameter for a bad value.
 func deliveryFilters(r *http.Request, p *webhooks.DeliveriesParams) error {
 	q := r.URL.Query()
 	if v := q.Get("event_id"); v != "" {
@@ -318,6 +320,12 @@ func deliveryFilters(r *http.Request, p *webhooks.DeliveriesParams) error {
 			return errorf(http.StatusBadRequest, kindBadRequest, "event_id %q: want an event's ID (a UUID)", v)
 		}
 		p.EventID = id
+	}
+	if v := q.Get("type"); v != "" {
+		if !sync.ValidTypePattern(v) {
+			return errorf(http.StatusBadRequest, kindBadRequest, "type %q: want an event type pattern such as item.created, item.* or *", v)
+		}
+		p.Type = v
 	}
 	for _, f := range []struct {
 		name string

@@ -575,6 +575,12 @@ type DeliveriesParams struct {
 	// Since and Until, if not zero, list only deliveries created at or
 	// after Since and before Until.
 	Since, Until time.Time
+	// Type, if not empty, lists only deliveries of events whose type this
+	// pattern matches (sync.ValidTypePattern: item.created, item.* or *).
+	// Deliveries have no type of their own: the event is looked up in the
+	// log by its seq, so a delivery whose event retention removed matches
+	// no pattern.
+	Type string
 }
 
 // Deliveries lists a subscription's deliveries, newest first (by seq, the
@@ -587,9 +593,13 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 	}
 	rows, err := q.Query(ctx, `
 SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
-FROM webhook_deliveries WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
+FROM webhook_deliveries d WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
 AND ($5::uuid IS NULL OR event_id = $5) AND ($6::timestamptz IS NULL OR created_at >= $6) AND ($7::timestamptz IS NULL OR created_at < $7)
-ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq, nullUUID(p.EventID), nullTime(p.Since), nullTime(p.Until))
+AND ($8::text IS NULL OR EXISTS (
+    SELECT 1 FROM event_log e WHERE e.seq = d.event_seq
+    AND (e.type = $8 OR (right($8, 1) = '*' AND starts_with(e.type, left($8, -1))))))
+ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq, nullUUID(p.EventID), nullTime(p.Since), nullTime(p.Until),
+		nullString(p.Type))
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", p.SubscriptionID, err)
 	}
@@ -600,12 +610,20 @@ ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSe
 	})
 }
 
-// nullUUID and nullTime are NULL for the zero value: a filter not given.
+// nullUUID, nullString and nullTime are NULL for the zero value: a filter
+// not given.
 func nullUUID(id uuid.UUID) *uuid.UUID {
 	if id == uuid.Nil {
 		return nil
 	}
 	return &id
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func nullTime(t time.Time) *time.Time {
