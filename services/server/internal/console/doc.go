@@ -82,8 +82,8 @@
 //     subscription-lag, subscription-last-delivered; p#empty-subscriptions;
 //     a[data-testid=page-size]; nav#pager with a#first-page, a#prev-page,
 //     a#next-page.
-//   - a subscription (/console/subscriptions/ID[?status=&event_id=&since=
-//     &until=&limit=&cursor=&back=]): p#saved-message after an edit;
+//   - a subscription (/console/subscriptions/ID[?status=&event_id=&type=
+//     &since=&until=&limit=&cursor=&back=]): p#saved-message after an edit;
 //     h1#subscription-url; dd#subscription-id, #subscription-space,
 //     #subscription-owner, #subscription-status, #subscription-policy,
 //     #subscription-rate, #subscription-max-batch, #subscription-lag,
@@ -92,8 +92,9 @@
 //     rotate-secret, recover, delete; div#charts with
 //     figure#chart-attempts (an svg[role=img], span[data-testid=
 //     chart-summary]) or p#empty-charts; form#delivery-filter with
-//     select#status, input#event-id, input#since and input#until
-//     (datetime-local, UTC), select#limit, button#delivery-filter-submit,
+//     select#status, input#event-id, input#event-type (a type pattern),
+//     input#since and input#until (datetime-local, UTC), select#limit,
+//     button#delivery-filter-submit,
 //     a#delivery-filter-clear; p#filter-error when the API refuses the
 //     filter; table#deliveries with tr[data-testid=delivery-row]
 //     [data-seq=SEQ] (link a[data-testid=delivery-link], cell

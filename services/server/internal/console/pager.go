@@ -88,10 +88,10 @@ func (p pager) PrevURL() string {
 func (p pager) FirstURL() string { return p.href("", nil) }
 
 // deliveryFilter is the deliveries list's filter as typed: the status, an
-// event's ID, and a range of creation times (datetime-local inputs, read
-// as UTC).
+// event's ID, an event type pattern, and a range of creation times
+// (datetime-local inputs, read as UTC).
 type deliveryFilter struct {
-	Status, EventID, Since, Until string
+	Status, EventID, Type, Since, Until string
 }
 
 // localTime is the value format of an <input type="datetime-local">.
@@ -99,13 +99,15 @@ const localTime = "2006-01-02T15:04"
 
 func readDeliveryFilter(r *http.Request) deliveryFilter {
 	q := r.URL.Query()
-	return deliveryFilter{Status: q.Get("status"), EventID: q.Get("event_id"), Since: q.Get("since"), Until: q.Get("until")}
+	return deliveryFilter{Status: q.Get("status"), EventID: q.Get("event_id"), Type: q.Get("type"), Since: q.Get("since"),
+		Until: q.Get("until")}
 }
 
 // query is the filter as the page's URL carries it.
 func (f deliveryFilter) query() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "event_id": f.EventID, "since": f.Since, "until": f.Until} {
+	for k, v := range map[string]string{"status": f.Status, "event_id": f.EventID, "type": f.Type, "since": f.Since,
+		"until": f.Until} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -61,9 +61,10 @@ func TestConsole_DeliveryPage(t *testing.T) {
 	require.Contains(t, heading(b), "404")
 }
 
-// TestConsole_DeliverySearchAndPaging finds deliveries by event ID and by
-// time range, and pages them forward and back at a chosen page size; a
-// filter the API refuses is shown by the filter, naming it.
+// TestConsole_DeliverySearchAndPaging finds deliveries by event ID, by
+// time range and by event type, and pages them forward and back at a
+// chosen page size; a filter the API refuses is shown by the filter,
+// naming it.
 func TestConsole_DeliverySearchAndPaging(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -128,6 +129,16 @@ func TestConsole_DeliverySearchAndPaging(t *testing.T) {
 	b.Do(setValue("since", local(created.Add(time.Hour))), setValue("until", local(created.Add(-time.Hour))),
 		chromedp.Click(chromedp.ID("delivery-filter-submit")), shows("#filter-error"))
 	require.Contains(t, text(b, "#filter-error"), "since")
+
+	// By event type: one event of another type among the item.created ones.
+	status := f.api(t, http.MethodPost, "/v1/spaces/acme/events", f.aliceToken,
+		map[string]any{"events": []map[string]any{{"type": "order.shipped"}}}, nil)
+	require.Equal(t, http.StatusCreated, status)
+	newest := f.waitDelivered(t, f.aliceToken, f.aliceSub, 13)[0]
+	openSubscription(f, b, f.aliceSub)
+	b.Do(chromedp.SendKeys(chromedp.ID("event-type"), "order.*"), chromedp.Click(chromedp.ID("delivery-filter-submit")),
+		shows("#delivery-filter-clear"))
+	require.Equal(t, []string{strconv.FormatInt(newest.Seq, 10)}, seqs(b))
 }
 
 // TestConsole_HealthAtAGlance: the list shows each subscription's health:
