@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -138,6 +139,46 @@ func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 	require.Equal(t, map[string]any{"id": id, "deleted": true}, deleted, "the API does not count the delivery records")
 	_, stderr := b.cli(t, 1, "webhooks", "delete", id)
 	require.Contains(t, stderr, "no such webhook subscription (HTTP 404)")
+}
+
+// TestCLI_WebhooksStatsThroughTheServer: webhooks stats prints the API's
+// statistics, as a table with a total or as its answer with --json, and
+// relays the API's refusal of a window.
+func TestCLI_WebhooksStatsThroughTheServer(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	rv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(rv.Close)
+	var sub webhooks.SubscriptionView
+	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv.URL+"/hook")
+	id := sub.ID.String()
+	b.cli(t, 0, "events", "emit", "--space", "s1", "--count", "3")
+	require.Eventually(t, func() bool {
+		var ds []webhooks.DeliveryView
+		b.jsonOf(t, &ds, "webhooks", "deliveries", id, "--status", "delivered")
+		return len(ds) == 3
+	}, 30*time.Second, 100*time.Millisecond)
+
+	since := time.Now().UTC().Add(-time.Hour).Truncate(time.Minute)
+	until := since.Add(2 * time.Hour)
+	window := []string{"--since", since.Format(time.RFC3339), "--until", until.Format(time.RFC3339), "--step", "30m"}
+	var v webhooks.StatsView
+	b.jsonOf(t, &v, append([]string{"webhooks", "stats", id}, window...)...)
+	require.Equal(t, sub.ID, v.SubscriptionID)
+	require.EqualValues(t, 1800, v.StepSeconds)
+	require.Len(t, v.Intervals, 4)
+	require.EqualValues(t, 3, v.OK)
+	require.Zero(t, v.Failed)
+
+	stdout, _ := b.cli(t, 0, append([]string{"webhooks", "stats", id}, window...)...)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 1+4+1, "%s", stdout)
+	require.Equal(t, []string{"START", "OK", "FAILED", "P50", "P95", "SUCCESS_RATE"}, strings.Fields(lines[0]))
+	require.Equal(t, since.Format(time.RFC3339), strings.Fields(lines[1])[0])
+	require.Equal(t, []string{"total", "3", "0", "100.0%"}, strings.Fields(lines[5]))
+
+	_, stderr := b.cli(t, 1, "webhooks", "stats", id, "--step", "soon")
+	require.Contains(t, stderr, "step")
 }
 
 // TestCLI_ServerModeRefusals: what only the database can do is refused as

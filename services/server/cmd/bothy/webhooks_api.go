@@ -126,3 +126,15 @@ func (a *apiWebhooks) Recover(ctx context.Context, id uuid.UUID, req *webhooks.R
 	err := a.api.do(ctx, http.MethodPost, subscriptionPath(id, "/recover"), nil, req, &out)
 	return out, err
 }
+
+func (a *apiWebhooks) Stats(ctx context.Context, id uuid.UUID, q *statsQuery) (*webhooks.StatsView, error) {
+	v := url.Values{}
+	setIf(v, "since", q.Since)
+	setIf(v, "until", q.Until)
+	setIf(v, "step", q.Step)
+	var out webhooks.StatsView
+	if err := a.api.do(ctx, http.MethodGet, subscriptionPath(id, "/stats"), v, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

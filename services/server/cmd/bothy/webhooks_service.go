@@ -37,6 +37,7 @@ type webhookService interface {
 	Deliveries(ctx context.Context, id uuid.UUID, q *deliveriesQuery) (ds []webhooks.DeliveryView, next string, err error)
 	Resend(ctx context.Context, id uuid.UUID, seq int64) (webhooks.DeliveryView, error)
 	Recover(ctx context.Context, id uuid.UUID, req *webhooks.RecoverRequest) (webhooks.RecoverView, error)
+	Stats(ctx context.Context, id uuid.UUID, q *statsQuery) (*webhooks.StatsView, error)
 }
 
 // listQuery selects subscriptions: Limit 0 is all of them.
@@ -301,3 +302,13 @@ const (
 	cursorWebhooks   = "webhooks"
 	cursorDeliveries = "deliveries"
 )
+
+func (d *dbWebhooks) Stats(ctx context.Context, id uuid.UUID, q *statsQuery) (*webhooks.StatsView, error) {
+	p, err := q.params()
+	if err != nil {
+		return nil, err
+	}
+	p.SubscriptionID = id
+	v, err := webhooks.Stats(ctx, d.pool, p)
+	return v, statsError(err)
+}
