@@ -292,6 +292,10 @@ func TestCLI_JSONOutputParses(t *testing.T) {
 	require.Equal(t, id, list[0].(map[string]any)["id"])
 	// Flags after the argument, as in "bothy webhooks deliveries ID --attempts".
 	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--attempts", "--limit", "10")["items"])
+	require.Equal(t, 900.0, jsonOf(t, "webhooks", "stats", id, "--step", "15m")["step_seconds"])
+	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
+	require.Equal(t, 2, code, "a window the database refuses is a usage error")
+	require.Contains(t, stderr, "step")
 	rotated := jsonOf(t, "webhooks", "rotate-secret", id, "--overlap=1h")
 	require.Equal(t, 3600.0, rotated["overlap_seconds"])
 	require.Equal(t, "disabled", jsonOf(t, "webhooks", "disable", id, "--reason", "test")["status"])
