@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	gosync "sync"
 	"testing"
 	"time"
@@ -98,7 +99,17 @@ func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams) (sent, got 
 
 	workerProcess(t, b, cfg)
 	killedAt := time.Now()
+	deadPID := dead.PID()
+	require.NotZero(t, deadPID)
 	require.NoError(t, dead.Close(context.Background()))
+	// The server releases the lock once it has ended the session, a moment
+	// after Close returns; a round before that sees the sender alive and
+	// only wakes it (in a process, the rescuer would then step in).
+	eventually(t, 10*time.Second, func() bool {
+		hs, err := liveness.Holders(context.Background(), b.db.Pool)
+		require.NoError(t, err)
+		return !slices.ContainsFunc(hs, func(s liveness.Session) bool { return uint32(s.PID) == deadPID })
+	}, "the dead process's session ends")
 	evs = append(evs, b.emit(t, "s1", 1)...)
 	b.round(t) // a new job for the subscription, which only the live process can run
 
