@@ -292,6 +292,12 @@ func TestCLI_JSONOutputParses(t *testing.T) {
 	require.Equal(t, id, list[0].(map[string]any)["id"])
 	// Flags after the argument, as in "bothy webhooks deliveries ID --attempts".
 	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--attempts", "--limit", "10")["items"])
+	require.Empty(t, jsonOf(t, "webhooks", "deliveries", id, "--type", "nothing.*", "--until", "2000-01-01T00:00:00Z")["items"])
+	for flag, bad := range map[string]string{"--type": "Bad.*", "--event-id": "nope", "--since": "yesterday"} {
+		code, _, stderr := runCLI(t, environ, "webhooks", "deliveries", id, flag, bad)
+		require.Equal(t, 2, code, "%s %s is a usage error", flag, bad)
+		require.Contains(t, stderr, flag)
+	}
 	require.Equal(t, 900.0, jsonOf(t, "webhooks", "stats", id, "--step", "15m")["step_seconds"])
 	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
 	require.Equal(t, 2, code, "a window the database refuses is a usage error")

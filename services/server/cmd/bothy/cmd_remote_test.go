@@ -119,6 +119,14 @@ func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 	for _, d := range ds {
 		require.Nil(t, d.AttemptList, "attempts only with --attempts")
 	}
+	// The filters go to the API as they are: a match of nothing, and the
+	// API's refusals naming the parameter.
+	b.jsonOf(t, &ds, "webhooks", "deliveries", id, "--type", "nothing.*", "--since", "2000-01-01T00:00:00Z")
+	require.Empty(t, ds)
+	_, stderr := b.cli(t, 1, "webhooks", "deliveries", id, "--type", "Bad.*")
+	require.Contains(t, stderr, "type")
+	_, stderr = b.cli(t, 1, "webhooks", "deliveries", id, "--event-id", "nope")
+	require.Contains(t, stderr, "event_id")
 
 	var disabled webhooks.SubscriptionView
 	b.jsonOf(t, &disabled, "webhooks", "disable", id, "--reason", "maintenance")
@@ -137,7 +145,7 @@ func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 	var deleted map[string]any
 	b.jsonOf(t, &deleted, "webhooks", "delete", id)
 	require.Equal(t, map[string]any{"id": id, "deleted": true}, deleted, "the API does not count the delivery records")
-	_, stderr := b.cli(t, 1, "webhooks", "delete", id)
+	_, stderr = b.cli(t, 1, "webhooks", "delete", id)
 	require.Contains(t, stderr, "no such webhook subscription (HTTP 404)")
 }
 

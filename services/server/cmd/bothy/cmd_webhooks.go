@@ -264,6 +264,10 @@ func setupWebhooksDeliveries(fs *pflag.FlagSet) func(context.Context, *call) err
 	fs.StringVar(&q.Status, "status", "", "pending, delivered, dead or skipped (default all)")
 	fs.IntVar(&q.Limit, "limit", 50, "newest first, at most this many; more are announced on stderr with their --cursor")
 	fs.StringVar(&q.Cursor, "cursor", "", "start after the page that announced this cursor (older deliveries)")
+	fs.StringVar(&q.Type, "type", "", "only deliveries of events of this type: item.created, item.* or *")
+	fs.StringVar(&q.EventID, "event-id", "", "only the delivery of this event")
+	fs.StringVar(&q.Since, "since", "", "only deliveries created at or after this RFC 3339 time")
+	fs.StringVar(&q.Until, "until", "", "only deliveries created before this RFC 3339 time")
 	attempts := fs.Bool("attempts", false, "also list every attempt of each delivery")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {

@@ -110,6 +110,10 @@ func (a *apiWebhooks) Deliveries(ctx context.Context, id uuid.UUID, q *deliverie
 	v := url.Values{"limit": {strconv.Itoa(q.Limit)}}
 	setIf(v, "status", q.Status)
 	setIf(v, "cursor", q.Cursor)
+	setIf(v, "type", q.Type)
+	setIf(v, "event_id", q.EventID)
+	setIf(v, "since", q.Since)
+	setIf(v, "until", q.Until)
 	var res webhooks.DeliveriesPage
 	err := a.api.do(ctx, http.MethodGet, subscriptionPath(id, "/deliveries"), v, nil, &res)
 	return res.Deliveries, res.NextCursor, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/page"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -50,6 +51,36 @@ type listQuery struct {
 type deliveriesQuery struct {
 	Status, Cursor string
 	Limit          int
+	// Type, EventID, Since and Until filter as the API's query parameters
+	// of the same names do; empty for none.
+	Type, EventID, Since, Until string
+}
+
+// params checks the filters as the API does, naming the flag, and returns
+// the store's parameters for a page of limit after before.
+func (q *deliveriesQuery) params(id uuid.UUID, before int64, limit int) (*webhooks.DeliveriesParams, error) {
+	p := &webhooks.DeliveriesParams{SubscriptionID: id, Status: q.Status, Limit: limit, BeforeSeq: before, Type: q.Type}
+	if q.Type != "" && !sync.ValidTypePattern(q.Type) {
+		return nil, fmt.Errorf("%w: --type %q: want an event type, a prefix ending in .* or *", errUsage, q.Type)
+	}
+	var err error
+	if q.EventID != "" {
+		if p.EventID, err = uuid.Parse(q.EventID); err != nil {
+			return nil, fmt.Errorf("%w: --event-id: %v", errUsage, err)
+		}
+	}
+	for _, f := range []struct {
+		flag, value string
+		into        *time.Time
+	}{{"--since", q.Since, &p.Since}, {"--until", q.Until, &p.Until}} {
+		if f.value == "" {
+			continue
+		}
+		if *f.into, err = time.Parse(time.RFC3339, f.value); err != nil {
+			return nil, fmt.Errorf("%w: %s: want an RFC 3339 time: %v", errUsage, f.flag, err)
+		}
+	}
+	return p, nil
 }
 
 // createParams are a create request and what only an operator may choose.
@@ -231,7 +262,11 @@ func (d *dbWebhooks) Deliveries(ctx context.Context, id uuid.UUID, q *deliveries
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: --cursor: %v", errUsage, err)
 	}
-	ds, err := webhooks.Deliveries(ctx, d.pool, &webhooks.DeliveriesParams{SubscriptionID: id, Status: q.Status, Limit: q.Limit + 1, BeforeSeq: before.Seq})
+	p, err := q.params(id, before.Seq, q.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	ds, err := webhooks.Deliveries(ctx, d.pool, p)
 	if err != nil {
 		return nil, "", err
 	}
