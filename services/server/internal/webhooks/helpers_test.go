@@ -329,6 +329,19 @@ func (b *bundle) counter(t testing.TB, result string) float64 {
 	return 0
 }
 
+// steps is bothy_webhook_sender_steps_total.
+func (b *bundle) steps(t testing.TB) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "bothy_webhook_sender_steps_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 // waitCounter waits for the counter to reach want (it is counted right
 // after the commit that made the outcome visible).
 func (b *bundle) waitCounter(t testing.TB, result string, want float64) {

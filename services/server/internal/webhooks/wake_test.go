@@ -83,3 +83,26 @@ func TestSender_KeepsItsSubscriptionAcrossSlices(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
 	require.Equal(t, 1, jobs)
 }
+
+// TestSender_RecordsATrickleWithTheNextClaim: in a trickle, a batch that
+// drained its subscription and was answered 2xx is recorded by the step
+// that claims the next one, after the wake-up, not by a step of its own:
+// a delivery costs one sender transaction, not two. The last one is
+// recorded when the hold ends.
+func TestSender_RecordsATrickleWithTheNextClaim(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	b := setup(t, cfg)
+	rv := newReceiver(t, nil)
+	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.start(t)
+	const n = 6
+	for i := 1; i <= n; i++ {
+		b.emit(t, "s1", 1)
+		b.round(t)
+		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
+	}
+	b.waitCounter(t, "delivered", n-1)
+	require.Equal(t, float64(n), b.steps(t), "one step per delivery: each records the one before and claims the next")
+}

@@ -60,6 +60,13 @@ type DeliverConfig struct {
 	// other subscriptions (it keeps the subscription and comes back at
 	// once). Default 5s.
 	Slice time.Duration
+	// RecordHold is the longest a sender keeps a batch that drained its
+	// subscription and was answered 2xx unrecorded, waiting for the
+	// subscription's next deliveries: in a trickle the next wake-up
+	// usually comes first, and one step then records the batch and claims
+	// the next. A worker lost meanwhile sends the batch again, so this
+	// widens the window in which a receiver can see a repeat. Default 250ms.
+	RecordHold time.Duration
 	// LivenessSettle is how old the session of a transaction must be
 	// before it may judge the process of another sender dead
 	// (liveness.GoneSQL). Default liveness.Settle.
@@ -82,6 +89,7 @@ func (c *DeliverConfig) withDefaults() DeliverConfig {
 	out.Senders = cmp.Or(out.Senders, 200)
 	out.Linger = cmp.Or(out.Linger, 2*time.Second)
 	out.Slice = cmp.Or(out.Slice, 5*time.Second)
+	out.RecordHold = cmp.Or(out.RecordHold, 250*time.Millisecond)
 	out.LivenessSettle = cmp.Or(out.LivenessSettle, liveness.Settle)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -104,8 +112,8 @@ func (c *DeliverConfig) validate() error {
 		return errors.New("webhooks deliver config: RetryBase must be between 0 and RetryMax")
 	case c.BatchSize < 0 || c.Senders < 0:
 		return errors.New("webhooks deliver config: BatchSize and Senders must not be negative")
-	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0:
-		return errors.New("webhooks deliver config: RightsMaxAge, Linger and Slice must not be negative")
+	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0 || c.RecordHold < 0:
+		return errors.New("webhooks deliver config: RightsMaxAge, Linger, Slice and RecordHold must not be negative")
 	case c.LivenessSettle < 0:
 		return errors.New("webhooks deliver config: LivenessSettle must not be negative")
 	}

@@ -20,6 +20,7 @@ var deliveryResults = []string{"delivered", "retry", "dead", "gone", "gap"}
 type Metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   prometheus.Histogram
+	steps      prometheus.Counter
 }
 
 // NewMetrics registers the webhook metrics on reg. The gauges read pool at
@@ -38,17 +39,27 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.Dura
 			Help:    "Duration of delivery attempts, from sending the request to the end of the (capped) response body.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
+		steps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bothy_webhook_sender_steps_total",
+			Help: "Transactions of webhook senders that recorded outcomes or claimed deliveries; divided by bothy_webhook_deliveries_total, what a delivery costs in transactions.",
+		}),
 	}
 	for _, r := range deliveryResults {
 		m.deliveries.WithLabelValues(r)
 	}
-	reg.MustRegister(m.deliveries, m.duration, &dbCollector{pool: pool, durable: durable, logger: logger})
+	reg.MustRegister(m.deliveries, m.duration, m.steps, &dbCollector{pool: pool, durable: durable, logger: logger})
 	return m
 }
 
 func (m *Metrics) delivery(result string) {
 	if m != nil {
 		m.deliveries.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) step() {
+	if m != nil {
+		m.steps.Inc()
 	}
 }
 

@@ -68,6 +68,9 @@ func (s *sender) run(ctx context.Context) error {
 		case p.batch != nil:
 			s.send(ctx, p.batch)
 			last = p.batch
+			if last.drained && last.allDelivered() {
+				s.linger(ctx, s.d.cfg.RecordHold) // woken or not, the next step records last
+			}
 		case p.stop:
 			return nil
 		case p.yield:
@@ -77,7 +80,7 @@ func (s *sender) run(ctx context.Context) error {
 				return river.JobSnooze(p.wait)
 			}
 		case p.idle:
-			switch s.linger(ctx) {
+			switch s.linger(ctx, s.d.cfg.Linger) {
 			case woken:
 				continue
 			case sliceOver:
@@ -131,14 +134,14 @@ const (
 )
 
 // linger waits for a wake-up of the subscription (its round made new
-// deliveries) for up to Linger, and only while the process has a sender
-// slot to spare: an idle sender must not keep another subscription's job
+// deliveries) for up to d, and only while the process has a sender slot
+// to spare: an idle sender must not keep another subscription's job
 // waiting.
-func (s *sender) linger(ctx context.Context) lingering {
+func (s *sender) linger(ctx context.Context, d time.Duration) lingering {
 	if s.d.running.Load() >= int64(s.d.cfg.Senders) {
 		return expired
 	}
-	w := min(s.d.cfg.Linger, s.sliceLeft())
+	w := min(d, s.sliceLeft())
 	if w <= 0 {
 		return sliceOver
 	}
@@ -150,7 +153,7 @@ func (s *sender) linger(ctx context.Context) lingering {
 	case <-s.d.stopping:
 		return expired
 	case <-t.C:
-		if w < s.d.cfg.Linger {
+		if w < d {
 			return sliceOver
 		}
 		return expired
@@ -180,6 +183,18 @@ type batch struct {
 	next  time.Time
 	// throttled: the throttle's next slot after this batch (nil: no throttle).
 	throttled *time.Time
+	// drained: the claim took every pending delivery there was.
+	drained bool
+}
+
+// allDelivered says whether every request of b was sent and answered 2xx.
+func (b *batch) allDelivered() bool {
+	for _, r := range b.requests {
+		if !r.sent || r.Kind != outbound.Delivered {
+			return false
+		}
+	}
+	return true
 }
 
 // request is one request of a batch: the deliveries it carries (one, or

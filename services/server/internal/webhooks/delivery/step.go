@@ -94,6 +94,7 @@ func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
 	if err = tx.Commit(ctx); err != nil {
 		return p, fmt.Errorf("deliver %s: commit: %w", s.subID, err)
 	}
+	s.d.metrics.step()
 	for _, r := range t.results {
 		s.d.metrics.delivery(r)
 	}
@@ -227,7 +228,7 @@ func (t *stepTx) next(ctx context.Context) (plan, error) {
 	case t.s.sliceLeft() <= 0:
 		return plan{yield: true}, nil
 	}
-	return t.prepare(ctx, items)
+	return t.prepare(ctx, items, len(items) < want)
 }
 
 // untilDue is the plan of an unordered sender with nothing due: wait, with
@@ -251,7 +252,7 @@ func (t *stepTx) untilDue(ctx context.Context) (plan, error) {
 // claimed delivery dead without a request; an event that left the log
 // (retention) disables the subscription with cause gap, once the ones
 // before it are sent.
-func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
+func (t *stepTx) prepare(ctx context.Context, items []*delivery, drained bool) (plan, error) {
 	s := &t.sub
 	rights := authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner, Token: s.tokenID, Space: s.space}
 	decidedAt := time.Now()
@@ -275,7 +276,7 @@ func (t *stepTx) prepare(ctx context.Context, items []*delivery) (plan, error) {
 		}
 	}
 	b := &batch{target: s.target, ordered: s.pol.Name != webhooks.PolicyUnordered, inFlight: s.pol.MaxInFlight,
-		rights: rights, decidedAt: decidedAt, until: time.Now().Add(t.leaseFor)}
+		rights: rights, decidedAt: decidedAt, until: time.Now().Add(t.leaseFor), drained: drained}
 	if r := s.pol.MaxRequestsPerSecond; r > 0 {
 		b.every = time.Duration(float64(time.Second) / r)
 		b.next = time.Now()
