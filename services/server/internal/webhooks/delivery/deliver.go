@@ -155,6 +155,8 @@ type Deliverer struct {
 	// senders waiting for their subscription's wake-up.
 	running atomic.Int64
 	idle    idleSenders
+	// steps runs the senders' steps that come together as one transaction.
+	steps steps
 	// stopping is closed when the process stops (Run): idle senders end
 	// instead of holding River's graceful stop up.
 	stopping     chan struct{}
@@ -172,8 +174,10 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}, nil
+	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
+		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}
+	d.steps.d = d
+	return d, nil
 }
 
 // Run waits for ctx to end, then lets the senders that wait for new

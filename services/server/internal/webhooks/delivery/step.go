@@ -45,16 +45,22 @@ func (s *subRow) active() bool { return s.status == webhooks.StatusActive || s.p
 // either this job's ($2), of this process ($3), of a process outside
 // liveness, or of a process whose lock is held. Only an unexpired lease of
 // another process pays for the liveness check.
-var lockSubSQL = `
-SELECT owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
-       headers, token_id, status, probing, failing_since IS NOT NULL,
-       coalesce(pump_job_id = $2, false),
-       CASE WHEN pump_until IS NULL OR pump_until <= now() OR pump_job_id IS NULL THEN false
-            WHEN pump_job_id = $2 OR pump_owner IS NULL OR pump_owner = $3 THEN true
-            ELSE NOT ` + liveness.GoneSQL("pump_owner", "$4") + `
-       END,
-       now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns + `
+var lockSubSQL = `SELECT ` + subColumns("$2", "$3", "$4") + `
 FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
+
+// subColumns is what lockSubSQL reads of subscription s for the job named
+// by the SQL expression job of the process owner, with the liveness
+// settle time settle.
+func subColumns(job, owner, settle string) string {
+	return `owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
+       headers, token_id, status, probing, failing_since IS NOT NULL,
+       coalesce(pump_job_id = ` + job + `, false),
+       CASE WHEN pump_until IS NULL OR pump_until <= now() OR pump_job_id IS NULL THEN false
+            WHEN pump_job_id = ` + job + ` OR pump_owner IS NULL OR pump_owner = ` + owner + ` THEN true
+            ELSE NOT ` + liveness.GoneSQL("pump_owner", settle) + `
+       END,
+       now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns
+}
 
 // stepTx is one step's transaction: the sender it runs for, the
 // subscription it locked, and the metric results it counts after the
@@ -68,14 +74,25 @@ type stepTx struct {
 	leaseFor time.Duration
 }
 
-// step runs one short transaction: record the last batch's outcomes, then
-// decide what comes next and, if it is a batch, claim it. It counts the
-// metric results once the transaction committed.
+// step records the last batch's outcomes, then decides what comes next
+// and, if it is a batch, claims it: in a group with the steps of other
+// senders that come at the same time when it can (steps), otherwise alone.
+// Its metric results are counted once its transaction committed.
 func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
 	select {
 	case <-s.wake:
 	default:
 	}
+	if groupable(last) {
+		if p, ok := s.d.steps.step(s, last); ok {
+			return p, nil
+		}
+	}
+	return s.stepAlone(ctx, last)
+}
+
+// stepAlone is a step in a transaction of its own.
+func (s *sender) stepAlone(ctx context.Context, last *batch) (p plan, err error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
 	tx, err := s.d.pool.Begin(ctx)
@@ -129,20 +146,28 @@ func (t *stepTx) run(ctx context.Context, last *batch) (plan, error) {
 
 // lock locks and reads the subscription; false if it was deleted.
 func (t *stepTx) lock(ctx context.Context) (bool, error) {
-	s, me := &t.sub, t.s.me
-	ps := webhooks.ScanPolicy(&s.pol)
-	err := t.tx.QueryRow(ctx, lockSubSQL, t.s.subID, me.jobID, me.owner, t.s.d.cfg.LivenessSettle.Milliseconds()).Scan(append(
-		[]any{&s.owner, &s.space, &s.target.URL, &s.target.Secret, &s.target.PreviousSecret, &s.target.Headers, &s.tokenID,
-			&s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake},
-		ps.Dest()...)...)
+	me := t.s.me
+	row := t.tx.QueryRow(ctx, lockSubSQL, t.s.subID, me.jobID, me.owner, t.s.d.cfg.LivenessSettle.Milliseconds())
+	err := t.sub.scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("deliver %s: lock subscription: %w", t.s.subID, err)
 	}
-	ps.Done()
 	return true, nil
+}
+
+// scan reads subColumns from row, after the columns in before.
+func (s *subRow) scan(row pgx.Row, before ...any) error {
+	ps := webhooks.ScanPolicy(&s.pol)
+	dest := append(before, &s.owner, &s.space, &s.target.URL, &s.target.Secret, &s.target.PreviousSecret, &s.target.Headers,
+		&s.tokenID, &s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake)
+	if err := row.Scan(append(dest, ps.Dest()...)...); err != nil {
+		return err
+	}
+	ps.Done()
+	return nil
 }
 
 // throttleWait is how long the next request must wait for the throttle.
@@ -197,13 +222,9 @@ ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $2`
 // idle; an ordered head that waits for its retry holds the lease through
 // the wait; a used-up slice yields.
 func (t *stepTx) next(ctx context.Context) (plan, error) {
-	s, cfg := &t.sub, &t.s.d.cfg
-	want := max(cfg.BatchSize, s.pol.MaxBatch)
-	if s.status != webhooks.StatusActive || t.s.sliceLeft() <= 0 {
-		want = 1 // a probe is the head alone; past the slice, only look
-	}
+	want := t.want()
 	sqlText := claimOrderedSQL
-	if s.pol.Name == webhooks.PolicyUnordered {
+	if t.sub.pol.Name == webhooks.PolicyUnordered {
 		sqlText = claimDueSQL
 	}
 	rows, err := t.tx.Query(ctx, sqlText, t.s.subID, want)
@@ -218,17 +239,40 @@ func (t *stepTx) next(ctx context.Context) (plan, error) {
 	if err != nil {
 		return plan{}, fmt.Errorf("deliver %s: claim: %w", t.s.subID, err)
 	}
-	switch {
-	case len(items) == 0 && s.pol.Name == webhooks.PolicyUnordered:
-		return t.untilDue(ctx)
-	case len(items) == 0:
-		return plan{idle: true}, nil
-	case items[0].nextAt != nil && items[0].nextAt.After(s.now):
-		return t.hold(ctx, items[0].nextAt.Sub(s.now)) // the ordered head waits for its retry
-	case t.s.sliceLeft() <= 0:
-		return plan{yield: true}, nil
+	if p, decided, err := t.unsendable(ctx, items); decided {
+		return p, err
 	}
 	return t.prepare(ctx, items, len(items) < want)
+}
+
+// want is how many deliveries the step claims.
+func (t *stepTx) want() int {
+	s, cfg := &t.sub, &t.s.d.cfg
+	if s.status != webhooks.StatusActive || t.s.sliceLeft() <= 0 {
+		return 1 // a probe is the head alone; past the slice, only look
+	}
+	return max(cfg.BatchSize, s.pol.MaxBatch)
+}
+
+// unsendable decides the plan when the claimed items are not sent now:
+// nothing pending leaves the sender idle; an ordered head that waits for
+// its retry holds the lease through the wait; a used-up slice yields.
+// decided is false when the items are to be sent.
+func (t *stepTx) unsendable(ctx context.Context, items []*delivery) (p plan, decided bool, err error) {
+	s := &t.sub
+	switch {
+	case len(items) == 0 && s.pol.Name == webhooks.PolicyUnordered:
+		p, err = t.untilDue(ctx)
+	case len(items) == 0:
+		p = plan{idle: true}
+	case items[0].nextAt != nil && items[0].nextAt.After(s.now):
+		p, err = t.hold(ctx, items[0].nextAt.Sub(s.now)) // the ordered head waits for its retry
+	case t.s.sliceLeft() <= 0:
+		p = plan{yield: true}
+	default:
+		return plan{}, false, nil
+	}
+	return p, true, err
 }
 
 // untilDue is the plan of an unordered sender with nothing due: wait, with
@@ -253,8 +297,7 @@ func (t *stepTx) untilDue(ctx context.Context) (plan, error) {
 // (retention) disables the subscription with cause gap, once the ones
 // before it are sent.
 func (t *stepTx) prepare(ctx context.Context, items []*delivery, drained bool) (plan, error) {
-	s := &t.sub
-	rights := authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner, Token: s.tokenID, Space: s.space}
+	rights := t.sub.rights()
 	decidedAt := time.Now()
 	dec, err := authz.Allowed(ctx, t.tx, &rights)
 	if err != nil {
@@ -266,21 +309,37 @@ func (t *stepTx) prepare(ctx context.Context, items []*delivery, drained bool) (
 	if err := t.readEvents(ctx, items); err != nil {
 		return plan{}, err
 	}
+	return t.build(ctx, items, decidedAt, drained)
+}
+
+// rights is what a request of the subscription needs: its owner's right
+// to receive its space's events, through its token if it has one.
+func (s *subRow) rights() authz.Request {
+	return authz.Request{Action: authz.ActionWebhookDeliver, Principal: s.owner, Token: s.tokenID, Space: s.space}
+}
+
+// build makes the batch of items, whose events were read and whose rights
+// were decided at decidedAt. An event that left the log (retention)
+// disables the subscription with cause gap, once the ones before it are
+// sent.
+func (t *stepTx) build(ctx context.Context, items []*delivery, decidedAt time.Time, drained bool) (plan, error) {
+	s := &t.sub
 	for i, d := range items {
 		if d.ev == nil {
-			if i == 0 || t.sub.pol.Name == webhooks.PolicyUnordered {
+			if i == 0 || s.pol.Name == webhooks.PolicyUnordered {
 				return plan{stop: true}, t.gap(ctx, d.seq)
 			}
-			items = items[:i] // sent first; the gap is the next batch's head
+			items, drained = items[:i], false // sent first; the gap is the next batch's head
 			break
 		}
 	}
 	b := &batch{target: s.target, ordered: s.pol.Name != webhooks.PolicyUnordered, inFlight: s.pol.MaxInFlight,
-		rights: rights, decidedAt: decidedAt, until: time.Now().Add(t.leaseFor), drained: drained}
+		rights: s.rights(), decidedAt: decidedAt, until: time.Now().Add(t.leaseFor), drained: drained}
 	if r := s.pol.MaxRequestsPerSecond; r > 0 {
 		b.every = time.Duration(float64(time.Second) / r)
 		b.next = time.Now()
 	}
+	var err error
 	if b.requests, err = t.requests(items); err != nil {
 		return plan{}, err
 	}

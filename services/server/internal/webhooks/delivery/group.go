@@ -1,0 +1,430 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	gosync "sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+)
+
+// steps runs the steps of a process's senders that come at the same time
+// in one transaction, with one statement for each kind of work (lock,
+// record, claim) over all of them. A round wakes every sender it gave new
+// deliveries at once, so in a trickle the senders of a process step
+// together, each with a batch of one or two deliveries; alone, each step
+// would be a transaction of its own.
+//
+// A step joins the next group that starts: while one group's transaction
+// runs, the steps that arrive wait for the one after it. Only the usual
+// path is taken in a group: an active, ordered subscription that is not
+// throttled, probed or marked failing, whose last batch (if any) was
+// answered 2xx throughout. Any other step, and every step of a group whose
+// transaction failed, runs alone (stepTx) after the group, so that each
+// policy keeps one implementation.
+type steps struct {
+	d *Deliverer
+
+	mu      gosync.Mutex
+	running bool
+	queue   []*groupStep
+}
+
+// groupStep is one sender's step in a group, and its outcome.
+type groupStep struct {
+	s    *sender
+	last *batch
+	done chan struct{}
+	// alone: the group did not take the step; the sender runs it alone.
+	alone bool
+	p     plan
+
+	t     *stepTx
+	items []*delivery
+	want  int
+}
+
+// groupable says whether a step that records last may run in a group:
+// every request of last (if any) was sent and answered 2xx, none was a
+// probe and no throttle slot is to be recorded.
+func groupable(last *batch) bool {
+	if last == nil {
+		return true
+	}
+	if last.throttled != nil || !last.allDelivered() {
+		return false
+	}
+	for _, r := range last.requests {
+		if r.probe {
+			return false
+		}
+	}
+	return true
+}
+
+// step runs s's step in the next group; false if the sender must run it
+// alone.
+func (g *steps) step(s *sender, last *batch) (plan, bool) {
+	gs := &groupStep{s: s, last: last, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, gs)
+	if !g.running {
+		g.running = true
+		go g.run()
+	}
+	g.mu.Unlock()
+	<-gs.done
+	return gs.p, !gs.alone
+}
+
+// run runs the queued steps' groups one after the other until none waits.
+func (g *steps) run() {
+	for {
+		g.mu.Lock()
+		group := g.queue
+		g.queue = nil
+		if len(group) == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		g.runGroup(group)
+		for _, gs := range group {
+			close(gs.done)
+		}
+	}
+}
+
+// runGroup runs one group's transaction and counts its results once it
+// committed; if it failed, every step of it runs alone.
+func (g *steps) runGroup(group []*groupStep) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	err := g.tx(ctx, group)
+	if err != nil {
+		g.d.cfg.Logger.DebugContext(ctx, "webhook senders: a group step failed; its steps run alone",
+			slog.Int("steps", len(group)), slog.Any("error", err))
+		for _, gs := range group {
+			gs.alone, gs.p = true, plan{}
+		}
+		return
+	}
+	g.d.metrics.step()
+	for _, gs := range group {
+		if gs.alone {
+			continue
+		}
+		for _, r := range gs.t.results {
+			g.d.metrics.delivery(r)
+		}
+	}
+}
+
+// tx is one group's transaction: lock every subscription, set aside the
+// steps that must run alone, record the others' last batches and take
+// their leases, claim their next deliveries, decide the rights and read
+// the events for all of them, and build each sender's plan.
+func (g *steps) tx(ctx context.Context, group []*groupStep) (err error) {
+	tx, err := g.d.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	taken, err := g.lock(ctx, tx, group)
+	if err != nil {
+		return err
+	}
+	if len(taken) > 0 {
+		if err := g.recordAndClaim(ctx, tx, taken); err != nil {
+			return err
+		}
+		if err := g.prepare(ctx, taken); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// lockSubsSQL is lockSubSQL for the subscriptions $1 of jobs $2 of
+// processes $3, in id order (two groups never wait for each other in a
+// cycle).
+var lockSubsSQL = `SELECT p.n, ` + subColumns("p.job", "p.owner", "$4") + `
+FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS p(id, job, owner, n)
+JOIN webhook_subscriptions s ON s.id = p.id
+ORDER BY s.id FOR NO KEY UPDATE OF s`
+
+// lock locks the group's subscriptions and returns the steps the group
+// takes; the others are marked to run alone. A subscription that was
+// deleted stops its sender.
+func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*groupStep, error) {
+	ids, jobs, owners := make([]uuid.UUID, len(group)), make([]int64, len(group)), make([]string, len(group))
+	seen := make(map[uuid.UUID]int, len(group))
+	for i, gs := range group {
+		ids[i], jobs[i], owners[i] = gs.s.subID, gs.s.me.jobID, gs.s.me.owner
+		seen[gs.s.subID]++
+		gs.t = &stepTx{s: gs.s, tx: tx, leaseFor: g.d.cfg.Timeout + leaseMargin}
+		gs.p = plan{stop: true} // deleted, unless its row is found
+	}
+	rows, err := tx.Query(ctx, lockSubsSQL, ids, jobs, owners, g.d.cfg.LivenessSettle.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("lock subscriptions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n int
+		var sub subRow
+		if err := sub.scan(rows, &n); err != nil {
+			return nil, fmt.Errorf("lock subscriptions: %w", err)
+		}
+		gs := group[n-1]
+		gs.t.sub, gs.p = sub, plan{}
+		gs.alone = seen[gs.s.subID] > 1 || !sub.groupable()
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock subscriptions: %w", err)
+	}
+	var taken []*groupStep
+	for _, gs := range group {
+		if !gs.alone && !gs.p.stop {
+			taken = append(taken, gs)
+		}
+	}
+	return taken, nil
+}
+
+// groupable says whether a step of the subscription may run in a group:
+// its lease is this sender's or free, it is active, ordered, not probed,
+// not throttled and not marked failing.
+func (s *subRow) groupable() bool {
+	return (s.mine || !s.leaseLive) && s.status == webhooks.StatusActive && !s.probing && !s.failing &&
+		s.pol.Name != webhooks.PolicyUnordered && s.pol.MaxRequestsPerSecond <= 0
+}
+
+// deliveredManySQL is deliveredSQL for many subscriptions: the 2xx answers
+// $1-$6 (subscription, seq, code, seconds, excerpt, start), and the lease
+// of subscriptions $7 taken by jobs $8 of processes $9 for $10 ms.
+const deliveredManySQL = `
+WITH o AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[])
+        AS o(sub, seq, code, secs, excerpt, started)
+), a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt)
+    SELECT sub, seq, started, code, secs, NULLIF(excerpt, '') FROM o
+), d AS (
+    UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
+        first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
+    FROM o WHERE w.subscription_id = o.sub AND w.event_seq = o.seq AND w.status = 'pending'
+    RETURNING w.subscription_id, w.event_seq
+), m AS (
+    SELECT subscription_id, max(event_seq) AS seq FROM d GROUP BY subscription_id
+)
+UPDATE webhook_subscriptions s SET
+    last_delivered_seq = greatest(s.last_delivered_seq, coalesce(m.seq, 0)),
+    pump_job_id = l.job, pump_owner = NULLIF(l.owner, ''),
+    pump_until = now() + $10::bigint * interval '1 millisecond'
+FROM unnest($7::uuid[], $8::bigint[], $9::text[]) AS l(sub, job, owner)
+LEFT JOIN m ON m.subscription_id = l.sub
+WHERE s.id = l.sub`
+
+// claimManySQL is claimOrderedSQL for subscriptions $1, each its $2.
+const claimManySQL = `
+SELECT l.n, d.event_seq, d.event_id, d.attempts, d.first_attempt_at, d.next_attempt_at
+FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS l(sub, want, n)
+CROSS JOIN LATERAL (
+    SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+    WHERE subscription_id = l.sub AND status = 'pending' ORDER BY event_seq LIMIT l.want
+) d`
+
+// recordAndClaim records the taken steps' last batches with their leases
+// in one statement, then claims their next deliveries in another.
+func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupStep) error {
+	var o outcomes
+	subs, jobs, owners, wants := make([]uuid.UUID, len(taken)), make([]int64, len(taken)), make([]string, len(taken)), make([]int32, len(taken))
+	for i, gs := range taken {
+		subs[i], jobs[i], owners[i] = gs.s.subID, gs.s.me.jobID, gs.s.me.owner
+		gs.want = gs.t.want()
+		wants[i] = int32(gs.want)
+		o.add(gs.t, gs.last)
+	}
+	if _, err := tx.Exec(ctx, deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
+		subs, jobs, owners, (g.d.cfg.Timeout + leaseMargin).Milliseconds()); err != nil {
+		return fmt.Errorf("record %d delivered: %w", len(o.seqs), err)
+	}
+	rows, err := tx.Query(ctx, claimManySQL, subs, wants)
+	if err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n int
+		d := &delivery{}
+		if err := rows.Scan(&n, &d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt); err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		gs := taken[n-1]
+		gs.items = append(gs.items, d)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	for _, gs := range taken {
+		slices.SortFunc(gs.items, func(a, b *delivery) int { return int(a.seq - b.seq) })
+	}
+	return nil
+}
+
+// outcomes are the 2xx answers of many subscriptions' last batches, as
+// deliveredManySQL takes them.
+type outcomes struct {
+	subs     []uuid.UUID
+	seqs     []int64
+	codes    []int32
+	secs     []float64
+	excerpts []string
+	started  []time.Time
+}
+
+// add adds last's answers (all 2xx, see groupable) for t's subscription
+// and counts them in t's results.
+func (o *outcomes) add(t *stepTx, last *batch) {
+	if last == nil {
+		return
+	}
+	for _, r := range last.requests {
+		if r.Kind != outbound.Delivered {
+			continue
+		}
+		for _, d := range r.items {
+			o.subs, o.seqs, o.codes = append(o.subs, t.s.subID), append(o.seqs, d.seq), append(o.codes, int32(r.StatusCode))
+			o.secs, o.excerpts, o.started = append(o.secs, r.Duration.Seconds()), append(o.excerpts, r.Excerpt), append(o.started, r.started)
+			t.results = append(t.results, "delivered")
+		}
+	}
+}
+
+// prepare decides each taken step's plan: the claimed items that are to
+// be sent get one rights decision per distinct owner, token and space (in
+// one round trip) and their events read in one statement.
+func (g *steps) prepare(ctx context.Context, taken []*groupStep) error {
+	var sending []*groupStep
+	for _, gs := range taken {
+		p, decided, err := gs.t.unsendable(ctx, gs.items)
+		if err != nil {
+			return err
+		}
+		if decided {
+			gs.p = p
+			continue
+		}
+		sending = append(sending, gs)
+	}
+	if len(sending) == 0 {
+		return nil
+	}
+	decidedAt := time.Now()
+	allowed, err := g.decide(ctx, sending)
+	if err != nil {
+		return err
+	}
+	var seqs []int64
+	var sent []*groupStep
+	for i, gs := range sending {
+		if !allowed[i].Allowed {
+			gs.p = plan{}
+			if err := gs.t.refuse(ctx, gs.items, "not allowed: "+allowed[i].Reason); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, d := range gs.items {
+			seqs = append(seqs, d.seq)
+		}
+		sent = append(sent, gs)
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	if err := g.readEvents(ctx, sent[0].t.tx, sent, seqs); err != nil {
+		return err
+	}
+	for _, gs := range sent {
+		if gs.p, err = gs.t.build(ctx, gs.items, decidedAt, len(gs.items) < gs.want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide decides the rights of the steps in sending, one read per distinct
+// request, all in one round trip; the decisions are in sending's order.
+func (g *steps) decide(ctx context.Context, sending []*groupStep) ([]authz.Decision, error) {
+	type key struct {
+		principal, space string
+		token            uuid.UUID
+	}
+	b := &pgx.Batch{}
+	pending := map[key]*authz.Pending{}
+	reqs := make([]key, len(sending))
+	for i, gs := range sending {
+		r := gs.t.sub.rights()
+		k := key{principal: r.Principal, space: r.Space}
+		if r.Token != nil {
+			k.token = *r.Token
+		}
+		reqs[i] = k
+		if pending[k] != nil {
+			continue
+		}
+		p, err := authz.Queue(b, &r)
+		if err != nil {
+			return nil, err
+		}
+		pending[k] = p
+	}
+	if err := sending[0].t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("authz: %w", err)
+	}
+	out := make([]authz.Decision, len(sending))
+	for i, k := range reqs {
+		dec, err := pending[k].Decision()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = dec
+	}
+	return out, nil
+}
+
+// readEvents reads the events of every claimed delivery of sent in one
+// statement.
+func (g *steps) readEvents(ctx context.Context, tx pgx.Tx, sent []*groupStep, seqs []int64) error {
+	evs, err := g.d.events.EventsAt(ctx, tx, seqs)
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	bySeq := make(map[int64]int, len(evs))
+	for i := range evs {
+		bySeq[evs[i].Seq] = i
+	}
+	for _, gs := range sent {
+		for _, d := range gs.items {
+			if i, ok := bySeq[d.seq]; ok {
+				d.ev = &evs[i]
+			}
+		}
+	}
+	return nil
+}
