@@ -106,3 +106,30 @@ func TestSender_RecordsATrickleWithTheNextClaim(t *testing.T) {
 	b.waitCounter(t, "delivered", n-1)
 	require.Equal(t, float64(n), b.steps(t), "one step per delivery: each records the one before and claims the next")
 }
+
+// TestSenders_StepTogether: the senders a round wakes at once record their
+// last batches and claim their next in shared transactions, not in one
+// transaction each.
+func TestSenders_StepTogether(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	const n = 20
+	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	cfg.Senders = 2 * n // a slot to spare for each: a sender lingers only then
+	b := setup(t, cfg)
+	rv := newReceiver(t, nil)
+	for range n {
+		b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	}
+	b.start(t)
+	b.emit(t, "s1", 1)
+	require.Equal(t, n, b.round(t).Jobs)
+	eventually(t, 10*time.Second, func() bool { return rv.count() == n }, "first deliveries")
+	before := b.steps(t)
+
+	b.emit(t, "s1", 1)
+	require.Zero(t, b.round(t).Jobs, "every sender is live")
+	eventually(t, 10*time.Second, func() bool { return rv.count() == 2*n }, "second deliveries")
+	b.waitCounter(t, "delivered", n)
+	require.Less(t, b.steps(t)-before, float64(n), "%d woken senders stepped in fewer transactions than one each", n)
+}

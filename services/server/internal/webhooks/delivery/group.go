@@ -111,7 +111,7 @@ func (g *steps) runGroup(group []*groupStep) {
 	defer cancel()
 	err := g.tx(ctx, group)
 	if err != nil {
-		g.d.cfg.Logger.DebugContext(ctx, "webhook senders: a group step failed; its steps run alone",
+		g.d.cfg.Logger.WarnContext(ctx, "webhook senders: a group step failed; its steps run alone",
 			slog.Int("steps", len(group)), slog.Any("error", err))
 		for _, gs := range group {
 			gs.alone, gs.p = true, plan{}
@@ -161,9 +161,9 @@ func (g *steps) tx(ctx context.Context, group []*groupStep) (err error) {
 // lockSubsSQL is lockSubSQL for the subscriptions $1 of jobs $2 of
 // processes $3, in id order (two groups never wait for each other in a
 // cycle).
-var lockSubsSQL = `SELECT p.n, ` + subColumns("p.job", "p.owner", "$4") + `
-FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS p(id, job, owner, n)
-JOIN webhook_subscriptions s ON s.id = p.id
+var lockSubsSQL = `SELECT p.n, ` + subColumns("p.job_id", "p.process", "$4") + `
+FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS p(sub_id, job_id, process, n)
+JOIN webhook_subscriptions s ON s.id = p.sub_id
 ORDER BY s.id FOR NO KEY UPDATE OF s`
 
 // lock locks the group's subscriptions and returns the steps the group
