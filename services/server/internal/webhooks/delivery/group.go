@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -191,7 +192,8 @@ func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*gro
 		}
 		gs := group[n-1]
 		gs.t.sub, gs.p = sub, plan{}
-		gs.alone = seen[gs.s.subID] > 1 || !sub.groupable()
+		gs.s.alone = !sub.groupable()
+		gs.alone = seen[gs.s.subID] > 1 || gs.s.alone
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lock subscriptions: %w", err)
@@ -281,7 +283,7 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 		return fmt.Errorf("claim: %w", err)
 	}
 	for _, gs := range taken {
-		slices.SortFunc(gs.items, func(a, b *delivery) int { return int(a.seq - b.seq) })
+		slices.SortFunc(gs.items, func(a, b *delivery) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	return nil
 }

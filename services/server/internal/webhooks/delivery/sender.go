@@ -30,6 +30,9 @@ type sender struct {
 	// step drains it first, so one that arrives during or after a step's
 	// claim is kept for the linger that may follow.
 	wake chan struct{}
+	// alone: the subscription's last step found it unfit for a group
+	// (steps), so the next one runs alone without trying.
+	alone bool
 }
 
 // plan is what a step decided the sender does next.

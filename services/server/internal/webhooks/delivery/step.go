@@ -83,7 +83,7 @@ func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
 	case <-s.wake:
 	default:
 	}
-	if groupable(last) {
+	if !s.alone && groupable(last) {
 		if p, ok := s.d.steps.step(s, last); ok {
 			return p, nil
 		}
@@ -127,6 +127,7 @@ func (t *stepTx) run(ctx context.Context, last *batch) (plan, error) {
 	if err != nil || !found {
 		return plan{stop: true}, err // deleted: its deliveries went with it
 	}
+	t.s.alone = !t.sub.groupable()
 	if !t.sub.mine && t.sub.leaseLive {
 		// Another live sender: what this one sent is recorded once, and it
 		// stops (its claims were taken over when it was judged dead).
