@@ -334,7 +334,8 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	rounds := postgres.NewRoundRunner(r.pool, r.events, r.river, &sync.RoundConfig{BatchSize: cfg.Consumer.BatchSize, Logger: logger,
 		Budget: sync.WorkBudget{Jobs: cfg.Consumer.RoundMaxJobs, Receivers: cfg.Consumer.RoundMaxReceivers}, Tracer: r.tracing.Provider()})
 	w, err := sync.NewWorker(rounds, r.consumers, &sync.WorkerConfig{
-		PollInterval: cfg.Consumer.PollInterval, RoundTimeout: cfg.Consumer.RoundTimeout, Logger: logger, Metrics: sync.NewMetrics(r.s.registry),
+		PollInterval: cfg.Consumer.PollInterval, Cooldown: cfg.Consumer.RoundCooldown, RoundTimeout: cfg.Consumer.RoundTimeout,
+		Logger: logger, Metrics: sync.NewMetrics(r.s.registry),
 	})
 	if err != nil {
 		return err

@@ -60,6 +60,7 @@ type Server struct {
 type Consumer struct {
 	BatchSize         int
 	PollInterval      time.Duration
+	RoundCooldown     time.Duration
 	RoundTimeout      time.Duration
 	RoundMaxJobs      int
 	RoundMaxReceivers int

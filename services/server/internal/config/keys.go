@@ -68,6 +68,11 @@ var Keys = []Key{
 		set: func(c *Config, v string) error {
 			return dur(&c.Consumer.PollInterval, v, 10*time.Millisecond, time.Hour)
 		}},
+	{Name: "consumer.round_cooldown", Default: "5ms", Range: "0s..1s",
+		Doc: "Least time between the starts of two rounds of a consumer in one process that a notification woke; notifications meanwhile wait for its end, so a steady trickle of events is read a few at a time, not one round per event. Rounds that read a full batch repeat at once.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Consumer.RoundCooldown, v, 0, time.Second)
+		}},
 	{Name: "consumer.round_timeout", Default: "30s", Range: "100ms..10m",
 		Doc: "A round that takes longer is cancelled and rolled back.",
 		set: func(c *Config, v string) error {

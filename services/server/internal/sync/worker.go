@@ -15,6 +15,14 @@ type WorkerConfig struct {
 	// PollInterval wakes every consumer even without a notification
 	// (consumer.poll_interval). Default 1s.
 	PollInterval time.Duration
+	// Cooldown is the least time between the starts of two rounds of a
+	// consumer that a notification woke (consumer.round_cooldown): one
+	// that comes sooner waits for the rest of it, and the wake-ups that
+	// arrive meanwhile merge into its round. A steady trickle is then read
+	// a few events per round instead of one round per event. Rounds that
+	// read a full batch, and those of the poll interval, do not wait.
+	// Default 0: none.
+	Cooldown time.Duration
 	// ErrorBackoff is the first wait after a failed round; it doubles up to
 	// PollInterval. Wake-ups do not end it early. Default 50ms.
 	ErrorBackoff time.Duration
@@ -107,6 +115,7 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 	backoff := time.Duration(0)
 	timer := time.NewTimer(0) // first round at once
 	defer timer.Stop()
+	var started time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,9 +128,13 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 				// the timer starts reads whatever woke us.
 				continue
 			}
+			if !sleepCtx(ctx, time.Until(started.Add(w.cfg.Cooldown))) {
+				return
+			}
 		case <-timer.C:
 		}
 		for {
+			started = time.Now()
 			res, err := w.runOnce(ctx, c, batch)
 			if ctx.Err() != nil {
 				return
@@ -167,6 +180,21 @@ func (w *Worker) runOnce(ctx context.Context, c Consumer, batch *batchSizer) (Ro
 		w.cfg.AfterRound(c.Name(), res, err)
 	}
 	return res, err
+}
+
+// sleepCtx waits d (nothing if d <= 0); false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func resetTimer(t *time.Timer, d time.Duration) {

@@ -104,3 +104,62 @@ func TestWorker_Run(t *testing.T) {
 		}
 	})
 }
+
+// idle is a consumer that handles every event without a job. It reuses
+// the push consumer's cursor row.
+type idle struct{}
+
+func (idle) Name() string { return "push" }
+
+func (idle) Handle(context.Context, pgx.Tx, []sync.Event) ([]sync.Job, error) { return nil, nil }
+
+// TestWorker_WakeUpsWaitForTheCooldown: under a flood of notifications,
+// rounds start at least the cooldown apart; the notifications that come
+// meanwhile merge into the next round. Round i+2 ends at least a cooldown
+// after round i ended, since round i+1 started after that and i+2 a
+// cooldown after i+1. Without the cooldown every notification starts a
+// round.
+func TestWorker_WakeUpsWaitForTheCooldown(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	const cooldown = 100 * time.Millisecond
+	ends := make(chan time.Time, 1000)
+	rr := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, noJobs{}, &sync.RoundConfig{Logger: quiet})
+	w, err := sync.NewWorker(rr, []sync.Consumer{idle{}}, &sync.WorkerConfig{
+		PollInterval: time.Hour, Cooldown: cooldown, Logger: quiet,
+		AfterRound: func(_ string, _ sync.RoundResult, err error) {
+			if err == nil {
+				select {
+				case ends <- time.Now():
+				default:
+				}
+			}
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	var got []time.Time
+	for len(got) < 6 {
+		select {
+		case at := <-ends:
+			got = append(got, at)
+		case <-tick.C:
+			w.Wake()
+		case <-deadline:
+			cancel()
+			t.Fatalf("%d rounds in a minute: the cooldown delays rounds, it must not stop them", len(got))
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+	for i := 2; i < len(got); i++ {
+		require.GreaterOrEqual(t, got[i].Sub(got[i-2]), cooldown, "rounds %d and %d ended less than a cooldown apart", i-1, i+1)
+	}
+}
