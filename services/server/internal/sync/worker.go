@@ -15,9 +15,9 @@ type WorkerConfig struct {
 	// PollInterval wakes every consumer even without a notification
 	// (consumer.poll_interval). Default 1s.
 	PollInterval time.Duration
-	// Cooldown is the least time between the starts of two rounds of a
-	// consumer that a notification woke (consumer.round_cooldown): one
-	// that comes sooner waits for the rest of it, and the wake-ups that
+	// Cooldown is the least time from the start of a consumer's round to
+	// the start of a round a notification wakes (consumer.round_cooldown):
+	// one that comes sooner waits for the rest of it, and the wake-ups that
 	// arrive meanwhile merge into its round. A steady trickle is then read
 	// a few events per round instead of one round per event. Rounds that
 	// read a full batch, and those of the poll interval, do not wait.
@@ -130,6 +130,10 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 			}
 			if !sleepCtx(ctx, time.Until(started.Add(w.cfg.Cooldown))) {
 				return
+			}
+			select {
+			case <-wake: // came during the cooldown: the round reads what it announced
+			default:
 			}
 		case <-timer.C:
 		}

@@ -24,13 +24,14 @@ import (
 // together, each with a batch of one or two deliveries; alone, each step
 // would be a transaction of its own.
 //
-// A step joins the next group that starts: while one group's transaction
-// runs, the steps that arrive wait for the one after it. Only the usual
-// path is taken in a group: an active, ordered subscription that is not
-// throttled, probed or marked failing, whose last batch (if any) was
+// A step joins the next group that starts (of at most maxGroup steps):
+// while one group's transaction runs, the steps that arrive wait for the
+// one after it. Only the usual path is taken in a group: an active,
+// ordered subscription that is not throttled, probed or marked failing,
+// whose row no other transaction holds, and whose last batch (if any) was
 // answered 2xx throughout. Any other step, and every step of a group whose
-// transaction failed, runs alone (stepTx) after the group, so that each
-// policy keeps one implementation.
+// transaction failed before its commit, runs alone (stepTx) after the
+// group, so that each policy keeps one implementation.
 type steps struct {
 	d *Deliverer
 
@@ -47,6 +48,9 @@ type groupStep struct {
 	// alone: the group did not take the step; the sender runs it alone.
 	alone bool
 	p     plan
+	// err: the group's commit failed, so whether it took effect is not
+	// known; the sender fails as a step alone would.
+	err error
 
 	t     *stepTx
 	items []*delivery
@@ -73,7 +77,7 @@ func groupable(last *batch) bool {
 
 // step runs s's step in the next group; false if the sender must run it
 // alone.
-func (g *steps) step(s *sender, last *batch) (plan, bool) {
+func (g *steps) step(s *sender, last *batch) (plan, bool, error) {
 	gs := &groupStep{s: s, last: last, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, gs)
@@ -83,15 +87,19 @@ func (g *steps) step(s *sender, last *batch) (plan, bool) {
 	}
 	g.mu.Unlock()
 	<-gs.done
-	return gs.p, !gs.alone
+	return gs.p, !gs.alone, gs.err
 }
+
+// maxGroup is the most steps one group takes: a group's transaction holds
+// the rows of all its subscriptions, and builds every batch it claims.
+const maxGroup = 32
 
 // run runs the queued steps' groups one after the other until none waits.
 func (g *steps) run() {
 	for {
 		g.mu.Lock()
-		group := g.queue
-		g.queue = nil
+		group := g.queue[:min(len(g.queue), maxGroup)]
+		g.queue = g.queue[len(group):]
 		if len(group) == 0 {
 			g.running = false
 			g.mu.Unlock()
@@ -106,12 +114,20 @@ func (g *steps) run() {
 }
 
 // runGroup runs one group's transaction and counts its results once it
-// committed; if it failed, every step of it runs alone.
+// committed. If it failed before its commit, every step of it runs alone;
+// if the commit failed, the outcome is unknown and every step taken fails
+// with the error, as a step alone would (its batch is not recorded twice).
 func (g *steps) runGroup(group []*groupStep) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
-	err := g.tx(ctx, group)
-	if err != nil {
+	taken, committing, err := g.tx(ctx, group)
+	switch {
+	case err != nil && committing:
+		for _, gs := range taken {
+			gs.p, gs.err = plan{}, fmt.Errorf("deliver %s: commit: %w", gs.s.subID, err)
+		}
+		return
+	case err != nil:
 		g.d.cfg.Logger.WarnContext(ctx, "webhook senders: a group step failed; its steps run alone",
 			slog.Int("steps", len(group)), slog.Any("error", err))
 		for _, gs := range group {
@@ -119,11 +135,10 @@ func (g *steps) runGroup(group []*groupStep) {
 		}
 		return
 	}
-	g.d.metrics.step()
-	for _, gs := range group {
-		if gs.alone {
-			continue
-		}
+	if len(taken) > 0 {
+		g.d.metrics.step()
+	}
+	for _, gs := range taken {
 		for _, r := range gs.t.results {
 			g.d.metrics.delivery(r)
 		}
@@ -134,42 +149,44 @@ func (g *steps) runGroup(group []*groupStep) {
 // steps that must run alone, record the others' last batches and take
 // their leases, claim their next deliveries, decide the rights and read
 // the events for all of them, and build each sender's plan.
-func (g *steps) tx(ctx context.Context, group []*groupStep) (err error) {
+func (g *steps) tx(ctx context.Context, group []*groupStep) (taken []*groupStep, committing bool, err error) {
 	tx, err := g.d.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && !committing {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	taken, err := g.lock(ctx, tx, group)
-	if err != nil {
-		return err
+	if taken, err = g.lock(ctx, tx, group); err != nil {
+		return nil, false, err
 	}
 	if len(taken) > 0 {
 		if err := g.recordAndClaim(ctx, tx, taken); err != nil {
-			return err
+			return nil, false, err
 		}
 		if err := g.prepare(ctx, taken); err != nil {
-			return err
+			return nil, false, err
 		}
 	}
-	return tx.Commit(ctx)
+	return taken, true, tx.Commit(ctx)
 }
 
 // lockSubsSQL is lockSubSQL for the subscriptions $1 of jobs $2 of
-// processes $3, in id order (two groups never wait for each other in a
-// cycle).
+// processes $3. Rows another transaction holds are skipped: their steps
+// run alone, so a subscription that an owner's change or a recover holds
+// delays its own sender only, not the group, and a group never waits in a
+// cycle with another transaction that locks several subscriptions.
 var lockSubsSQL = `SELECT p.n, ` + subColumns("p.job_id", "p.process", "$4") + `
 FROM unnest($1::uuid[], $2::bigint[], $3::text[]) WITH ORDINALITY AS p(sub_id, job_id, process, n)
 JOIN webhook_subscriptions s ON s.id = p.sub_id
-ORDER BY s.id FOR NO KEY UPDATE OF s`
+FOR NO KEY UPDATE OF s SKIP LOCKED`
 
 // lock locks the group's subscriptions and returns the steps the group
-// takes; the others are marked to run alone. A subscription that was
-// deleted stops its sender.
+// takes; the others are marked to run alone: those whose subscription is
+// not on the usual path, appears twice in the group, or was not locked
+// (held by another transaction, or deleted, which the step alone finds).
 func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*groupStep, error) {
 	ids, jobs, owners := make([]uuid.UUID, len(group)), make([]int64, len(group)), make([]string, len(group))
 	seen := make(map[uuid.UUID]int, len(group))
@@ -177,7 +194,7 @@ func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*gro
 		ids[i], jobs[i], owners[i] = gs.s.subID, gs.s.me.jobID, gs.s.me.owner
 		seen[gs.s.subID]++
 		gs.t = &stepTx{s: gs.s, tx: tx, leaseFor: g.d.cfg.Timeout + leaseMargin}
-		gs.p = plan{stop: true} // deleted, unless its row is found
+		gs.alone = true // unless its row is locked
 	}
 	rows, err := tx.Query(ctx, lockSubsSQL, ids, jobs, owners, g.d.cfg.LivenessSettle.Milliseconds())
 	if err != nil {
@@ -191,7 +208,7 @@ func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*gro
 			return nil, fmt.Errorf("lock subscriptions: %w", err)
 		}
 		gs := group[n-1]
-		gs.t.sub, gs.p = sub, plan{}
+		gs.t.sub = sub
 		gs.s.alone = !sub.groupable()
 		gs.alone = seen[gs.s.subID] > 1 || gs.s.alone
 	}
@@ -200,7 +217,7 @@ func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*gro
 	}
 	var taken []*groupStep
 	for _, gs := range group {
-		if !gs.alone && !gs.p.stop {
+		if !gs.alone {
 			taken = append(taken, gs)
 		}
 	}

@@ -83,9 +83,9 @@ func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
 	case <-s.wake:
 	default:
 	}
-	if !s.alone && groupable(last) {
-		if p, ok := s.d.steps.step(s, last); ok {
-			return p, nil
+	if ctx.Err() == nil && !s.alone && groupable(last) {
+		if p, ok, err := s.d.steps.step(s, last); ok {
+			return p, err
 		}
 	}
 	return s.stepAlone(ctx, last)
