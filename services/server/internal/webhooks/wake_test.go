@@ -133,3 +133,41 @@ func TestSenders_StepTogether(t *testing.T) {
 	b.waitCounter(t, "delivered", n)
 	require.Less(t, b.steps(t)-before, float64(n), "%d woken senders stepped in fewer transactions than one each", n)
 }
+
+// TestSenders_AGroupSkipsAHeldSubscription: a subscription whose row
+// another transaction holds (an owner's change, a recover) delays its own
+// sender only; the others woken with it send at once, whichever group they
+// join.
+func TestSenders_AGroupSkipsAHeldSubscription(t *testing.T) {
+	t.Parallel()
+	const others = 8
+	cfg := fastRetries()
+	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	cfg.Senders = 4 * others
+	b := setup(t, cfg)
+	held, rv := newReceiver(t, nil), newReceiver(t, nil)
+	for range others / 2 {
+		b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	}
+	hs, _ := b.subscribe(t, &webhooks.CreateParams{URL: held.url()})
+	for range others / 2 {
+		b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	}
+	b.start(t)
+	b.emit(t, "s1", 1)
+	require.Equal(t, others+1, b.round(t).Jobs)
+	eventually(t, 10*time.Second, func() bool { return held.count() == 1 && rv.count() == others }, "first deliveries")
+
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`, hs.ID)
+	require.NoError(t, err)
+	b.emit(t, "s1", 1)
+	b.round(t)
+	eventually(t, 5*time.Second, func() bool { return rv.count() == 2*others }, "the other subscriptions' deliveries, while one is held")
+	require.Equal(t, 1, held.count(), "the held subscription's sender waits for the row")
+	require.NoError(t, tx.Rollback(ctx))
+	eventually(t, 10*time.Second, func() bool { return held.count() == 2 }, "the held subscription's delivery once the row is free")
+}
