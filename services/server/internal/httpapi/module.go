@@ -100,7 +100,7 @@ type API struct {
 	ui *riverui.Handler
 	// barrier is the event log's durability barrier, its flushes shared
 	// by concurrent reads; nil without an event log.
-	barrier *sync.SharedBarrier
+	barrier *sharedBarrier
 	// reader and appended serve the event pull and stream.
 	reader   sync.SpaceEventReader
 	appended sync.AppendWatcher
@@ -138,12 +138,9 @@ func New(d *module.Deps, cfg *Config) *API {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	var barrier *sync.SharedBarrier
+	var barrier *sharedBarrier
 	if d.Events != nil {
-		// A flush that runs this long (a synchronous standby that stopped
-		// confirming) fails the reads waiting for it rather than holding
-		// them until their clients give up.
-		barrier = sync.NewSharedBarrier(d.Events, &sync.SharedBarrierConfig{Timeout: 10 * time.Second})
+		barrier = newSharedBarrier(d.Events)
 	}
 	tester, testerErr := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
 		Timeout: c.WebhookTimeout})

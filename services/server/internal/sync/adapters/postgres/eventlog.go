@@ -59,9 +59,6 @@ type EventLog struct {
 	cfg      EventLogConfig
 	tracer   trace.Tracer
 	notifier *notifier
-	// flushes makes commits durable for Write and Durable. Its flushes
-	// are shared: each covers every call waiting when it starts.
-	flushes *sync.SharedBarrier
 	// variant holds the alternatives benchmarks compare with; the zero
 	// value is the production path.
 	variant variant
@@ -97,8 +94,7 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 		c.Tracer = noop.NewTracerProvider()
 	}
 	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool),
-		flushes: sync.NewSharedBarrier(poolBarrier{pool}, nil),
-		tracer:  c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
+		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
 }
 
 // Close waits for a notification in flight.
@@ -114,6 +110,19 @@ SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred
 FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
     WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
 RETURNING seq, committed_at`
+
+// flushSQL makes the WAL durable up to this point. PostgreSQL flushes the
+// WAL at commit, and waits for the synchronous standbys, only for a
+// transaction that has an xid and wrote WAL itself; one that merely takes
+// an xid (pg_current_xact_id) commits asynchronously whatever
+// synchronous_commit says. A transactional logical message has both, so
+// its commit waits until the WAL is on disk, and on the synchronous
+// standbys where they are configured (TestSynchronousStandby), past its own
+// commit record, which lies after the producer's. It needs no
+// privilege and no wal_level beyond the default. Concurrent producers' flushes share fsyncs (group
+// commit), which a flush inside the counter's lock window cannot: there each
+// holder of the counter waits for its own.
+const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
 
 // claimIDsSQL records the events' ids in event_ids before the counter is
 // taken, and returns those that were not there. The unique index makes a
@@ -162,27 +171,16 @@ SELECT array_agg(n) FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS t(a
 //
 // The COMMIT inside the lock window is asynchronous (synchronous_commit off
 // for this transaction only): the counter is released as soon as the commit
-// is visible, without waiting for the disk. Once the COMMIT has returned,
-// Write waits, outside the window, for a flush transaction (durableSQL)
-// that starts after it, so a caller that got nil holds a durable commit: on
-// disk (TestCrashLosesNoAcknowledgedEvent crashes PostgreSQL to check it)
-// and on the synchronous standbys (TestSynchronousStandby;
-// TestFailover_PrimaryLostUnderLoad loses the primary). The flush is shared
-// with this EventLog's concurrent Writes and Durable calls
-// (sync.SharedBarrier): one flush covers every call waiting when it starts,
-// since each of their commits came before it, so concurrent producers make
-// one flush transaction, and wait for one fsync, per group of waiting calls
-// rather than one each (TestEventLog_ConcurrentWritesShareFlushes). Write
-// releases its connection before it waits, so the flush, which takes one
-// of the pool, never waits for the producers that wait for it. A flush
-// whose wait for the standbys was cancelled is not taken as durable
-// (dbfault.ErrUnconfirmed); when the flush fails, or ctx ends while Write
-// waits for it, Write returns an error saying the commit happened and its
-// durability is unconfirmed. Other sessions may see the events a moment
-// before they are durable: whatever shows them outside the database makes
-// the WAL durable first (see Durable). If the server crashes in between,
-// the lost commits are the newest ones, in seq order, so the log stays
-// gapless.
+// is visible, without waiting for the disk. The same pipeline then runs a
+// flush transaction (flushSQL) outside the window, so a caller that got nil
+// holds a durable commit: on disk (TestCrashLosesNoAcknowledgedEvent
+// crashes PostgreSQL to check it) and on the synchronous standbys
+// (TestFailover_PrimaryLostUnderLoad loses the primary). A flush whose
+// wait for the standbys was cancelled is not taken as durable
+// (dbfault.ErrUnconfirmed). Other sessions may see the events a moment before they are
+// durable: whatever shows them outside the database makes the WAL durable
+// first (see Durable). If the server crashes in between, the lost commits
+// are the newest ones, in seq order, so the log stays gapless.
 //
 // Write is traced (EventLogConfig.Tracer): its span, a child of the
 // caller's, covers fn and the commit, and its trace context is stored with
@@ -226,7 +224,7 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 	}
 	out = make([]sync.Event, len(news))
 	if len(p.fresh) == 0 {
-		committed, err = l.commitLoggedOnly(ctx, conn, tx)
+		committed, err = commitLoggedOnly(ctx, conn, tx)
 		if err != nil {
 			return nil, err
 		}
@@ -258,14 +256,12 @@ func normalized(news []sync.NewEvent, now time.Time) ([]sync.NewEvent, error) {
 
 // commitLoggedOnly commits a Write whose every event is in the log already:
 // no counter, and a commit that is synchronous like any other. What the
-// answer shows (the logged events) is made durable first, as a read would,
-// through the shared flush once conn is released.
-func (l *EventLog) commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (committed bool, err error) {
+// answer shows (the logged events) is made durable first, as a read would.
+func commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (committed bool, err error) {
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("append: commit: %w", err)
 	}
-	conn.Release()
-	if err := l.flushes.Durable(ctx); err != nil {
+	if err := durable(ctx, conn); err != nil {
 		return true, fmt.Errorf("append: committed, %w", err)
 	}
 	return true, nil
@@ -273,9 +269,8 @@ func (l *EventLog) commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx 
 
 // appendAndCommit appends the events of news at the positions fresh and
 // commits, in one pipeline: the counter's window holds no client round trip.
-// It then releases conn and waits for a shared flush (l.flushes) that began
-// after the COMMIT returned. committed reports whether the server
-// committed, also when err says the flush after it was not confirmed.
+// committed reports whether the server committed, also when err says the
+// flush after it was not confirmed.
 func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, news []sync.NewEvent, fresh []int,
 	traceParent string) (appended []sync.Event, committed bool, err error) {
 	b := &pgx.Batch{}
@@ -292,18 +287,14 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, news
 	}
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
+	if !l.variant.flushInLock {
+		b.Queue(flushSQL)
+	}
 	_ = standbyWaitCancelled(conn.Conn().PgConn())
 	err = conn.SendBatch(ctx, b).Close()
 	committed = tag == "COMMIT"
 	if err == nil {
-		// A synchronous COMMIT (flushInLock) waits for the standbys itself.
 		err = standbyWaitCancelled(conn.Conn().PgConn())
-	}
-	if err == nil && committed && !l.variant.flushInLock {
-		// The flush takes a connection of the pool: this one goes back
-		// first, so flushes never wait for the producers waiting for them.
-		conn.Release()
-		err = l.flushes.Durable(ctx)
 	}
 	n := len(fresh)
 	switch {
@@ -515,37 +506,19 @@ func (p *appendPlan) findLogged(ctx context.Context, tx pgx.Tx, news []sync.NewE
 
 // durableSQL makes every commit visible before it durable: on the disk
 // and, where synchronous standbys are configured, on them. It runs a flush
-// transaction unless the WAL is on the local disk up to its end and no
-// synchronous standby is configured. A locally flushed WAL says nothing of
-// the standbys: the WAL writer flushes asynchronous commits (rounds,
-// producers' windows) at once, and a standby receives them a moment later;
-// shown in between, they are lost by a failover to it
-// (TestSynchronousStandby).
-//
-// The flush transaction emits a transactional logical message. PostgreSQL
-// flushes the WAL at commit, and waits for the synchronous standbys, only
-// for a transaction that has an xid and wrote WAL itself; one that merely
-// takes an xid (pg_current_xact_id) commits asynchronously whatever
-// synchronous_commit says. A transactional logical message has both, so its
-// commit waits until the WAL is on disk, and on the synchronous standbys,
-// past its own commit record, which lies after every commit visible when
-// it began. It needs no privilege and no wal_level beyond the default.
-// Concurrent flushes share fsyncs (group commit), which a synchronous
-// commit inside the counter's lock window cannot: there each holder of the
-// counter waits for its own.
+// transaction (whose commit waits for both) unless the WAL is on the local
+// disk up to its end and no synchronous standby is configured. A locally
+// flushed WAL says nothing of the standbys: the WAL writer flushes
+// asynchronous commits (rounds, producers' windows) at once, and a standby
+// receives them a moment later; shown in between, they are lost by a
+// failover to it (TestSynchronousStandby).
 const durableSQL = `
 SELECT CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
               OR current_setting('synchronous_standby_names') <> ''
             THEN pg_logical_emit_message(true, 'bothy_flush', '') END`
 
-// Durable implements sync.DurabilityBarrier. It shares its flushes with
-// concurrent Writes and Durable calls of l (sync.SharedBarrier).
-func (l *EventLog) Durable(ctx context.Context) error { return l.flushes.Durable(ctx) }
-
-// poolBarrier is the unshared flush of a pool, as Durable runs it.
-type poolBarrier struct{ pool *pgxpool.Pool }
-
-func (b poolBarrier) Durable(ctx context.Context) error { return Durable(ctx, b.pool) }
+// Durable implements sync.DurabilityBarrier.
+func (l *EventLog) Durable(ctx context.Context) error { return Durable(ctx, l.pool) }
 
 // Durable returns once every commit visible before the call is durable:
 // on disk, and on the synchronous standbys where they are configured
