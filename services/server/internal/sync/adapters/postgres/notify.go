@@ -48,11 +48,20 @@ func (n *notifier) send() {
 		n.pending = false
 		n.mu.Unlock()
 		// A failed NOTIFY is not fatal: consumers also poll.
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, Channel)
 		cancel()
+		time.Sleep(time.Until(sent.Add(notifyGap)))
 	}
 }
+
+// notifyGap is the least time between the starts of two notifications of a
+// process: the signals of the commits meanwhile merge into the next one.
+// A consumer starts its notified rounds at most as often
+// (consumer.round_cooldown's default), so notifying more often would only
+// cost the producers a transaction each.
+const notifyGap = 5 * time.Millisecond
 
 // wait blocks until no notification is in flight.
 func (n *notifier) wait() { n.wg.Wait() }
