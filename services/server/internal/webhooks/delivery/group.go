@@ -58,13 +58,15 @@ type groupStep struct {
 }
 
 // groupable says whether a step that records last may run in a group:
-// every request of last (if any) was sent and answered 2xx, none was a
-// probe and no throttle slot is to be recorded.
+// last (if any) drained its subscription, so the sender is in a trickle,
+// not working through a backlog, where its batches are full and a step of
+// its own costs little per delivery; every request of last was sent and
+// answered 2xx, none was a probe and no throttle slot is to be recorded.
 func groupable(last *batch) bool {
 	if last == nil {
 		return true
 	}
-	if last.throttled != nil || !last.allDelivered() {
+	if !last.drained || last.throttled != nil || !last.allDelivered() {
 		return false
 	}
 	for _, r := range last.requests {
