@@ -33,6 +33,10 @@ type sender struct {
 	// alone: the subscription's last step found it unfit for a group
 	// (steps), so the next one runs alone without trying.
 	alone bool
+	// idled: the sender has found nothing to send at least once in this
+	// job, so its steps after a wake-up are a trickle's, which may run in a
+	// group; a job's first step, at the head of a backlog, runs alone.
+	idled bool
 }
 
 // plan is what a step decided the sender does next.
@@ -83,6 +87,7 @@ func (s *sender) run(ctx context.Context) error {
 				return river.JobSnooze(p.wait)
 			}
 		case p.idle:
+			s.idled = true
 			switch s.linger(ctx, s.d.cfg.Linger) {
 			case woken:
 				continue

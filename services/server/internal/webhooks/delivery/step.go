@@ -83,7 +83,7 @@ func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
 	case <-s.wake:
 	default:
 	}
-	if ctx.Err() == nil && !s.alone && groupable(last) {
+	if ctx.Err() == nil && !s.alone && (last != nil || s.idled) && groupable(last) {
 		if p, ok, err := s.d.steps.step(s, last); ok {
 			return p, err
 		}
