@@ -47,6 +47,7 @@ func WebhooksConfig(cfg *config.Config) *delivery.ModuleConfig {
 			RightsMaxAge:        w.RightsMaxAge,
 			Senders:             w.Senders,
 			Linger:              w.SenderLinger,
+			RescueAfter:         cfg.River.RescueStuckJobsAfter,
 		},
 		KeepFinished: cfg.Sync.EventRetention,
 	}

@@ -56,10 +56,22 @@ type DeliverConfig struct {
 	// deliveries of its subscription before it lets the subscription go,
 	// as long as fewer than Senders senders run in the process. Default 2s.
 	Linger time.Duration
-	// Slice is how long one job sends before it yields its worker slot to
+	// Slice is how long a sender works through its subscription's
+	// deliveries without catching up before it yields its worker slot to
 	// other subscriptions (it keeps the subscription and comes back at
-	// once). Default 5s.
+	// once). Default 5s. The slice starts again when the sender resumes
+	// after catching up, while the process has a sender slot to spare.
 	Slice time.Duration
+	// MaxRun is the longest one job runs: a sender that keeps catching up
+	// (a trickle) yields after it, keeping the subscription. Each yield
+	// leaves the subscription without a running sender until River
+	// fetches the job again. Default: as long as RescueAfter allows, at
+	// most a minute and at least Slice.
+	MaxRun time.Duration
+	// RescueAfter is River's RescueStuckJobsAfter
+	// (river.rescue_stuck_jobs_after): a job must end before River takes
+	// it for stuck and runs it again. Default 2m.
+	RescueAfter time.Duration
 	// RecordHold is the longest a sender keeps a batch that drained its
 	// subscription and was answered 2xx unrecorded, waiting for the
 	// subscription's next deliveries: in a trickle the next wake-up
@@ -89,6 +101,10 @@ func (c *DeliverConfig) withDefaults() DeliverConfig {
 	out.Senders = cmp.Or(out.Senders, 200)
 	out.Linger = cmp.Or(out.Linger, 2*time.Second)
 	out.Slice = cmp.Or(out.Slice, 5*time.Second)
+	out.RescueAfter = cmp.Or(out.RescueAfter, 2*time.Minute)
+	if out.MaxRun == 0 {
+		out.MaxRun = max(out.Slice, min(time.Minute, out.RescueAfter-out.jobOverrun()-rescueMargin))
+	}
 	out.RecordHold = cmp.Or(out.RecordHold, 250*time.Millisecond)
 	out.LivenessSettle = cmp.Or(out.LivenessSettle, liveness.Settle)
 	if out.Logger == nil {
@@ -112,8 +128,8 @@ func (c *DeliverConfig) validate() error {
 		return errors.New("webhooks deliver config: RetryBase must be between 0 and RetryMax")
 	case c.BatchSize < 0 || c.Senders < 0:
 		return errors.New("webhooks deliver config: BatchSize and Senders must not be negative")
-	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0 || c.RecordHold < 0:
-		return errors.New("webhooks deliver config: RightsMaxAge, Linger, Slice and RecordHold must not be negative")
+	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0 || c.MaxRun < 0 || c.RescueAfter < 0 || c.RecordHold < 0:
+		return errors.New("webhooks deliver config: RightsMaxAge, Linger, Slice, MaxRun, RescueAfter and RecordHold must not be negative")
 	case c.LivenessSettle < 0:
 		return errors.New("webhooks deliver config: LivenessSettle must not be negative")
 	}
@@ -189,11 +205,18 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	return nil
 }
 
-// Timeout implements river.Worker: a job may use its slice, a last batch
+// Timeout implements river.Worker: a job may use its run, a last batch
 // and the release.
 func (d *Deliverer) Timeout(*river.Job[webhooks.DeliverArgs]) time.Duration {
-	return d.cfg.Slice + d.cfg.Linger + d.cfg.Timeout + leaseMargin
+	return d.cfg.MaxRun + d.cfg.jobOverrun()
 }
+
+// jobOverrun is how long a job may run past MaxRun: a last request, a
+// linger, the release.
+func (c *DeliverConfig) jobOverrun() time.Duration { return c.Linger + c.Timeout + leaseMargin }
+
+// rescueMargin is what a job's timeout leaves before River's rescue.
+const rescueMargin = 10 * time.Second
 
 // shortRetries is how many failed runs of a delivery job come back within
 // seconds (NextRetry); later ones take River's default backoff.
@@ -215,11 +238,12 @@ func (d *Deliverer) NextRetry(job *river.Job[webhooks.DeliverArgs]) time.Time {
 }
 
 // Work implements river.Worker: the job is its subscription's sender for
-// one slice.
+// one run.
 func (d *Deliverer) Work(ctx context.Context, job *river.Job[webhooks.DeliverArgs]) error {
 	d.running.Add(1)
 	defer d.running.Add(-1)
-	s := &sender{d: d, subID: job.Args.SubscriptionID, start: time.Now(),
+	now := time.Now()
+	s := &sender{d: d, subID: job.Args.SubscriptionID, start: now, sliceStart: now, runFor: d.cfg.MaxRun - rand.N(d.cfg.MaxRun/4+1),
 		me: holder{jobID: job.ID, owner: liveness.OwnerOf(job.AttemptedBy)}}
 	s.wake = d.idle.add(s.subID)
 	defer d.idle.remove(s.subID, s.wake)

@@ -25,7 +25,13 @@ type sender struct {
 	d     *Deliverer
 	subID uuid.UUID
 	me    holder
-	start time.Time
+	// start is when the job started; sliceStart when its slice did: at
+	// the start, and again whenever the sender resumed after catching up
+	// while the process had a sender slot to spare (resume).
+	start, sliceStart time.Time
+	// runFor is how long this job runs: MaxRun less up to a quarter, so
+	// that senders started together do not all yield together.
+	runFor time.Duration
 	// wake receives the subscription's wake-ups while the job runs; each
 	// step drains it first, so one that arrives during or after a step's
 	// claim is kept for the linger that may follow.
@@ -50,7 +56,7 @@ type plan struct {
 	wait     time.Duration
 	wakeable bool
 	// idle: nothing to send now; linger for new deliveries, then let the
-	// subscription go (or, when the slice ends first, yield keeping it).
+	// subscription go (or, when the job's run ends first, yield keeping it).
 	idle bool
 	// yield: the slice is used up but work remains; the job keeps the
 	// lease and comes back behind other subscriptions' jobs.
@@ -77,6 +83,7 @@ func (s *sender) run(ctx context.Context) error {
 			last = p.batch
 			if last.drained && last.allDelivered() {
 				s.linger(ctx, s.d.cfg.RecordHold) // woken or not, the next step records last
+				s.resume()
 			}
 		case p.stop:
 			return nil
@@ -90,8 +97,9 @@ func (s *sender) run(ctx context.Context) error {
 			s.idled = true
 			switch s.linger(ctx, s.d.cfg.Linger) {
 			case woken:
+				s.resume()
 				continue
-			case sliceOver:
+			case runOver:
 				return river.JobSnooze(0)
 			}
 			done, err := s.release(ctx)
@@ -102,8 +110,26 @@ func (s *sender) run(ctx context.Context) error {
 	}
 }
 
-// sliceLeft is how much of the job's slice is left.
-func (s *sender) sliceLeft() time.Duration { return s.d.cfg.Slice - time.Since(s.start) }
+// sliceLeft is how much of the sender's slice is left, within the job's
+// run.
+func (s *sender) sliceLeft() time.Duration {
+	return min(s.d.cfg.Slice-time.Since(s.sliceStart), s.runLeft())
+}
+
+// runLeft is how much of the job's run is left.
+func (s *sender) runLeft() time.Duration { return s.runFor - time.Since(s.start) }
+
+// resume starts a new slice for a sender that caught up and lingered,
+// when the process has a sender slot to spare: a sender that keeps up
+// with a trickle keeps its job for the whole run, so its subscription is
+// seldom without a running sender for the time River takes to fetch the
+// job again. While every slot is taken, it yields after its slice like a
+// sender with a backlog.
+func (s *sender) resume() {
+	if s.d.running.Load() < int64(s.d.cfg.Senders) {
+		s.sliceStart = time.Now()
+	}
+}
 
 // pause waits w in the process if that ends within the slice, or until a
 // wake-up if wakeable; false if it would not fit, or ctx ended.
@@ -135,10 +161,10 @@ const (
 	woken lingering = iota
 	// expired: none came within the linger; let the subscription go.
 	expired
-	// sliceOver: the job's slice ended first; yield and linger on in the
+	// runOver: the job's run ended first; yield and linger on in the
 	// next run, keeping the subscription, so a steady trickle of
 	// deliveries never needs a new job.
-	sliceOver
+	runOver
 )
 
 // linger waits for a wake-up of the subscription (its round made new
@@ -149,9 +175,9 @@ func (s *sender) linger(ctx context.Context, d time.Duration) lingering {
 	if s.d.running.Load() >= int64(s.d.cfg.Senders) {
 		return expired
 	}
-	w := min(d, s.sliceLeft())
+	w := min(d, s.runLeft())
 	if w <= 0 {
-		return sliceOver
+		return runOver
 	}
 	t := time.NewTimer(w)
 	defer t.Stop()
@@ -162,7 +188,7 @@ func (s *sender) linger(ctx context.Context, d time.Duration) lingering {
 		return expired
 	case <-t.C:
 		if w < d {
-			return sliceOver
+			return runOver
 		}
 		return expired
 	case <-s.wake:
