@@ -171,3 +171,39 @@ func TestSenders_AGroupSkipsAHeldSubscription(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	eventually(t, 10*time.Second, func() bool { return held.count() == 2 }, "the held subscription's delivery once the row is free")
 }
+
+// TestSender_AnUnorderedRetryEndsTheLinger: an unordered sender with
+// nothing due but a retry due after its slice lingers for new deliveries;
+// the retry falling due ends that linger, so it is sent then, not when the
+// linger (here a minute) runs out. A linger is bounded by the job's run,
+// not by its slice.
+func TestSender_AnUnorderedRetryEndsTheLinger(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Slice, cfg.Linger, cfg.MaxRun = 100*time.Millisecond, time.Minute, 2*time.Minute
+	b := setup(t, cfg)
+	rv := newReceiver(t, func(_ request, n int) (int, map[string]string) {
+		if n == 1 {
+			return 500, nil
+		}
+		return 200, nil
+	})
+	// The retry comes after half a second to a second: past the slice.
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered),
+		RetryBase: new(time.Second), RetryMax: new(time.Second), RetryBudget: new(time.Hour)}})
+	b.start(t)
+	evs := b.emit(t, "s1", 1)
+	require.Equal(t, 1, b.round(t).Jobs)
+	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "the first attempt")
+	b.waitDelivered(t, s.ID, evs[0].Seq)
+	require.Equal(t, []int{500, 200}, statuses(rv.requests()))
+}
+
+// statuses lists the statuses the receiver answered, in arrival order.
+func statuses(rs []request) []int {
+	out := make([]int, len(rs))
+	for i, r := range rs {
+		out[i] = r.Status
+	}
+	return out
+}

@@ -57,7 +57,10 @@ type plan struct {
 	wakeable bool
 	// idle: nothing to send now; linger for new deliveries, then let the
 	// subscription go (or, when the job's run ends first, yield keeping it).
-	idle bool
+	// retryIn: when an unordered subscription's next retry is due (0: none
+	// pending); the linger ends then, and the release finds it due.
+	idle    bool
+	retryIn time.Duration
 	// yield: the slice is used up but work remains; the job keeps the
 	// lease and comes back behind other subscriptions' jobs.
 	yield bool
@@ -95,7 +98,7 @@ func (s *sender) run(ctx context.Context) error {
 			}
 		case p.idle:
 			s.idled = true
-			switch s.linger(ctx, s.d.cfg.Linger) {
+			switch s.linger(ctx, p.lingerFor(s.d.cfg.Linger)) {
 			case woken:
 				s.resume()
 				continue
@@ -108,6 +111,15 @@ func (s *sender) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// lingerFor is how long an idle sender lingers: d, or less when a retry
+// falls due sooner.
+func (p *plan) lingerFor(d time.Duration) time.Duration {
+	if p.retryIn > 0 {
+		return min(d, p.retryIn)
+	}
+	return d
 }
 
 // sliceLeft is how much of the sender's slice is left, within the job's

@@ -278,14 +278,19 @@ func (t *stepTx) unsendable(ctx context.Context, items []*delivery) (p plan, dec
 
 // untilDue is the plan of an unordered sender with nothing due: wait, with
 // the lease and open to wake-ups, for a retry due within the slice;
-// otherwise idle (its release makes it the keeper of later retries).
+// otherwise idle (its release makes it the keeper of later retries), with
+// a linger that ends when the retry falls due: a linger is bounded by the
+// job's run, not the slice, and would otherwise sleep past it.
 func (t *stepTx) untilDue(ctx context.Context) (plan, error) {
 	var due *time.Time
 	if err := t.tx.QueryRow(ctx, nextDueSQL, t.s.subID).Scan(&due); err != nil {
 		return plan{}, fmt.Errorf("deliver %s: next due: %w", t.s.subID, err)
 	}
-	if due == nil || due.Sub(t.sub.now) >= t.s.sliceLeft() {
+	if due == nil {
 		return plan{idle: true}, nil
+	}
+	if w := due.Sub(t.sub.now); w >= t.s.sliceLeft() {
+		return plan{idle: true, retryIn: max(w, time.Millisecond)}, nil
 	}
 	p, err := t.hold(ctx, due.Sub(t.sub.now))
 	p.wakeable = true
