@@ -142,6 +142,13 @@ const dbTimeout = 10 * time.Second
 // leaseMargin is added to a sender's lease beyond the attempt's timeout.
 const leaseMargin = 30 * time.Second
 
+// lease is how long a step takes the lease for: what may follow it, a
+// batch's attempts or a linger, and the margin. A linger is bounded by the
+// job's run, not its slice, so it may outlast an attempt's timeout; a
+// lease that ran out while its sender lingered would make the rounds
+// insert a job for the subscription instead of waking the sender.
+func (c *DeliverConfig) lease() time.Duration { return max(c.Timeout, c.Linger) + leaseMargin }
+
 // Deliverer is the River worker of webhook_out.deliver: a job becomes the
 // one sender of its subscription, holding its lease (pump_job_id,
 // pump_owner, pump_until), and works through the subscription's pending

@@ -195,7 +195,7 @@ func (g *steps) lock(ctx context.Context, tx pgx.Tx, group []*groupStep) ([]*gro
 	for i, gs := range group {
 		ids[i], jobs[i], owners[i] = gs.s.subID, gs.s.me.jobID, gs.s.me.owner
 		seen[gs.s.subID]++
-		gs.t = &stepTx{s: gs.s, tx: tx, leaseFor: g.d.cfg.Timeout + leaseMargin}
+		gs.t = &stepTx{s: gs.s, tx: tx, leaseFor: g.d.cfg.lease()}
 		gs.alone = true // unless its row is locked
 	}
 	rows, err := tx.Query(ctx, lockSubsSQL, ids, jobs, owners, g.d.cfg.LivenessSettle.Milliseconds())
@@ -281,7 +281,7 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 		o.add(gs.t, gs.last)
 	}
 	if _, err := tx.Exec(ctx, deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
-		subs, jobs, owners, (g.d.cfg.Timeout + leaseMargin).Milliseconds()); err != nil {
+		subs, jobs, owners, g.d.cfg.lease().Milliseconds()); err != nil {
 		return fmt.Errorf("record %d delivered: %w", len(o.seqs), err)
 	}
 	rows, err := tx.Query(ctx, claimManySQL, subs, wants)

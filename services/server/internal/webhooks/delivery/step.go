@@ -104,7 +104,7 @@ func (s *sender) stepAlone(ctx context.Context, last *batch) (p plan, err error)
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	t := &stepTx{s: s, tx: tx, leaseFor: s.d.cfg.Timeout + leaseMargin}
+	t := &stepTx{s: s, tx: tx, leaseFor: s.d.cfg.lease()}
 	if p, err = t.run(ctx, last); err != nil {
 		return p, err
 	}
