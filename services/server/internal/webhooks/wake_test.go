@@ -17,7 +17,7 @@ import (
 func TestConsumer_WakesTheLiveSenderWithoutAJob(t *testing.T) {
 	t.Parallel()
 	cfg := fastRetries()
-	cfg.Linger, cfg.Slice = time.Minute, 2*time.Minute
+	cfg.Linger, cfg.Slice, cfg.MaxRun = time.Minute, 2*time.Minute, 2*time.Minute
 	b := setup(t, cfg)
 	rv := newReceiver(t, nil)
 	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
@@ -55,13 +55,13 @@ func TestConsumer_OneJobUntilItsSenderStarts(t *testing.T) {
 	require.Equal(t, seqsOfEvents(evs), seqsOf(rv.requests()))
 }
 
-// TestSender_KeepsItsSubscriptionAcrossSlices: a sender whose slice ends
-// while it waits for new deliveries yields its River slot keeping the
+// TestSender_KeepsItsSubscriptionAcrossRuns: a sender whose job's run
+// ends while it waits for new deliveries yields its River slot keeping the
 // subscription, so the next delivery of a steady trickle needs no new job.
-func TestSender_KeepsItsSubscriptionAcrossSlices(t *testing.T) {
+func TestSender_KeepsItsSubscriptionAcrossRuns(t *testing.T) {
 	t.Parallel()
 	cfg := fastRetries()
-	cfg.Slice, cfg.Linger = 300*time.Millisecond, time.Minute
+	cfg.MaxRun, cfg.Linger = 300*time.Millisecond, time.Minute
 	b := setup(t, cfg)
 	rv := newReceiver(t, nil)
 	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
@@ -75,13 +75,52 @@ func TestSender_KeepsItsSubscriptionAcrossSlices(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce((metadata->>'snoozes')::int, 0) > 0 OR state = 'completed'
 			FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&ended))
 		return ended
-	}, "the job's first slice ended")
+	}, "the job's first run ended")
 	b.emit(t, "s1", 1)
 	require.Zero(t, b.round(t).Jobs, "the yielded sender still holds the subscription")
 	eventually(t, 10*time.Second, func() bool { return rv.count() == 2 }, "second delivery")
 	var jobs int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
 	require.Equal(t, 1, jobs)
+}
+
+// TestSender_KeepsItsJobWhileItKeepsUp: a sender that keeps up with a
+// trickle starts its slice again each time it catches up, so it keeps its
+// job for the job's whole run instead of yielding at the end of each
+// slice: every yield leaves the subscription without a running sender
+// until River fetches the job again.
+func TestSender_KeepsItsJobWhileItKeepsUp(t *testing.T) {
+	t.Parallel()
+	const slice = 300 * time.Millisecond
+	cfg := fastRetries()
+	cfg.Slice, cfg.MaxRun, cfg.Linger = slice, time.Minute, time.Minute
+	b := setup(t, cfg)
+	rv := newReceiver(t, nil)
+	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.start(t)
+	ctx := context.Background()
+	var started time.Time
+	for i := 1; ; i++ {
+		b.emit(t, "s1", 1)
+		b.round(t)
+		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
+		if i == 1 {
+			require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river_job WHERE kind = $1`,
+				webhooks.KindDeliver).Scan(&started))
+		}
+		var ran float64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - $1::timestamptz)`, started).Scan(&ran))
+		if time.Duration(ran*float64(time.Second)) > 3*slice {
+			break
+		}
+	}
+	var jobs, snoozes int
+	var state string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), max(state::text), max(coalesce((metadata->>'snoozes')::int, 0))
+		FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs, &state, &snoozes))
+	require.Equal(t, 1, jobs, "one job for the whole trickle")
+	require.Zero(t, snoozes, "the sender never yielded its job")
+	require.Equal(t, "running", state)
 }
 
 // TestSender_RecordsATrickleWithTheNextClaim: in a trickle, a batch that
@@ -92,7 +131,7 @@ func TestSender_KeepsItsSubscriptionAcrossSlices(t *testing.T) {
 func TestSender_RecordsATrickleWithTheNextClaim(t *testing.T) {
 	t.Parallel()
 	cfg := fastRetries()
-	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	cfg.Linger, cfg.Slice, cfg.MaxRun, cfg.RecordHold = time.Minute, 2*time.Minute, 2*time.Minute, time.Minute
 	b := setup(t, cfg)
 	rv := newReceiver(t, nil)
 	b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
@@ -114,7 +153,7 @@ func TestSenders_StepTogether(t *testing.T) {
 	t.Parallel()
 	cfg := fastRetries()
 	const n = 20
-	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	cfg.Linger, cfg.Slice, cfg.MaxRun, cfg.RecordHold = time.Minute, 2*time.Minute, 2*time.Minute, time.Minute
 	cfg.Senders = 2 * n // a slot to spare for each: a sender lingers only then
 	b := setup(t, cfg)
 	rv := newReceiver(t, nil)
@@ -142,7 +181,7 @@ func TestSenders_AGroupSkipsAHeldSubscription(t *testing.T) {
 	t.Parallel()
 	const others = 8
 	cfg := fastRetries()
-	cfg.Linger, cfg.Slice, cfg.RecordHold = time.Minute, 2*time.Minute, time.Minute
+	cfg.Linger, cfg.Slice, cfg.MaxRun, cfg.RecordHold = time.Minute, 2*time.Minute, 2*time.Minute, time.Minute
 	cfg.Senders = 4 * others
 	b := setup(t, cfg)
 	held, rv := newReceiver(t, nil), newReceiver(t, nil)
