@@ -21,3 +21,29 @@ func TestLease_OutlastsALinger(t *testing.T) {
 		require.Greater(t, cfg.lease(), cfg.Timeout, "%+v", c)
 	}
 }
+
+// TestMaxRun_DefaultStaysUnderTheRescue: by default a job runs as long as
+// River's rescue of stuck jobs allows, its timeout included, at most a
+// minute and at least a slice; an explicit MaxRun is kept.
+func TestMaxRun_DefaultStaysUnderTheRescue(t *testing.T) {
+	timeout := func(cfg DeliverConfig) time.Duration { return (&Deliverer{cfg: cfg}).Timeout(nil) }
+
+	cfg := (&DeliverConfig{}).withDefaults()
+	require.Equal(t, 2*time.Minute, cfg.RescueAfter)
+	require.Equal(t, time.Minute, cfg.MaxRun, "a minute under the default rescue")
+	require.Less(t, timeout(cfg), cfg.RescueAfter)
+
+	cfg = (&DeliverConfig{RescueAfter: 90 * time.Second}).withDefaults()
+	require.Equal(t, 33*time.Second, cfg.MaxRun, "what the rescue leaves after a job's overrun and the margin")
+	require.Equal(t, cfg.RescueAfter-rescueMargin, timeout(cfg))
+
+	cfg = (&DeliverConfig{RescueAfter: time.Minute}).withDefaults()
+	require.Equal(t, cfg.Slice, cfg.MaxRun, "at least a slice under the shortest rescue")
+
+	cfg = (&DeliverConfig{RescueAfter: time.Minute, Slice: 2 * time.Second}).withDefaults()
+	require.Equal(t, 3*time.Second, cfg.MaxRun)
+
+	for _, run := range []time.Duration{300 * time.Millisecond, 10 * time.Second, 5 * time.Minute} {
+		require.Equal(t, run, (&DeliverConfig{MaxRun: run}).withDefaults().MaxRun, "explicit")
+	}
+}
