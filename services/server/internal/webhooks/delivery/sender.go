@@ -57,12 +57,12 @@ type plan struct {
 	wakeable bool
 	// idle: nothing to send now; linger for new deliveries, then let the
 	// subscription go (or, when the job's run ends first, yield keeping it).
-	// retryIn: when an unordered subscription's next retry is due (0: none
-	// pending); the linger ends then, and the release finds it due.
+	// retryIn: how soon an unordered subscription's next retry falls due
+	// (0: none pending); the linger ends then, and the release finds it due.
 	idle    bool
 	retryIn time.Duration
-	// yield: the slice is used up but work remains; the job keeps the
-	// lease and comes back behind other subscriptions' jobs.
+	// yield: the slice (or the job's run) is used up but work remains; the
+	// job keeps the lease and comes back behind other subscriptions' jobs.
 	yield bool
 	// stop: end the job; another live sender holds the subscription, or it
 	// was disabled or deleted.
@@ -72,7 +72,8 @@ type plan struct {
 // run works through the subscription's deliveries: step (record the last
 // batch, claim the next), send, and again, until a step says to stop, to
 // wait longer than the slice allows, or there is nothing left and no
-// wake-up came while it lingered.
+// wake-up came while it lingered; or until the job's run ends, when it
+// yields keeping the subscription.
 func (s *sender) run(ctx context.Context) error {
 	var last *batch
 	for {
