@@ -138,6 +138,9 @@ type EventSource interface {
 	// EventsAt returns the events at seqs, in seq order, in one statement;
 	// a seq retention removed has no event in the result.
 	EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]Event, error)
+	// QueueEventsAt queues EventsAt's read on b; once b has run, *into
+	// holds the events.
+	QueueEventsAt(b *pgx.Batch, seqs []int64, into *[]Event)
 }
 
 // JobSink inserts jobs inside the round's transaction, so they commit or

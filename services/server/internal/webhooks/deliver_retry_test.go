@@ -25,6 +25,11 @@ func (unreadableLog) EventsAt(context.Context, pgx.Tx, []int64) ([]sync.Event, e
 	return nil, errors.New("event log unreachable")
 }
 
+// QueueEventsAt queues a read that fails.
+func (unreadableLog) QueueEventsAt(b *pgx.Batch, _ []int64, _ *[]sync.Event) {
+	b.Queue(`SELECT 1/0`)
+}
+
 // TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble: a delivery job
 // that fails (here, reading its event fails) comes back within seconds,
 // also after its second and later failures, where River's default backoff

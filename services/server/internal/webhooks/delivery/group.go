@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"log/slog"
 	"slices"
 	gosync "sync"
@@ -280,26 +281,22 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 		wants[i] = int32(gs.want)
 		o.add(gs.t, gs.last)
 	}
-	if _, err := tx.Exec(ctx, deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
-		subs, jobs, owners, g.d.cfg.lease().Milliseconds()); err != nil {
-		return fmt.Errorf("record %d delivered: %w", len(o.seqs), err)
-	}
-	rows, err := tx.Query(ctx, claimManySQL, subs, wants)
-	if err != nil {
-		return fmt.Errorf("claim: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var n int
-		d := &delivery{}
-		if err := rows.Scan(&n, &d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt); err != nil {
-			return fmt.Errorf("claim: %w", err)
+	b := &pgx.Batch{}
+	b.Queue(deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
+		subs, jobs, owners, g.d.cfg.lease().Milliseconds())
+	b.Queue(claimManySQL, subs, wants).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var n int
+			d := &delivery{}
+			if err := rows.Scan(&n, &d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt); err != nil {
+				return err
+			}
+			taken[n-1].items = append(taken[n-1].items, d)
 		}
-		gs := taken[n-1]
-		gs.items = append(gs.items, d)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("claim: %w", err)
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record %d delivered and claim: %w", len(o.seqs), err)
 	}
 	for _, gs := range taken {
 		slices.SortFunc(gs.items, func(a, b *delivery) int { return cmp.Compare(a.seq, b.seq) })
@@ -337,8 +334,8 @@ func (o *outcomes) add(t *stepTx, last *batch) {
 }
 
 // prepare decides each taken step's plan: the claimed items that are to
-// be sent get one rights decision per distinct owner, token and space (in
-// one round trip) and their events read in one statement.
+// be sent get one rights decision per distinct owner, token and space and
+// their events read in one statement, all in one round trip.
 func (g *steps) prepare(ctx context.Context, taken []*groupStep) error {
 	var sending []*groupStep
 	for _, gs := range taken {
@@ -356,11 +353,10 @@ func (g *steps) prepare(ctx context.Context, taken []*groupStep) error {
 		return nil
 	}
 	decidedAt := time.Now()
-	allowed, err := g.decide(ctx, sending)
+	allowed, evs, err := g.decideAndRead(ctx, sending)
 	if err != nil {
 		return err
 	}
-	var seqs []int64
 	var sent []*groupStep
 	for i, gs := range sending {
 		if !allowed[i].Allowed {
@@ -370,17 +366,9 @@ func (g *steps) prepare(ctx context.Context, taken []*groupStep) error {
 			}
 			continue
 		}
-		for _, d := range gs.items {
-			seqs = append(seqs, d.seq)
-		}
 		sent = append(sent, gs)
 	}
-	if len(sent) == 0 {
-		return nil
-	}
-	if err := g.readEvents(ctx, sent[0].t.tx, sent, seqs); err != nil {
-		return err
-	}
+	attachEvents(sent, evs)
 	for _, gs := range sent {
 		if gs.p, err = gs.t.build(ctx, gs.items, decidedAt, len(gs.items) < gs.want); err != nil {
 			return err
@@ -389,14 +377,38 @@ func (g *steps) prepare(ctx context.Context, taken []*groupStep) error {
 	return nil
 }
 
-// decide decides the rights of the steps in sending, one read per distinct
-// request, all in one round trip; the decisions are in sending's order.
-func (g *steps) decide(ctx context.Context, sending []*groupStep) ([]authz.Decision, error) {
+// decideAndRead decides the rights of the steps in sending (in their
+// order) and reads the events of all their claimed deliveries, in one
+// round trip.
+func (g *steps) decideAndRead(ctx context.Context, sending []*groupStep) ([]authz.Decision, []sync.Event, error) {
+	b := &pgx.Batch{}
+	decisions, err := queueRights(b, sending)
+	if err != nil {
+		return nil, nil, err
+	}
+	var seqs []int64
+	for _, gs := range sending {
+		for _, d := range gs.items {
+			seqs = append(seqs, d.seq)
+		}
+	}
+	var evs []sync.Event
+	g.d.events.QueueEventsAt(b, seqs, &evs)
+	if err := sending[0].t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, fmt.Errorf("rights and events: %w", err)
+	}
+	out, err := decisions()
+	return out, evs, err
+}
+
+// queueRights queues on b one rights read per distinct owner, token and
+// space of the steps in sending; once b has run, decisions returns their
+// decisions in sending's order.
+func queueRights(b *pgx.Batch, sending []*groupStep) (decisions func() ([]authz.Decision, error), err error) {
 	type key struct {
 		principal, space string
 		token            uuid.UUID
 	}
-	b := &pgx.Batch{}
 	pending := map[key]*authz.Pending{}
 	reqs := make([]key, len(sending))
 	for i, gs := range sending {
@@ -415,27 +427,22 @@ func (g *steps) decide(ctx context.Context, sending []*groupStep) ([]authz.Decis
 		}
 		pending[k] = p
 	}
-	if err := sending[0].t.tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("authz: %w", err)
-	}
-	out := make([]authz.Decision, len(sending))
-	for i, k := range reqs {
-		dec, err := pending[k].Decision()
-		if err != nil {
-			return nil, err
+	return func() ([]authz.Decision, error) {
+		out := make([]authz.Decision, len(sending))
+		for i, k := range reqs {
+			dec, err := pending[k].Decision()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = dec
 		}
-		out[i] = dec
-	}
-	return out, nil
+		return out, nil
+	}, nil
 }
 
-// readEvents reads the events of every claimed delivery of sent in one
-// statement.
-func (g *steps) readEvents(ctx context.Context, tx pgx.Tx, sent []*groupStep, seqs []int64) error {
-	evs, err := g.d.events.EventsAt(ctx, tx, seqs)
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
+// attachEvents gives every claimed delivery of sent its event from evs;
+// one retention removed has none.
+func attachEvents(sent []*groupStep, evs []sync.Event) {
 	bySeq := make(map[int64]int, len(evs))
 	for i := range evs {
 		bySeq[evs[i].Seq] = i
@@ -447,5 +454,4 @@ func (g *steps) readEvents(ctx context.Context, tx pgx.Tx, sent []*groupStep, se
 			}
 		}
 	}
-	return nil
 }

@@ -605,6 +605,14 @@ func (l *EventLog) EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]syn
 	return pgx.CollectRows(rows, scanEvent)
 }
 
+// QueueEventsAt implements sync.EventSource.
+func (l *EventLog) QueueEventsAt(b *pgx.Batch, seqs []int64, into *[]sync.Event) {
+	b.Queue(eventsAtSQL, seqs).Query(func(rows pgx.Rows) (err error) {
+		*into, err = pgx.CollectRows(rows, scanEvent)
+		return err
+	})
+}
+
 // LowSeq implements sync.EventSource.
 func (l *EventLog) LowSeq(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var low int64
