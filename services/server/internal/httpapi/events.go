@@ -1,13 +1,10 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -72,7 +69,7 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 		}
 		news[i] = ne
 	}
-	evs, err := a.log.Write(r.Context(), func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil })
+	evs, err := a.log.Append(r.Context(), news)
 	if err != nil {
 		var ee *sync.EventError
 		if errors.As(err, &ee) {

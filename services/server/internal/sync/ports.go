@@ -24,8 +24,12 @@ type WriteFunc func(ctx context.Context, tx pgx.Tx) ([]NewEvent, error)
 // event. Write is safe for concurrent use. On context cancellation before
 // the commit is sent the transaction rolls back; an error after that point
 // may leave the outcome unknown, as with any COMMIT.
+//
+// Append appends events that go with no domain writes, as Write with a fn
+// that only returns them would, in fewer round trips to the database.
 type Producer interface {
 	Write(ctx context.Context, fn WriteFunc) ([]Event, error)
+	Append(ctx context.Context, news []NewEvent) ([]Event, error)
 }
 
 // DurabilityBarrier makes what other sessions committed durable before it

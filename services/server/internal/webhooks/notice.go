@@ -205,7 +205,7 @@ func NewNoticeWorker(events sync.Producer) *NoticeWorker {
 func (w *NoticeWorker) Work(ctx context.Context, job *river.Job[NoticeArgs]) error {
 	a := job.Args
 	ev := sync.NewEvent{ID: a.EventID, Space: a.Space, Type: a.Type, Actor: SystemActor, OccurredAt: a.OccurredAt, Data: a.Data}
-	_, err := w.events.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return []sync.NewEvent{ev}, nil })
+	_, err := w.events.Append(ctx, []sync.NewEvent{ev})
 	if errors.Is(err, sync.ErrEventIDConflict) {
 		return river.JobCancel(fmt.Errorf("operational event %s: %w", a.EventID, err))
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -110,7 +109,7 @@ func (h *handoff) appendBatch(ctx context.Context, log *postgres.EventLog, from,
 		t := &h.targets[i%len(h.targets)]
 		news = append(news, sync.NewEvent{ID: id, Space: t.space, Type: t.typ, Actor: "perf-writer", Data: []byte(`{"n":1}`)})
 	}
-	_, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil })
+	_, err := log.Append(ctx, news)
 	return err
 }
 

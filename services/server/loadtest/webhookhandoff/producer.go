@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -42,7 +41,7 @@ type producerResult struct {
 }
 
 // runProducer is the producer role: it appends one phase of events at the
-// rate through the producer API (postgres.EventLog.Write), one event per
+// rate through the producer API (postgres.EventLog.Append), one event per
 // transaction, sends what it appended and ends.
 func runProducer(ctx context.Context, cio *harness.ChildIO) error {
 	var p producerParams
@@ -98,9 +97,7 @@ func writeOne(ctx context.Context, log *postgres.EventLog, target [2]string) (in
 	if err != nil {
 		return 0, err
 	}
-	evs, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
-		return []sync.NewEvent{{ID: id, Space: target[0], Type: target[1], Actor: "perf-writer", Data: []byte(`{"n":1}`)}}, nil
-	})
+	evs, err := log.Append(ctx, []sync.NewEvent{{ID: id, Space: target[0], Type: target[1], Actor: "perf-writer", Data: []byte(`{"n":1}`)}})
 	if err != nil {
 		return 0, err
 	}

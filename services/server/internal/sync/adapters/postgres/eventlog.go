@@ -188,6 +188,11 @@ SELECT array_agg(n) FROM unnest($1::jsonb[], $2::jsonb[]) WITH ORDINALITY AS t(a
 func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Event, err error) {
 	ctx, span := l.tracer.Start(ctx, "bothy.event_log.write", trace.WithSpanKind(trace.SpanKindProducer))
 	defer func() { endWriteSpan(span, out, err) }()
+	return l.write(ctx, span, fn)
+}
+
+// write is Write within span.
+func (l *EventLog) write(ctx context.Context, span trace.Span, fn sync.WriteFunc) (out []sync.Event, err error) {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("append: acquire: %w", err)
@@ -231,15 +236,20 @@ func (l *EventLog) Write(ctx context.Context, fn sync.WriteFunc) (out []sync.Eve
 		p.fill(out, nil)
 		return out, nil
 	}
-	appended, committed, err := l.appendAndCommit(ctx, conn, news, p.fresh, sync.FormatTraceParent(span.SpanContext()))
+	appended, committed, err := l.appendAndCommit(ctx, conn, nil, news, p.fresh, sync.FormatTraceParent(span.SpanContext()))
 	if err != nil {
 		return nil, err
 	}
+	l.committed()
+	p.fill(out, appended)
+	return out, nil
+}
+
+// committed wakes the readers after a commit that appended.
+func (l *EventLog) committed() {
 	if l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx {
 		l.notifier.signal()
 	}
-	p.fill(out, appended)
-	return out, nil
 }
 
 // normalized returns a copy of news with defaults filled in, so the
@@ -269,11 +279,17 @@ func commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (commi
 
 // appendAndCommit appends the events of news at the positions fresh and
 // commits, in one pipeline: the counter's window holds no client round trip.
+// The transaction is open on conn already, unless claim is not nil: then
+// the pipeline begins it and claims the ids in claim first (claimAllIDsSQL).
 // committed reports whether the server committed, also when err says the
 // flush after it was not confirmed.
-func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, news []sync.NewEvent, fresh []int,
+func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, claim []uuid.UUID, news []sync.NewEvent, fresh []int,
 	traceParent string) (appended []sync.Event, committed bool, err error) {
 	b := &pgx.Batch{}
+	if claim != nil {
+		b.Queue(`BEGIN`)
+		b.Queue(claimAllIDsSQL, claim)
+	}
 	if !l.variant.flushInLock {
 		b.Queue(`SET LOCAL synchronous_commit = off`)
 	}
