@@ -41,6 +41,7 @@ func openPool(ctx context.Context, cfg *config.Config, configure func(*pgxpool.C
 	}
 	pc.MaxConns = int32(cfg.Database.MaxConns)
 	dbconn.ApplyDefaults(&pc.ConnConfig.Config)
+	dbconn.RegisterTypes(pc)
 	if pc.PingTimeout == 0 {
 		// A connection idle for a second is pinged before it is handed out;
 		// one to a server that stopped answering would otherwise hold the

@@ -5,9 +5,13 @@
 package dbconn
 
 import (
+	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // ConnectTimeout is how long a connection attempt waits for each host of
@@ -23,5 +27,21 @@ const ConnectTimeout = 5 * time.Second
 func ApplyDefaults(c *pgconn.Config) {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = ConnectTimeout
+	}
+}
+
+// RegisterTypes teaches every connection of pc the Go types bothy passes
+// that pgx does not know natively: google/uuid's UUID, which pgx would
+// otherwise encode through its driver.Valuer (a string, parsed back, after
+// a failed attempt that builds an error) element by element in every
+// uuid[] parameter.
+func RegisterTypes(pc *pgxpool.Config) {
+	next := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		pgxuuid.Register(conn.TypeMap())
+		if next != nil {
+			return next(ctx, conn)
+		}
+		return nil
 	}
 }

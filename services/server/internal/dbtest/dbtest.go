@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -220,6 +221,7 @@ func NewDB(tb testing.TB) *DB {
 		tb.Fatalf("dbtest: %v", err)
 	}
 	pc.MaxConns = 16 // the default (4 on this machine) starves concurrent producers and River
+	dbconn.RegisterTypes(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)

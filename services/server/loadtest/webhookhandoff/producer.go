@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/loadtest/harness"
@@ -54,6 +55,7 @@ func runProducer(ctx context.Context, cio *harness.ChildIO) error {
 	}
 	pc.MaxConns = int32(p.Producers + 2)
 	pc.ConnConfig.RuntimeParams["application_name"] = "bothy-perf-producer"
+	dbconn.RegisterTypes(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return err
