@@ -26,7 +26,11 @@ type WriteFunc func(ctx context.Context, tx pgx.Tx) ([]NewEvent, error)
 // may leave the outcome unknown, as with any COMMIT.
 //
 // Append appends events that go with no domain writes, as Write with a fn
-// that only returns them would, in fewer round trips to the database.
+// that only returns them would, in fewer round trips to the database. It
+// sends the COMMIT with its first statements, so an error of the database
+// call that is not the server's refusal may leave the outcome unknown,
+// context cancellation included (the error says "outcome unknown");
+// repeating the call with the same event ids settles it.
 type Producer interface {
 	Write(ctx context.Context, fn WriteFunc) ([]Event, error)
 	Append(ctx context.Context, news []NewEvent) ([]Event, error)

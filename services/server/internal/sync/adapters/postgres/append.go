@@ -36,6 +36,11 @@ const eventIDsKey = "event_ids_pkey"
 // pipeline rolls back having appended nothing and Append does what Write
 // does: the logged events come back with Duplicate set, or a conflict
 // (TestEventLog_AppendRepeatedID).
+//
+// The server has the COMMIT from the start and runs the pipeline to its
+// end even if the caller's context ends meanwhile (while the claim or the
+// counter waits): such an error leaves the outcome unknown, and a repeat
+// with the same ids answers from the log.
 func (l *EventLog) Append(ctx context.Context, news []sync.NewEvent) (out []sync.Event, err error) {
 	ctx, span := l.tracer.Start(ctx, "bothy.event_log.write", trace.WithSpanKind(trace.SpanKindProducer))
 	defer func() { endWriteSpan(span, out, err) }()

@@ -318,6 +318,10 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, clai
 		// The commit is visible but its flush was not confirmed, as when a
 		// connection drops during a plain COMMIT: the outcome is unknown.
 		return nil, true, fmt.Errorf("append %d events: committed, durability unconfirmed: %w", n, err)
+	case err != nil && commitMaySucceed(err):
+		// The pipeline, COMMIT included, may be on the server already,
+		// which runs it to its end whether or not the client still reads.
+		return nil, false, fmt.Errorf("append %d events: outcome unknown, the commit was sent: %w", n, err)
 	case err != nil:
 		return nil, false, fmt.Errorf("append %d events: %w", n, mapAppendErr(err))
 	case !committed:
@@ -326,6 +330,18 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, clai
 		return nil, false, fmt.Errorf("append %d events: %w", n, pgx.ErrTxCommitRollback)
 	}
 	return appended, true, nil
+}
+
+// commitMaySucceed says whether err, which ended a pipeline that holds a
+// COMMIT before its answer came, leaves the commit possible: the server
+// did not refuse a statement before it (a *pgconn.PgError, after which it
+// skips the rest), and the pipeline was sent, at least in part (not an
+// error pgconn marks safe to retry, nor one of pgx's before the pipeline).
+// A cancelled context is such an error once the pipeline is sent.
+func commitMaySucceed(err error) bool {
+	var pgErr *pgconn.PgError
+	var before pgx.ErrPreprocessingBatch
+	return !errors.As(err, &pgErr) && !errors.As(err, &before) && !pgconn.SafeToRetry(err)
 }
 
 // queueAppend queues the INSERT of the events of news at the positions
