@@ -47,10 +47,12 @@ func (l *EventLog) Append(ctx context.Context, news []sync.NewEvent) (out []sync
 	if len(news) == 0 {
 		return nil, nil
 	}
-	whole := func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil }
 	if news, err = normalized(news, l.cfg.Now()); err != nil {
 		return nil, err
 	}
+	// Write's path gets the normalized events: the ids Normalize made for
+	// events without one are the ids this call claims.
+	whole := func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil }
 	ids, repeats := sortedIDs(news)
 	if repeats {
 		return l.write(ctx, span, whole)
