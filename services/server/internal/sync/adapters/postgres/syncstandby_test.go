@@ -48,11 +48,16 @@ func TestSynchronousStandby(t *testing.T) {
 		})
 		return err
 	}
+	appendViaAppend := func(ctx context.Context) error {
+		_, err := log.Append(ctx, []sync.NewEvent{{Space: "s1", Type: "item.created", Actor: "a"}})
+		return err
+	}
 
 	// The warm-up also runs what is tested once (its first planning reads
 	// catalog pages), and vacuums, so that no session prunes a page (which
 	// writes WAL) while a test needs the WAL flushed to its end.
 	require.NoError(t, appendOne(context.Background()))
+	require.NoError(t, appendViaAppend(context.Background()))
 	require.NoError(t, postgres.Durable(context.Background(), pool))
 	_, err = admin.Exec(context.Background(), `VACUUM`)
 	require.NoError(t, err)
@@ -81,6 +86,17 @@ func TestSynchronousStandby(t *testing.T) {
 		standbyBack(t, admin)
 	})
 
+	t.Run("AppendWhoseStandbyWaitIsCancelledIsUnconfirmed", func(t *testing.T) {
+		standbyAbsent(t, admin)
+		done := start(func() error { return appendViaAppend(context.Background()) })
+		waitSyncRep(t, admin, done, "the append returned before the synchronous standby had its events")
+		cancelSyncRepWaits(t, admin)
+		err := <-done
+		require.ErrorIs(t, err, dbfault.ErrUnconfirmed)
+		require.ErrorContains(t, err, "committed, durability unconfirmed")
+		standbyBack(t, admin)
+	})
+
 	t.Run("BarrierWhoseStandbyWaitIsCancelledFails", func(t *testing.T) {
 		standbyAbsent(t, admin)
 		dbtest.BumpSeqAsync(t, pool, 1)
@@ -95,6 +111,14 @@ func TestSynchronousStandby(t *testing.T) {
 		standbyAbsent(t, admin)
 		done := start(func() error { return appendOne(context.Background()) })
 		waitSyncRep(t, admin, done, "the write returned before the synchronous standby had its events")
+		standbyBack(t, admin)
+		require.NoError(t, <-done)
+	})
+
+	t.Run("AppendAcknowledgedOnceTheStandbyConfirms", func(t *testing.T) {
+		standbyAbsent(t, admin)
+		done := start(func() error { return appendViaAppend(context.Background()) })
+		waitSyncRep(t, admin, done, "the append returned before the synchronous standby had its events")
 		standbyBack(t, admin)
 		require.NoError(t, <-done)
 	})
