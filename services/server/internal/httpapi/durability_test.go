@@ -43,9 +43,10 @@ func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
 	t.Run("ConcurrentProducersCrashMidStream", testCrashMidStream)
 }
 
-// testCrashMidStream crashes PostgreSQL while 8 producers append, so
-// flushes are in flight and producers wait on them at the moment of the
-// crash; every event acknowledged before it must survive.
+// testCrashMidStream crashes PostgreSQL while 8 producers append, half
+// through Write and half through Append, so flushes are in flight and
+// producers wait on them at the moment of the crash; every event
+// acknowledged before it must survive.
 func testCrashMidStream(t *testing.T) {
 	p := dbtest.NewPrivate(t, dbtest.QuietCrashSettings)
 	ctx := context.Background()
@@ -53,7 +54,8 @@ func testCrashMidStream(t *testing.T) {
 	producer := postgres.NewEventLog(pool, nil)
 	var mu gosync.Mutex
 	var acked []ackedEvent
-	enough := make(chan struct{})
+	perType := map[string]int{} // acknowledged events by path
+	enough, crashing := make(chan struct{}), false
 	var wg gosync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -61,15 +63,26 @@ func testCrashMidStream(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				data := fmt.Sprintf(`{"g": %d, "i": %d}`, g, i)
-				evs, err := producer.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
-					return []sync.NewEvent{{Space: "crash", Type: "producer.wrote", Actor: "test", Data: []byte(data)}}, nil
-				})
+				typ, viaAppend := "producer.wrote", g%2 == 1
+				if viaAppend {
+					typ = "producer.appended"
+				}
+				news := []sync.NewEvent{{Space: "crash", Type: typ, Actor: "test", Data: []byte(data)}}
+				var evs []sync.Event
+				var err error
+				if viaAppend {
+					evs, err = producer.Append(ctx, news)
+				} else {
+					evs, err = producer.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) { return news, nil })
+				}
 				if err != nil {
 					return // the crash: not acknowledged
 				}
 				mu.Lock()
-				acked = append(acked, ackedEvent{seq: evs[0].Seq, id: evs[0].ID, typ: "producer.wrote", data: data})
-				if len(acked) == 200 {
+				acked = append(acked, ackedEvent{seq: evs[0].Seq, id: evs[0].ID, typ: typ, data: data})
+				perType[typ]++
+				if !crashing && perType["producer.wrote"] >= 100 && perType["producer.appended"] >= 100 {
+					crashing = true
 					close(enough)
 				}
 				mu.Unlock()
