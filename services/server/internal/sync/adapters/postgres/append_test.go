@@ -92,17 +92,8 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, []uuid.UUID{news[0].ID, news[1].ID, news[2].ID}, ids)
 	})
 	t.Run("SameIDTwiceInOneCallAppendsOnce", func(t *testing.T) {
-		id, other := uuid.New(), uuid.New()
-		evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{"a":1}`), itemEvent(other, `{}`), itemEvent(id, `{ "a" : 1 }`)})
-		require.NoError(t, err)
-		require.Len(t, evs, 3)
-		require.False(t, evs[0].Duplicate)
-		require.False(t, evs[1].Duplicate)
-		require.True(t, evs[2].Duplicate)
-		require.Equal(t, evs[0].Seq, evs[2].Seq)
-		require.Equal(t, evs[0].Seq+1, evs[1].Seq, "the repeat takes no seq")
+		evs := requireSameIDTwiceInOneCallAppendsOnce(t, b, viaAppend(b.log))
 		require.Equal(t, evs[1].Seq, headOf(t, b))
-		require.Equal(t, 1, rowsWithID(t, b, id))
 	})
 	t.Run("IDUsedByAnEarlierCallIsADuplicateAndAppendsNothing", func(t *testing.T) {
 		byWrite, err := b.log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
@@ -173,64 +164,17 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, before, headOf(t, b))
 	})
 	t.Run("ConcurrentAppendsOfTheSameIDAppendOnce", func(t *testing.T) {
-		// A holder of the counter keeps A in the window's queue after A
-		// claimed the id, so B claims it while A has not committed.
-		id := uuid.New()
-		holder, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer holder.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		_, err = holder.Exec(ctx, `SELECT last_seq FROM event_seq FOR UPDATE`)
-		require.NoError(t, err)
-		type result struct {
-			evs []sync.Event
-			err error
-		}
-		results := make(chan result, 2)
-		appendOne := func() {
-			evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{"n":1}`)})
-			results <- result{evs, err}
-		}
-		go appendOne()
-		waitForLockWaiters(t, b, 1) // A waits for the counter, its id claimed
-		go appendOne()
-		waitForLockWaiters(t, b, 2) // B waits for A's claim
-		require.NoError(t, holder.Rollback(ctx))
-		r1, r2 := <-results, <-results
-		require.NoError(t, r1.err)
-		require.NoError(t, r2.err)
-		require.Equal(t, r1.evs[0].Seq, r2.evs[0].Seq, "both callers get the same seq")
-		require.NotEqual(t, r1.evs[0].Duplicate, r2.evs[0].Duplicate, "exactly one appended")
-		require.Equal(t, 1, rowsWithID(t, b, id))
-		require.Equal(t, r1.evs[0].Seq, headOf(t, b))
+		seq := requireConcurrentCallsOfOneIDAppendOnce(t, b, viaAppend(b.log))
+		require.Equal(t, seq, headOf(t, b))
 	})
 	t.Run("ConcurrentClaimerRollingBackLetsTheAppendThrough", func(t *testing.T) {
-		id := uuid.New()
-		a, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer a.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		_, err = a.Exec(ctx, `INSERT INTO event_ids (id, after_seq) VALUES ($1, 0)`, id)
-		require.NoError(t, err)
-		var evs []sync.Event
-		done := start(func() error {
-			var err error
-			evs, err = b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{}`)})
-			return err
-		})
-		waitForLockWaiters(t, b, 1) // the Append's claim waits for a's
-		require.NoError(t, a.Rollback(ctx))
-		require.NoError(t, <-done)
-		require.False(t, evs[0].Duplicate)
-		require.Equal(t, 1, rowsWithID(t, b, id))
+		requireRolledBackClaimLetsTheCallAppend(t, b, viaAppend(b.log))
 	})
 	t.Run("CancelledCallIsSettledByRepeatingIt", func(t *testing.T) {
 		// The pipeline, COMMIT included, is on the server when the caller
 		// gives up waiting for the counter: the outcome is unknown.
 		id := uuid.New()
-		holder, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer holder.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		_, err = holder.Exec(ctx, `SELECT last_seq FROM event_seq FOR UPDATE`)
-		require.NoError(t, err)
+		release := holdCounter(t, b)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		done := start(func() error {
@@ -239,10 +183,10 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		})
 		waitForLockWaiters(t, b, 1)
 		cancel()
-		err = <-done
+		err := <-done
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorContains(t, err, "outcome unknown")
-		require.NoError(t, holder.Rollback(ctx))
+		release()
 
 		again, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{}`)})
 		require.NoError(t, err)

@@ -54,16 +54,7 @@ func TestEventLog_WriteRepeatedID(t *testing.T) {
 	}
 
 	t.Run("SameIDTwiceInOneCallAppendsOnce", func(t *testing.T) {
-		id, other := uuid.New(), uuid.New()
-		evs, err := writeEvents(ctx, b.log, event(id, `{"a":1}`), event(other, `{}`), event(id, `{ "a" : 1 }`))
-		require.NoError(t, err)
-		require.Len(t, evs, 3)
-		require.False(t, evs[0].Duplicate)
-		require.False(t, evs[1].Duplicate)
-		require.True(t, evs[2].Duplicate)
-		require.Equal(t, evs[0].Seq, evs[2].Seq)
-		require.Equal(t, evs[0].Seq+1, evs[1].Seq, "the repeat takes no seq")
-		require.Equal(t, 1, rowsWithID(t, b, id))
+		requireSameIDTwiceInOneCallAppendsOnce(t, b, viaWrite(b.log))
 	})
 	t.Run("SameIDInTwoCallsAppendsOnce", func(t *testing.T) {
 		id := uuid.New()
@@ -95,54 +86,10 @@ func TestEventLog_WriteRepeatedID(t *testing.T) {
 		require.Equal(t, evs[0].Seq, head, "one seq handed out")
 	})
 	t.Run("ConcurrentProducersWithSameIDAppendOnce", func(t *testing.T) {
-		// A holder of the counter keeps producer A in the window's queue
-		// after A claimed the id, so B claims it while A has not committed.
-		id := uuid.New()
-		holder, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer holder.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		_, err = holder.Exec(ctx, `SELECT last_seq FROM event_seq FOR UPDATE`)
-		require.NoError(t, err)
-		type result struct {
-			evs []sync.Event
-			err error
-		}
-		results := make(chan result, 2)
-		write := func() {
-			evs, err := writeEvents(ctx, b.log, event(id, `{"n":1}`))
-			results <- result{evs, err}
-		}
-		go write()
-		waitForLockWaiters(t, b, 1) // A waits for the counter, its id claimed
-		go write()
-		waitForLockWaiters(t, b, 2) // B waits for A's claim
-		require.NoError(t, holder.Rollback(ctx))
-		r1, r2 := <-results, <-results
-		require.NoError(t, r1.err)
-		require.NoError(t, r2.err)
-		require.Equal(t, r1.evs[0].Seq, r2.evs[0].Seq, "both callers get the same seq")
-		require.NotEqual(t, r1.evs[0].Duplicate, r2.evs[0].Duplicate, "exactly one appended")
-		require.Equal(t, 1, rowsWithID(t, b, id))
+		requireConcurrentCallsOfOneIDAppendOnce(t, b, viaWrite(b.log))
 	})
 	t.Run("ConcurrentFirstProducerRollingBackLetsTheSecondAppend", func(t *testing.T) {
-		id := uuid.New()
-		a, err := b.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer a.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		_, err = a.Exec(ctx, `INSERT INTO event_ids (id, after_seq) VALUES ($1, 0)`, id)
-		require.NoError(t, err)
-		done := make(chan error, 1)
-		var evs []sync.Event
-		go func() {
-			var err error
-			evs, err = writeEvents(ctx, b.log, event(id, `{}`))
-			done <- err
-		}()
-		waitForLockWaiters(t, b, 1)
-		require.NoError(t, a.Rollback(ctx))
-		require.NoError(t, <-done)
-		require.False(t, evs[0].Duplicate)
-		require.Equal(t, 1, rowsWithID(t, b, id))
+		requireRolledBackClaimLetsTheCallAppend(t, b, viaWrite(b.log))
 	})
 	t.Run("OtherDataUnderTheSameIDIsAConflict", func(t *testing.T) {
 		id := uuid.New()
@@ -216,6 +163,121 @@ func waitForLockWaiters(t *testing.T, b *bundle, n int) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 		return err == nil && waiting >= n
 	}, "%d sessions waiting for a lock", n)
+}
+
+// appendFunc appends news in one call of the event log, through Write or
+// through Append, so that one test body can hold both paths to the same
+// promises.
+type appendFunc func(ctx context.Context, news ...sync.NewEvent) ([]sync.Event, error)
+
+// viaWrite appends through log.Write, with a domain row (writeEvents).
+func viaWrite(log *postgres.EventLog) appendFunc {
+	return func(ctx context.Context, news ...sync.NewEvent) ([]sync.Event, error) {
+		return writeEvents(ctx, log, news...)
+	}
+}
+
+// viaAppend appends through log.Append.
+func viaAppend(log *postgres.EventLog) appendFunc {
+	return func(ctx context.Context, news ...sync.NewEvent) ([]sync.Event, error) {
+		return log.Append(ctx, news)
+	}
+}
+
+// requireSameIDTwiceInOneCallAppendsOnce makes one call of appendEvents
+// with an event, another and the first again (its data spelled
+// otherwise), and requires that the repeat is answered with the first,
+// marked Duplicate, and takes no seq. It returns the call's events.
+func requireSameIDTwiceInOneCallAppendsOnce(t *testing.T, b *bundle, appendEvents appendFunc) []sync.Event {
+	t.Helper()
+	id, other := uuid.New(), uuid.New()
+	evs, err := appendEvents(context.Background(), itemEvent(id, `{"a":1}`), itemEvent(other, `{}`), itemEvent(id, `{ "a" : 1 }`))
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	require.False(t, evs[0].Duplicate)
+	require.False(t, evs[1].Duplicate)
+	require.True(t, evs[2].Duplicate)
+	require.Equal(t, evs[0].Seq, evs[2].Seq)
+	require.Equal(t, evs[0].Seq+1, evs[1].Seq, "the repeat takes no seq")
+	require.Equal(t, 1, rowsWithID(t, b, id))
+	return evs
+}
+
+// holdCounter takes the log's counter row in a transaction of its own, so
+// that a producer that has claimed its ids waits for the counter before it
+// inserts; release rolls the transaction back and lets the producer on.
+// The transaction is also rolled back when the test ends, should it stop
+// before release.
+func holdCounter(t *testing.T, b *bundle) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	_, err = holder.Exec(ctx, `SELECT last_seq FROM event_seq FOR UPDATE`)
+	require.NoError(t, err)
+	return func() {
+		t.Helper()
+		require.NoError(t, holder.Rollback(ctx))
+	}
+}
+
+// requireConcurrentCallsOfOneIDAppendOnce makes two concurrent calls of
+// appendEvents with the same event and requires that the event is
+// appended once: both calls succeed with the same seq, exactly one of
+// them not marked Duplicate. It returns that seq.
+func requireConcurrentCallsOfOneIDAppendOnce(t *testing.T, b *bundle, appendEvents appendFunc) int64 {
+	t.Helper()
+	// A holder of the counter keeps call A in the window's queue after A
+	// claimed the id, so B claims it while A has not committed.
+	id := uuid.New()
+	release := holdCounter(t, b)
+	type result struct {
+		evs []sync.Event
+		err error
+	}
+	results := make(chan result, 2)
+	call := func() {
+		evs, err := appendEvents(context.Background(), itemEvent(id, `{"n":1}`))
+		results <- result{evs, err}
+	}
+	go call()
+	waitForLockWaiters(t, b, 1) // A waits for the counter, its id claimed
+	go call()
+	waitForLockWaiters(t, b, 2) // B waits for A's claim
+	release()
+	r1, r2 := <-results, <-results
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err)
+	require.Equal(t, r1.evs[0].Seq, r2.evs[0].Seq, "both callers get the same seq")
+	require.NotEqual(t, r1.evs[0].Duplicate, r2.evs[0].Duplicate, "exactly one appended")
+	require.Equal(t, 1, rowsWithID(t, b, id))
+	return r1.evs[0].Seq
+}
+
+// requireRolledBackClaimLetsTheCallAppend has a transaction claim an id,
+// then a call of appendEvents with that id wait for the claim, and
+// requires that the call appends the event once the claimer rolls back.
+func requireRolledBackClaimLetsTheCallAppend(t *testing.T, b *bundle, appendEvents appendFunc) {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	claimer, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = claimer.Rollback(ctx) })
+	_, err = claimer.Exec(ctx, `INSERT INTO event_ids (id, after_seq) VALUES ($1, 0)`, id)
+	require.NoError(t, err)
+	var evs []sync.Event
+	done := start(func() error {
+		var err error
+		evs, err = appendEvents(ctx, itemEvent(id, `{}`))
+		return err
+	})
+	waitForLockWaiters(t, b, 1) // the call's claim waits for the claimer's
+	require.NoError(t, claimer.Rollback(ctx))
+	require.NoError(t, <-done)
+	require.False(t, evs[0].Duplicate)
+	require.Equal(t, 1, rowsWithID(t, b, id))
 }
 
 // TestPartitions_MaintainForgetsEventIDs shows that retention deletes the
