@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/bothy/bothy/services/server/internal/sync"
 	"log/slog"
 	"slices"
 	gosync "sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
