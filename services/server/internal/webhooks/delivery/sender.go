@@ -110,6 +110,7 @@ func (s *sender) run(ctx context.Context) error {
 			if err != nil || done {
 				return err
 			}
+			s.resume() // the release found new deliveries: it had caught up
 		}
 	}
 }
