@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	gosync "sync"
 	"time"
+
+	"github.com/bothy/bothy/services/server/internal/sleep"
 )
 
 // WorkerConfig configures a Worker.
@@ -128,7 +130,7 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 				// the timer starts reads whatever woke us.
 				continue
 			}
-			if !sleepCtx(ctx, time.Until(started.Add(w.cfg.Cooldown))) {
+			if sleep.For(ctx, time.Until(started.Add(w.cfg.Cooldown))) != nil {
 				return
 			}
 			select {
@@ -184,21 +186,6 @@ func (w *Worker) runOnce(ctx context.Context, c Consumer, batch *batchSizer) (Ro
 		w.cfg.AfterRound(c.Name(), res, err)
 	}
 	return res, err
-}
-
-// sleepCtx waits d (nothing if d <= 0); false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func resetTimer(t *time.Timer, d time.Duration) {

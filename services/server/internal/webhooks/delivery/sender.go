@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/sleep"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
@@ -350,7 +351,7 @@ func (g *gate) admit(ctx context.Context) bool {
 		if slot.Add(cfg.Timeout).After(b.until) || slot.Sub(now) >= g.s.sliceLeft() {
 			return false
 		}
-		if w := slot.Sub(now); w > 0 && !sleepCtx(ctx, w) {
+		if sleep.For(ctx, slot.Sub(now)) != nil {
 			return false
 		}
 		b.next = slot.Add(b.every)
@@ -368,17 +369,6 @@ func (g *gate) admit(ctx context.Context) bool {
 		b.decidedAt = at
 	}
 	return true
-}
-
-func sleepCtx(ctx context.Context, w time.Duration) bool {
-	t := time.NewTimer(w)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func later(a, b time.Time) time.Time {

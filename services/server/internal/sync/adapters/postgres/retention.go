@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bothy/bothy/services/server/internal/sleep"
 )
 
 // maintenanceLockKey serializes partition maintenance between workers.
@@ -323,7 +325,7 @@ func (r *lockRetrier) run(ctx context.Context, db beginner, step string, fn func
 		}
 		r.logger.DebugContext(ctx, "event_log partition step waits for a lock", slog.String("step", step),
 			slog.Int("attempt", attempt), slog.Duration("retry_in", wait))
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := sleep.For(ctx, wait); err != nil {
 			return fmt.Errorf("%s: %w", step, err)
 		}
 		backoff = min(2*backoff, lockRetryCap)
@@ -335,17 +337,6 @@ func (r *lockRetrier) run(ctx context.Context, db beginner, step string, fn func
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func quoteTime(t time.Time) string {
