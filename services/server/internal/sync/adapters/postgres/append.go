@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	gosync "sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,6 +39,11 @@ const eventIDsKey = "event_ids_pkey"
 // does: the logged events come back with Duplicate set, or a conflict
 // (TestEventLog_AppendRepeatedID).
 //
+// Calls of a process that come together share that pipeline (appends):
+// under load one transaction and one flush serve several of them. If any
+// id of a shared pipeline was used, or two of its calls share an id,
+// nothing is appended and each call runs alone as above.
+//
 // The server has the COMMIT from the start and runs the pipeline to its
 // end even if the caller's context ends meanwhile (while the claim or the
 // counter waits): such an error leaves the outcome unknown, and a repeat
@@ -57,17 +64,160 @@ func (l *EventLog) Append(ctx context.Context, news []sync.NewEvent) (out []sync
 	if repeats {
 		return l.write(ctx, span, whole)
 	}
-	out, used, err := l.appendFresh(ctx, span, news, ids)
+	c := &appendCall{ctx: ctx, news: news, ids: ids, traceParent: sync.FormatTraceParent(span.SpanContext()),
+		done: make(chan struct{})}
+	out, used, err := l.appends.join(ctx, l, c)
 	if used {
-		return l.write(ctx, span, whole)
+		// This call's ids, or another's in its group, were used: alone it
+		// appends, or it answers as Write does.
+		if out, used, err = l.appendFresh(ctx, []*appendCall{c}); used {
+			return l.write(ctx, span, whole)
+		}
 	}
 	return out, err
 }
 
-// appendFresh appends news, whose ids are ids, in one pipeline. used
-// reports that one of the ids is in event_ids already: nothing was
+// appendCall is one Append waiting for, or in, a shared pipeline.
+type appendCall struct {
+	ctx         context.Context
+	news        []sync.NewEvent
+	ids         []uuid.UUID
+	traceParent string
+	done        chan struct{}
+	// taken: a pipeline holds the call; it can no longer withdraw.
+	taken bool
+	out   []sync.Event
+	used  bool
+	err   error
+}
+
+// appends lets the Append calls of a process that come together share one
+// pipeline (one claim, counter update, commit and flush for all their
+// events), as PostgreSQL's group commit shares an fsync: while one
+// pipeline runs, the calls that arrive wait for the next, which takes them
+// all.
+type appends struct {
+	mu      gosync.Mutex
+	running bool
+	queue   []*appendCall
+}
+
+// maxSharedEvents bounds the events one shared pipeline appends.
+const maxSharedEvents = 1000
+
+// join runs c in the next shared pipeline and returns its outcome. A
+// caller whose context ends before a pipeline took its call withdraws it
+// (nothing appended); one that ends after gets an error saying the outcome
+// is unknown, while the pipeline goes on for the others.
+func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.Event, bool, error) {
+	a.mu.Lock()
+	a.queue = append(a.queue, c)
+	if !a.running {
+		a.running = true
+		go a.run(l)
+	}
+	a.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.out, c.used, c.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-c.done:
+		return c.out, c.used, c.err
+	default:
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !c.taken {
+		a.queue = slices.DeleteFunc(a.queue, func(q *appendCall) bool { return q == c })
+		return nil, false, fmt.Errorf("append %d events: %w", len(c.news), ctx.Err())
+	}
+	return nil, false, fmt.Errorf("append %d events: outcome unknown, the commit was sent: %w", len(c.news), ctx.Err())
+}
+
+// run runs the queued calls' pipelines one after the other until none
+// waits.
+func (a *appends) run(l *EventLog) {
+	for {
+		a.mu.Lock()
+		n, events := 0, 0
+		for n < len(a.queue) && (n == 0 || events+len(a.queue[n].news) <= maxSharedEvents) {
+			events += len(a.queue[n].news)
+			a.queue[n].taken = true
+			n++
+		}
+		group := slices.Clone(a.queue[:n])
+		a.queue = a.queue[n:]
+		if n == 0 {
+			a.running = false
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		ctx, cancel := groupContext(group)
+		out, used, err := l.appendFresh(ctx, group)
+		cancel()
+		for _, c := range group {
+			c.used, c.err = used, err
+			if err == nil {
+				c.out, out = out[:len(c.news)], out[len(c.news):]
+			}
+			close(c.done)
+		}
+	}
+}
+
+// groupContext is the context a shared pipeline runs under: none of its
+// callers' cancellations, and the latest of their deadlines, at most
+// maxSharedWait from now.
+func groupContext(group []*appendCall) (context.Context, context.CancelFunc) {
+	latest := time.Now().Add(maxSharedWait)
+	for _, c := range group {
+		if d, ok := c.ctx.Deadline(); ok && d.Before(latest) {
+			continue
+		}
+		return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
+	}
+	var last time.Time
+	for _, c := range group {
+		d, _ := c.ctx.Deadline()
+		last = later(last, d)
+	}
+	return context.WithDeadline(context.WithoutCancel(group[0].ctx), last)
+}
+
+// maxSharedWait bounds a shared pipeline whose callers set no deadline (or
+// a later one): calls that come meanwhile wait for it.
+const maxSharedWait = 30 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// appendFresh appends the events of calls in one pipeline, in call order,
+// with each call's trace context. used reports that an id of one of them
+// is in event_ids already, or that two calls share an id: nothing was
 // appended.
-func (l *EventLog) appendFresh(ctx context.Context, span trace.Span, news []sync.NewEvent, ids []uuid.UUID) (out []sync.Event, used bool, err error) {
+func (l *EventLog) appendFresh(ctx context.Context, calls []*appendCall) (out []sync.Event, used bool, err error) {
+	var news []sync.NewEvent
+	var ids []uuid.UUID
+	var tps []string
+	for _, c := range calls {
+		news, ids = append(news, c.news...), append(ids, c.ids...)
+		for range c.news {
+			tps = append(tps, c.traceParent)
+		}
+	}
+	if len(calls) > 1 {
+		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+		if len(slices.Compact(slices.Clone(ids))) < len(ids) {
+			return nil, true, nil
+		}
+	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("append: acquire: %w", err)
@@ -77,7 +227,7 @@ func (l *EventLog) appendFresh(ctx context.Context, span trace.Span, news []sync
 	for i := range all {
 		all[i] = i
 	}
-	out, committed, err := l.appendAndCommit(ctx, conn, ids, news, all, sync.FormatTraceParent(span.SpanContext()))
+	out, committed, err := l.appendAndCommit(ctx, conn, ids, news, all, tps)
 	if err != nil && !committed {
 		rollbackOpen(ctx, conn)
 		return nil, isUsedID(err), err

@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -164,8 +166,61 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, before, headOf(t, b))
 	})
 	t.Run("ConcurrentAppendsOfTheSameIDAppendOnce", func(t *testing.T) {
-		seq := requireConcurrentCallsOfOneIDAppendOnce(t, b, viaAppend(b.log))
+		// Two processes: the calls of one process share pipelines, so only
+		// calls of two meet at the claim.
+		other := postgres.NewEventLog(b.db.Pool, nil)
+		t.Cleanup(other.Close)
+		logs := []*postgres.EventLog{b.log, other}
+		var calls atomic.Int32
+		seq := requireConcurrentCallsOfOneIDAppendOnce(t, b, func(ctx context.Context, news ...sync.NewEvent) ([]sync.Event, error) {
+			return logs[calls.Add(1)%2].Append(ctx, news)
+		})
 		require.Equal(t, seq, headOf(t, b))
+	})
+	t.Run("ConcurrentAppendsOfTheSameIDInOneProcessAppendOnce", func(t *testing.T) {
+		id := uuid.New()
+		type result struct {
+			evs []sync.Event
+			err error
+		}
+		results := make(chan result, 2)
+		for range 2 {
+			go func() {
+				evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{"n":1}`)})
+				results <- result{evs, err}
+			}()
+		}
+		r1, r2 := <-results, <-results
+		require.NoError(t, r1.err)
+		require.NoError(t, r2.err)
+		require.Equal(t, r1.evs[0].Seq, r2.evs[0].Seq)
+		require.NotEqual(t, r1.evs[0].Duplicate, r2.evs[0].Duplicate, "exactly one appended")
+		require.Equal(t, 1, rowsWithID(t, b, id))
+	})
+	t.Run("ConcurrentAppendsShareOnePipeline", func(t *testing.T) {
+		// The first call waits for the counter; the others queue behind
+		// it in the process and then go together, in one transaction.
+		release := holdCounter(t, b)
+		const n = 10
+		results := make(chan error, n)
+		call := func() {
+			_, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
+			results <- err
+		}
+		go call()
+		waitForLockWaiters(t, b, 1)
+		for range n - 1 {
+			go call()
+		}
+		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == n-1 }, "the other calls queue")
+		before := headOf(t, b)
+		release()
+		for range n {
+			require.NoError(t, <-results)
+		}
+		var commits int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT committed_at) FROM event_log WHERE seq > $1`, before).Scan(&commits))
+		require.Equal(t, 2, commits, "the first call alone, then the nine others in one transaction")
 	})
 	t.Run("ConcurrentClaimerRollingBackLetsTheAppendThrough", func(t *testing.T) {
 		requireRolledBackClaimLetsTheCallAppend(t, b, viaAppend(b.log))

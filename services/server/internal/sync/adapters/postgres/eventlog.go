@@ -59,6 +59,8 @@ type EventLog struct {
 	cfg      EventLogConfig
 	tracer   trace.Tracer
 	notifier *notifier
+	// appends shares pipelines among concurrent Append calls.
+	appends appends
 	// variant holds the alternatives benchmarks compare with; the zero
 	// value is the production path.
 	variant variant
@@ -106,9 +108,9 @@ WITH c AS (
     RETURNING last_seq, clock_timestamp() AS ts
 )
 INSERT INTO event_log (seq, committed_at, id, space, type, actor, occurred_at, data, traceparent)
-SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, $8::text
-FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[])
-    WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, ord)
+SELECT c.last_seq - $1 + e.ord, c.ts, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, e.traceparent
+FROM c, unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::jsonb[], $8::text[])
+    WITH ORDINALITY AS e(id, space, type, actor, occurred_at, data, traceparent, ord)
 RETURNING seq, committed_at`
 
 // flushSQL makes the WAL durable up to this point. PostgreSQL flushes the
@@ -236,7 +238,7 @@ func (l *EventLog) write(ctx context.Context, span trace.Span, fn sync.WriteFunc
 		p.fill(out, nil)
 		return out, nil
 	}
-	appended, committed, err := l.appendAndCommit(ctx, conn, nil, news, p.fresh, sync.FormatTraceParent(span.SpanContext()))
+	appended, committed, err := l.appendAndCommit(ctx, conn, nil, news, p.fresh, sameTraceParent(span, len(news)))
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +286,7 @@ func commitLoggedOnly(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) (commi
 // committed reports whether the server committed, also when err says the
 // flush after it was not confirmed.
 func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, claim []uuid.UUID, news []sync.NewEvent, fresh []int,
-	traceParent string) (appended []sync.Event, committed bool, err error) {
+	traceParents []string) (appended []sync.Event, committed bool, err error) {
 	b := &pgx.Batch{}
 	if claim != nil {
 		b.Queue(`BEGIN`)
@@ -297,7 +299,7 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, clai
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, appendLockKey)
 	}
 	appended = make([]sync.Event, 0, len(fresh))
-	queueAppend(b, news, fresh, traceParent, &appended)
+	queueAppend(b, news, fresh, traceParents, &appended)
 	if l.variant.notifyInTx {
 		b.Queue(`SELECT pg_notify($1, '')`, Channel)
 	}
@@ -345,22 +347,22 @@ func commitMaySucceed(err error) bool {
 }
 
 // queueAppend queues the INSERT of the events of news at the positions
-// fresh, in that order, with traceParent stored (NULL when empty); the rows
-// it returns are added to *appended as the events with their seq and commit
-// time.
-func queueAppend(b *pgx.Batch, news []sync.NewEvent, fresh []int, traceParent string, appended *[]sync.Event) {
+// fresh, in that order, each with its trace context from traceParents (by
+// position in news; stored NULL when empty); the rows it returns are added
+// to *appended as the events with their seq and commit time.
+func queueAppend(b *pgx.Batch, news []sync.NewEvent, fresh []int, traceParents []string, appended *[]sync.Event) {
 	n := len(fresh)
 	ids := make([]uuid.UUID, n)
 	spaces, types, actors := make([]string, n), make([]string, n), make([]string, n)
 	occurred := make([]time.Time, n)
 	datas := make([]json.RawMessage, n)
+	stored := make([]*string, n)
 	for j, i := range fresh {
 		e := &news[i]
 		ids[j], spaces[j], types[j], actors[j], occurred[j], datas[j] = e.ID, e.Space, e.Type, e.Actor, e.OccurredAt, e.Data
-	}
-	var stored *string
-	if traceParent != "" {
-		stored = &traceParent
+		if traceParents[i] != "" {
+			stored[j] = &traceParents[i]
+		}
 	}
 	b.Queue(appendSQL, n, ids, spaces, types, actors, occurred, datas, stored).Query(func(rows pgx.Rows) error {
 		for j := 0; rows.Next(); j++ {
@@ -371,7 +373,7 @@ func queueAppend(b *pgx.Batch, news []sync.NewEvent, fresh []int, traceParent st
 			}
 			e := news[fresh[j]]
 			*appended = append(*appended, sync.Event{Seq: seq, CommittedAt: at, ID: e.ID, Space: e.Space, Type: e.Type,
-				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data, TraceParent: traceParent})
+				Actor: e.Actor, OccurredAt: e.OccurredAt, Data: e.Data, TraceParent: traceParents[fresh[j]]})
 		}
 		return rows.Err()
 	})
@@ -577,6 +579,16 @@ func durable(ctx context.Context, conn *pgxpool.Conn) error {
 		return fmt.Errorf("flush the log: %w", err)
 	}
 	return nil
+}
+
+// sameTraceParent is span's trace context for each of n events.
+func sameTraceParent(span trace.Span, n int) []string {
+	tps := make([]string, n)
+	tp := sync.FormatTraceParent(span.SpanContext())
+	for i := range tps {
+		tps[i] = tp
+	}
+	return tps
 }
 
 // endWriteSpan ends a Write's span with what it appended.

@@ -9,3 +9,10 @@ func NewEventLogVariant(pool *pgxpool.Pool, cfg *EventLogConfig, advisoryLock, f
 	l.variant = variant{advisoryLock: advisoryLock, flushInLock: flushInLock, notifyInTx: notifyInTx}
 	return l
 }
+
+// QueuedAppends is how many Append calls wait for a shared pipeline.
+func (l *EventLog) QueuedAppends() int {
+	l.appends.mu.Lock()
+	defer l.appends.mu.Unlock()
+	return len(l.appends.queue)
+}
