@@ -148,6 +148,9 @@ func (a *appends) run(l *EventLog) {
 			n++
 		}
 		group := slices.Clone(a.queue[:n])
+		// The taken calls leave the queue's array too, so it keeps no
+		// finished call (its events and context) alive.
+		clear(a.queue[:n])
 		a.queue = a.queue[n:]
 		if n == 0 {
 			a.running = false
@@ -161,7 +164,10 @@ func (a *appends) run(l *EventLog) {
 		for _, c := range group {
 			c.used, c.err = used, err
 			if err == nil {
-				c.out, out = out[:len(c.news)], out[len(c.news):]
+				// Each call's slice ends at its own events: an append by
+				// one caller must not write over the next one's.
+				k := len(c.news)
+				c.out, out = out[:k:k], out[k:]
 			}
 			close(c.done)
 		}

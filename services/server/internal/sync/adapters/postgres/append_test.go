@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,7 +205,10 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		const n = 10
 		results := make(chan error, n)
 		call := func() {
-			_, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
+			evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
+			if err == nil && cap(evs) != len(evs) {
+				err = fmt.Errorf("the result's capacity %d reaches past its %d events, into another call's", cap(evs), len(evs))
+			}
 			results <- err
 		}
 		go call()
