@@ -40,7 +40,11 @@ const eventIDsKey = "event_ids_pkey"
 // (TestEventLog_AppendRepeatedID).
 //
 // Calls of a process that come together share that pipeline (appends):
-// under load one transaction and one flush serve several of them. If any
+// under load one transaction and one flush serve several of them. A shared
+// pipeline runs under none of its callers' cancellations and the latest of
+// their deadlines, at most 30 s: a call without a deadline fails after
+// that (outcome unknown, or committed with its durability unconfirmed,
+// when a synchronous standby does not answer). If any
 // id of a shared pipeline was used, or two of its calls share an id,
 // nothing is appended and each call runs alone as above.
 //
@@ -98,9 +102,16 @@ type appendCall struct {
 // all.
 type appends struct {
 	mu      gosync.Mutex
-	running bool
+	running int
 	queue   []*appendCall
 }
+
+// maxAppendRunners is how many shared pipelines of a process run at once:
+// a call starts one of its own while fewer run (no wait when calls are
+// few), and calls queue only when all are busy. A pipeline that waits (for
+// a claim another transaction holds, or for a standby) holds up only the
+// calls it took.
+const maxAppendRunners = 4
 
 // maxSharedEvents bounds the events one shared pipeline appends.
 const maxSharedEvents = 1000
@@ -110,10 +121,13 @@ const maxSharedEvents = 1000
 // (nothing appended); one that ends after gets an error saying the outcome
 // is unknown, while the pipeline goes on for the others.
 func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.Event, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("append %d events: %w", len(c.news), err)
+	}
 	a.mu.Lock()
 	a.queue = append(a.queue, c)
-	if !a.running {
-		a.running = true
+	if a.running < maxAppendRunners {
+		a.running++
 		go a.run(l)
 	}
 	a.mu.Unlock()
@@ -129,6 +143,11 @@ func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.out, c.used, c.err
+	default:
+	}
 	if !c.taken {
 		a.queue = slices.DeleteFunc(a.queue, func(q *appendCall) bool { return q == c })
 		return nil, false, fmt.Errorf("append %d events: %w", len(c.news), ctx.Err())
@@ -137,7 +156,7 @@ func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.
 }
 
 // run runs the queued calls' pipelines one after the other until none
-// waits.
+// waits; up to maxAppendRunners run at once.
 func (a *appends) run(l *EventLog) {
 	for {
 		a.mu.Lock()
@@ -153,7 +172,7 @@ func (a *appends) run(l *EventLog) {
 		clear(a.queue[:n])
 		a.queue = a.queue[n:]
 		if n == 0 {
-			a.running = false
+			a.running--
 			a.mu.Unlock()
 			return
 		}

@@ -199,10 +199,12 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, 1, rowsWithID(t, b, id))
 	})
 	t.Run("ConcurrentAppendsShareOnePipeline", func(t *testing.T) {
-		// The first call waits for the counter; the others queue behind
-		// it in the process and then go together, in one transaction.
+		// The first calls, one per runner, wait for the counter; the others
+		// queue behind them in the process and then go together, in one
+		// transaction.
 		release := holdCounter(t, b)
 		const n = 10
+		runners := postgres.MaxAppendRunners
 		results := make(chan error, n)
 		call := func() {
 			evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
@@ -211,12 +213,14 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 			}
 			results <- err
 		}
-		go call()
-		waitForLockWaiters(t, b, 1)
-		for range n - 1 {
+		for k := range runners {
+			go call()
+			waitForLockWaiters(t, b, k+1)
+		}
+		for range n - runners {
 			go call()
 		}
-		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == n-1 }, "the other calls queue")
+		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == n-runners }, "the other calls queue")
 		before := headOf(t, b)
 		release()
 		for range n {
@@ -224,7 +228,7 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		}
 		var commits int
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT committed_at) FROM event_log WHERE seq > $1`, before).Scan(&commits))
-		require.Equal(t, 2, commits, "the first call alone, then the nine others in one transaction")
+		require.Equal(t, runners+1, commits, "the first calls alone, then the others in one transaction")
 	})
 	t.Run("ConcurrentClaimerRollingBackLetsTheAppendThrough", func(t *testing.T) {
 		requireRolledBackClaimLetsTheCallAppend(t, b, viaAppend(b.log))

@@ -16,3 +16,6 @@ func (l *EventLog) QueuedAppends() int {
 	defer l.appends.mu.Unlock()
 	return len(l.appends.queue)
 }
+
+// MaxAppendRunners is how many shared Append pipelines run at once.
+const MaxAppendRunners = maxAppendRunners
