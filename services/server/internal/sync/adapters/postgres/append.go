@@ -103,15 +103,20 @@ type appendCall struct {
 type appends struct {
 	mu      gosync.Mutex
 	running int
-	queue   []*appendCall
+	// latest is when the newest running pipeline started.
+	latest time.Time
+	queue  []*appendCall
 }
 
-// maxAppendRunners is how many shared pipelines of a process run at once:
-// a call starts one of its own while fewer run (no wait when calls are
-// few), and calls queue only when all are busy. A pipeline that waits (for
-// a claim another transaction holds, or for a standby) holds up only the
-// calls it took.
-const maxAppendRunners = 4
+// A process runs one shared pipeline at a time, so that calls share it;
+// when the newest has run longer than appendStall (it waits for a claim
+// another transaction holds, or for a standby), the calls that queue start
+// another, up to maxAppendRunners, so that such a pipeline holds up only
+// the calls it took.
+const (
+	maxAppendRunners = 4
+	appendStall      = 20 * time.Millisecond
+)
 
 // maxSharedEvents bounds the events one shared pipeline appends.
 const maxSharedEvents = 1000
@@ -126,15 +131,24 @@ func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.
 	}
 	a.mu.Lock()
 	a.queue = append(a.queue, c)
-	if a.running < maxAppendRunners {
-		a.running++
-		go a.run(l)
-	}
+	a.startIfStalled(l)
 	a.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.out, c.used, c.err
-	case <-ctx.Done():
+	stalled := time.NewTicker(appendStall)
+	defer stalled.Stop()
+wait:
+	for {
+		select {
+		case <-c.done:
+			return c.out, c.used, c.err
+		case <-ctx.Done():
+			break wait
+		case <-stalled.C:
+			a.mu.Lock()
+			if !c.taken {
+				a.startIfStalled(l)
+			}
+			a.mu.Unlock()
+		}
 	}
 	select {
 	case <-c.done:
@@ -155,8 +169,19 @@ func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.
 	return nil, false, fmt.Errorf("append %d events: outcome unknown, the commit was sent: %w", len(c.news), ctx.Err())
 }
 
+// startIfStalled starts a runner when none runs, or when the newest has
+// run longer than appendStall and fewer than maxAppendRunners run. a.mu is
+// held.
+func (a *appends) startIfStalled(l *EventLog) {
+	if a.running == 0 || (a.running < maxAppendRunners && time.Since(a.latest) > appendStall) {
+		a.running++
+		a.latest = time.Now()
+		go a.run(l)
+	}
+}
+
 // run runs the queued calls' pipelines one after the other until none
-// waits; up to maxAppendRunners run at once.
+// waits.
 func (a *appends) run(l *EventLog) {
 	for {
 		a.mu.Lock()
@@ -176,6 +201,7 @@ func (a *appends) run(l *EventLog) {
 			a.mu.Unlock()
 			return
 		}
+		a.latest = time.Now()
 		a.mu.Unlock()
 		ctx, cancel := groupContext(group)
 		out, used, err := l.appendFresh(ctx, group)

@@ -199,9 +199,10 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, 1, rowsWithID(t, b, id))
 	})
 	t.Run("ConcurrentAppendsShareOnePipeline", func(t *testing.T) {
-		// The first calls, one per runner, wait for the counter; the others
-		// queue behind them in the process and then go together, in one
-		// transaction.
+		// The first call's pipeline waits for the counter; as it stalls, the
+		// next calls start pipelines of their own, up to the most that run
+		// at once, which wait too; the rest queue in the process and then
+		// go together, in one transaction.
 		release := holdCounter(t, b)
 		const n = 10
 		runners := postgres.MaxAppendRunners
