@@ -47,3 +47,16 @@ func TestMaxRun_DefaultStaysUnderTheRescue(t *testing.T) {
 		require.Equal(t, run, (&DeliverConfig{MaxRun: run}).withDefaults().MaxRun, "explicit")
 	}
 }
+
+// TestNewDeliverer_RefusesAJobTimeoutPastTheRescue: a configured rescue of
+// stuck jobs that a job's timeout reaches is refused at start, naming the
+// keys; one it does not reach is taken.
+func TestNewDeliverer_RefusesAJobTimeoutPastTheRescue(t *testing.T) {
+	_, err := NewDeliverer(nil, nil, nil, &DeliverConfig{RescueAfter: 2 * time.Minute, Timeout: 2 * time.Minute})
+	require.ErrorContains(t, err, "river.rescue_stuck_jobs_after (2m0s) must exceed a webhook delivery job's timeout (2m37s")
+	require.ErrorContains(t, err, "webhooks.timeout")
+	_, err = NewDeliverer(nil, nil, nil, &DeliverConfig{RescueAfter: time.Minute})
+	require.NoError(t, err, "the shortest rescue with the other defaults")
+	_, err = NewDeliverer(nil, nil, nil, &DeliverConfig{Timeout: 2 * time.Minute})
+	require.NoError(t, err, "no rescue configured: not checked")
+}

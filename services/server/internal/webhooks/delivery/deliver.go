@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -197,6 +198,9 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	c = c.withDefaults()
+	if err := c.underRescue(cfg != nil && cfg.RescueAfter > 0); err != nil {
+		return nil, err
+	}
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
 		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}
 	d.steps.d = d
@@ -221,6 +225,20 @@ func (d *Deliverer) Timeout(*river.Job[webhooks.DeliverArgs]) time.Duration {
 // jobOverrun is how long a job may run past MaxRun: a last request, a
 // linger, the release.
 func (c *DeliverConfig) jobOverrun() time.Duration { return c.Linger + c.Timeout + leaseMargin }
+
+// underRescue refuses, when the rescue was configured, a job timeout that
+// River's rescue of stuck jobs does not exceed: River would run the job
+// again while it still sends, and both runs would hold its lease.
+func (c *DeliverConfig) underRescue(configured bool) error {
+	timeout := c.MaxRun + c.jobOverrun()
+	if !configured || timeout < c.RescueAfter {
+		return nil
+	}
+	return fmt.Errorf("river.rescue_stuck_jobs_after (%s) must exceed a webhook delivery job's timeout (%s: a run of at least %s, "+
+		"webhooks.sender_linger %s, webhooks.timeout %s and %s): River would start the job again while it still sends; "+
+		"raise river.rescue_stuck_jobs_after or lower webhooks.timeout or webhooks.sender_linger",
+		c.RescueAfter, timeout, c.MaxRun, c.Linger, c.Timeout, leaseMargin)
+}
 
 // rescueMargin is what a job's timeout leaves before River's rescue.
 const rescueMargin = 10 * time.Second
