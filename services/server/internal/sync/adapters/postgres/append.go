@@ -208,7 +208,7 @@ func (a *appends) run(l *EventLog) {
 		cancel()
 		for _, c := range group {
 			c.used, c.err = used, err
-			if err == nil {
+			if err == nil && !used {
 				// Each call's slice ends at its own events: an append by
 				// one caller must not write over the next one's.
 				k := len(c.news)

@@ -179,6 +179,18 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.Equal(t, seq, headOf(t, b))
 	})
 	t.Run("ConcurrentAppendsOfTheSameIDInOneProcessAppendOnce", func(t *testing.T) {
+		// Every pipeline the process may run waits for the counter, so the
+		// two calls of one id queue and are taken together: their shared
+		// pipeline appends nothing and each runs alone.
+		release := holdCounter(t, b)
+		others := make(chan error, postgres.MaxAppendRunners)
+		for k := range postgres.MaxAppendRunners {
+			go func() {
+				_, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
+				others <- err
+			}()
+			waitForLockWaiters(t, b, k+1)
+		}
 		id := uuid.New()
 		type result struct {
 			evs []sync.Event
@@ -190,6 +202,11 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 				evs, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(id, `{"n":1}`)})
 				results <- result{evs, err}
 			}()
+		}
+		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 2 }, "the two calls queue")
+		release()
+		for range postgres.MaxAppendRunners {
+			require.NoError(t, <-others)
 		}
 		r1, r2 := <-results, <-results
 		require.NoError(t, r1.err)
