@@ -44,9 +44,9 @@ const eventIDsKey = "event_ids_pkey"
 // pipeline runs under none of its callers' cancellations and the latest of
 // their deadlines, at most 30 s: a call without a deadline fails after
 // that (outcome unknown, or committed with its durability unconfirmed,
-// when a synchronous standby does not answer). If any
-// id of a shared pipeline was used, or two of its calls share an id,
-// nothing is appended and each call runs alone as above.
+// when a synchronous standby does not answer). If any id of a shared
+// pipeline was used, or two of its calls share an id, nothing is appended
+// and each call runs alone as above.
 //
 // The server has the COMMIT from the start and runs the pipeline to its
 // end even if the caller's context ends meanwhile (while the claim or the
@@ -223,31 +223,24 @@ func (a *appends) run(l *EventLog) {
 // callers' cancellations, and the latest of their deadlines, at most
 // maxSharedWait from now.
 func groupContext(group []*appendCall) (context.Context, context.CancelFunc) {
-	latest := time.Now().Add(maxSharedWait)
+	limit := time.Now().Add(maxSharedWait)
+	var latest time.Time
 	for _, c := range group {
-		if d, ok := c.ctx.Deadline(); ok && d.Before(latest) {
-			continue
+		d, ok := c.ctx.Deadline()
+		if !ok || !d.Before(limit) {
+			latest = limit
+			break
 		}
-		return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
+		if d.After(latest) {
+			latest = d
+		}
 	}
-	var last time.Time
-	for _, c := range group {
-		d, _ := c.ctx.Deadline()
-		last = later(last, d)
-	}
-	return context.WithDeadline(context.WithoutCancel(group[0].ctx), last)
+	return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
 }
 
 // maxSharedWait bounds a shared pipeline whose callers set no deadline (or
 // a later one): calls that come meanwhile wait for it.
 const maxSharedWait = 30 * time.Second
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
 
 // appendFresh appends the events of calls in one pipeline, in call order,
 // with each call's trace context. used reports that an id of one of them
@@ -263,11 +256,8 @@ func (l *EventLog) appendFresh(ctx context.Context, calls []*appendCall) (out []
 			tps = append(tps, c.traceParent)
 		}
 	}
-	if len(calls) > 1 {
-		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-		if len(slices.Compact(slices.Clone(ids))) < len(ids) {
-			return nil, true, nil
-		}
+	if len(calls) > 1 && sortIDs(ids) {
+		return nil, true, nil
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -297,8 +287,19 @@ func sortedIDs(news []sync.NewEvent) ([]uuid.UUID, bool) {
 	for i := range news {
 		ids[i] = news[i].ID
 	}
+	return ids, sortIDs(ids)
+}
+
+// sortIDs sorts ids in byte order, the order claims take them in, and
+// says whether one appears twice.
+func sortIDs(ids []uuid.UUID) (repeats bool) {
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-	return ids, len(slices.Compact(slices.Clone(ids))) < len(ids)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return true
+		}
+	}
+	return false
 }
 
 // isUsedID says whether err is claimAllIDsSQL's unique violation.

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -434,7 +433,7 @@ func planAppend(ctx context.Context, tx pgx.Tx, news []sync.NewEvent) (*appendPl
 	for id := range firstOf {
 		unique = append(unique, id)
 	}
-	slices.SortFunc(unique, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	sortIDs(unique) // distinct already
 	rows, err := tx.Query(ctx, claimIDsSQL, unique)
 	if err != nil {
 		return nil, fmt.Errorf("append: claim event ids: %w", err)
