@@ -443,15 +443,19 @@ func queueRights(b *pgx.Batch, sending []*groupStep) (decisions func() ([]authz.
 // attachEvents gives every claimed delivery of sent its event from evs;
 // one retention removed has none.
 func attachEvents(sent []*groupStep, evs []sync.Event) {
-	bySeq := make(map[int64]int, len(evs))
-	for i := range evs {
-		bySeq[evs[i].Seq] = i
-	}
+	bySeq := eventsBySeq(evs)
 	for _, gs := range sent {
 		for _, d := range gs.items {
-			if i, ok := bySeq[d.seq]; ok {
-				d.ev = &evs[i]
-			}
+			d.ev = bySeq[d.seq]
 		}
 	}
+}
+
+// eventsBySeq indexes evs by seq.
+func eventsBySeq(evs []sync.Event) map[int64]*sync.Event {
+	bySeq := make(map[int64]*sync.Event, len(evs))
+	for i := range evs {
+		bySeq[evs[i].Seq] = &evs[i]
+	}
+	return bySeq
 }

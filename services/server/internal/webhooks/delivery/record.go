@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
@@ -352,10 +351,7 @@ func (t *stepTx) readEvents(ctx context.Context, items []*delivery) error {
 	if err != nil {
 		return fmt.Errorf("deliver %s: read events: %w", t.s.subID, err)
 	}
-	bySeq := make(map[int64]*sync.Event, len(evs))
-	for i := range evs {
-		bySeq[evs[i].Seq] = &evs[i]
-	}
+	bySeq := eventsBySeq(evs)
 	for _, d := range items {
 		d.ev = bySeq[d.seq]
 	}
