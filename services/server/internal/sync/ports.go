@@ -143,8 +143,9 @@ type EventSource interface {
 	// LowSeq returns the lowest seq retention has kept: every seq below it
 	// was removed.
 	LowSeq(ctx context.Context, tx pgx.Tx) (int64, error)
-	// EventsAt returns the events at seqs, in seq order, in one statement;
-	// a seq retention removed has no event in the result.
+	// EventsAt returns the events at seqs, in seq order and each once (seqs
+	// may repeat), in one statement; a seq retention removed has no event
+	// in the result.
 	EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]Event, error)
 	// QueueEventsAt queues EventsAt's read on b; once b has run, *into
 	// holds the events.

@@ -635,13 +635,21 @@ func scanEvent(row pgx.CollectableRow) (sync.Event, error) {
 	return e, err
 }
 
+// eventsAtSQL looks each seq up on its own (the seqs $1 are distinct), so
+// that every plan of it probes the log's primary key. With "seq =
+// ANY($1)" the plan a connection caches for the prepared statement is
+// chosen for the log's size when it was made: made while the current
+// partition was small, it scanned the whole partition on every call for
+// as long as the connection lived, however large the partition grew.
 const eventsAtSQL = `
-SELECT seq, committed_at, id, space, type, actor, occurred_at, data, coalesce(traceparent, '')
-FROM event_log WHERE seq = ANY($1::bigint[]) ORDER BY seq`
+SELECT e.seq, e.committed_at, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, coalesce(e.traceparent, '')
+FROM unnest($1::bigint[]) AS s(seq)
+CROSS JOIN LATERAL (SELECT * FROM event_log l WHERE l.seq = s.seq LIMIT 1) e
+ORDER BY e.seq`
 
 // EventsAt implements sync.EventSource.
 func (l *EventLog) EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]sync.Event, error) {
-	rows, err := tx.Query(ctx, eventsAtSQL, seqs)
+	rows, err := tx.Query(ctx, eventsAtSQL, distinctSeqs(seqs))
 	if err != nil {
 		return nil, err
 	}
@@ -650,10 +658,18 @@ func (l *EventLog) EventsAt(ctx context.Context, tx pgx.Tx, seqs []int64) ([]syn
 
 // QueueEventsAt implements sync.EventSource.
 func (l *EventLog) QueueEventsAt(b *pgx.Batch, seqs []int64, into *[]sync.Event) {
-	b.Queue(eventsAtSQL, seqs).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(eventsAtSQL, distinctSeqs(seqs)).Query(func(rows pgx.Rows) (err error) {
 		*into, err = pgx.CollectRows(rows, scanEvent)
 		return err
 	})
+}
+
+// distinctSeqs returns seqs sorted, each once: several deliveries may be
+// of one event.
+func distinctSeqs(seqs []int64) []int64 {
+	out := slices.Clone(seqs)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // LowSeq implements sync.EventSource.

@@ -19,3 +19,6 @@ func (l *EventLog) QueuedAppends() int {
 
 // MaxAppendRunners is how many shared Append pipelines run at once.
 const MaxAppendRunners = maxAppendRunners
+
+// EventsAtSQL is EventsAt's statement.
+const EventsAtSQL = eventsAtSQL

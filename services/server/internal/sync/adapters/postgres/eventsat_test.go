@@ -1,0 +1,83 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+)
+
+// TestEventsAt_ReadsEachEventOnceInSeqOrder: seqs in any order, repeated
+// (two deliveries of one event), or past the log's head.
+func TestEventsAt_ReadsEachEventOnceInSeqOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	ctx := context.Background()
+	appendN(t, b.log, 5)
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	evs, err := b.log.EventsAt(ctx, tx, []int64{4, 2, 4, 99, 2, 1})
+	require.NoError(t, err)
+	var seqs []int64
+	for _, e := range evs {
+		seqs = append(seqs, e.Seq)
+	}
+	require.Equal(t, []int64{1, 2, 4}, seqs)
+
+	batch := &pgx.Batch{}
+	var queued []sync.Event
+	b.log.QueueEventsAt(batch, []int64{5, 3, 3}, &queued)
+	require.NoError(t, tx.SendBatch(ctx, batch).Close())
+	seqs = seqs[:0]
+	for _, e := range queued {
+		seqs = append(seqs, e.Seq)
+	}
+	require.Equal(t, []int64{3, 5}, seqs)
+}
+
+// TestEventsAt_ProbesTheKeyInAPlanMadeWhileThePartitionWasSmall: a
+// connection caches one plan of a prepared statement, made for the sizes
+// of the tables when it was made. The senders read events by seq on
+// connections that live for an hour while the current partition grows
+// from nothing to a day of events, so that plan must look each seq up in
+// the primary key even when it was made for a partition of a few rows;
+// one that scanned the partition cost a sender group milliseconds per read
+// by the end of a load test, and would cost seconds by the end of a day.
+// The plan is forced generic here, made for a partition of 50 rows that
+// autovacuum never analyzed (the usual state of a fresh partition).
+func TestEventsAt_ProbesTheKeyInAPlanMadeWhileThePartitionWasSmall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `
+DO $$ DECLARE p regclass; BEGIN
+    FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'event_log'::regclass LOOP
+        EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', p);
+    END LOOP;
+END $$`)
+	require.NoError(t, err)
+	appendN(t, b.log, 50)
+
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `PREPARE events_at(bigint[]) AS `+postgres.EventsAtSQL)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE events_at; RESET plan_cache_mode`) }()
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE events_at('{1,2,3}')`, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, l := range lines {
+		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
+	}
+}
