@@ -248,6 +248,40 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT committed_at) FROM event_log WHERE seq > $1`, before).Scan(&commits))
 		require.Equal(t, runners+1, commits, "the first calls alone, then the others in one transaction")
 	})
+	t.Run("CallWithdrawnBeforeAPipelineTakesItAppendsNothing", func(t *testing.T) {
+		// Every pipeline that may run waits for the counter, so the next
+		// call queues; its caller gives up while it is still queued: the
+		// call leaves the queue, its answer says so (not "outcome
+		// unknown"), and no pipeline appends its event later.
+		release := holdCounter(t, b)
+		runners := postgres.MaxAppendRunners
+		stalled := make(chan error, runners)
+		for k := range runners {
+			go func() {
+				_, err := b.log.Append(ctx, []sync.NewEvent{itemEvent(uuid.New(), `{}`)})
+				stalled <- err
+			}()
+			waitForLockWaiters(t, b, k+1)
+		}
+		id := uuid.New()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := start(func() error {
+			_, err := b.log.Append(cctx, []sync.NewEvent{itemEvent(id, `{}`)})
+			return err
+		})
+		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 1 }, "the call queues")
+		cancel()
+		err := <-done
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotContains(t, err.Error(), "outcome unknown")
+		require.Zero(t, b.log.QueuedAppends(), "the call left the queue")
+		release()
+		for range runners {
+			require.NoError(t, <-stalled)
+		}
+		require.Zero(t, rowsWithID(t, b, id), "a withdrawn call appends nothing")
+	})
 	t.Run("ConcurrentClaimerRollingBackLetsTheAppendThrough", func(t *testing.T) {
 		requireRolledBackClaimLetsTheCallAppend(t, b, viaAppend(b.log))
 	})
