@@ -103,6 +103,8 @@ type appendCall struct {
 type appends struct {
 	mu      gosync.Mutex
 	running int
+	// runners counts the running pipelines' goroutines, for Close.
+	runners gosync.WaitGroup
 	// latest is when the newest running pipeline started.
 	latest time.Time
 	queue  []*appendCall
@@ -176,6 +178,7 @@ func (a *appends) startIfStalled(l *EventLog) {
 	if a.running == 0 || (a.running < maxAppendRunners && time.Since(a.latest) > appendStall) {
 		a.running++
 		a.latest = time.Now()
+		a.runners.Add(1)
 		go a.run(l)
 	}
 }
@@ -183,6 +186,7 @@ func (a *appends) startIfStalled(l *EventLog) {
 // run runs the queued calls' pipelines one after the other until none
 // waits.
 func (a *appends) run(l *EventLog) {
+	defer a.runners.Done()
 	for {
 		a.mu.Lock()
 		n, events := 0, 0

@@ -98,8 +98,12 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
 }
 
-// Close waits for a notification in flight.
-func (l *EventLog) Close() { l.notifier.wait() }
+// Close waits for a notification in flight and for the shared Append
+// pipelines still running (their calls have returned).
+func (l *EventLog) Close() {
+	l.notifier.wait()
+	l.appends.runners.Wait()
+}
 
 const appendSQL = `
 WITH c AS (
