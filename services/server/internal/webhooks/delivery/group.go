@@ -237,7 +237,11 @@ func (s *subRow) groupable() bool {
 
 // deliveredManySQL is deliveredSQL for many subscriptions: the 2xx answers
 // $1-$6 (subscription, seq, code, seconds, excerpt, start), and the lease
-// of subscriptions $7 taken by jobs $8 of processes $9 for $10 ms.
+// of subscriptions $7 taken by jobs $8 of processes $9 for $10 ms. Its
+// deliveries are found as in pendingAtSQL, by their subscriptions and the
+// range of their seqs; without that bound, a plan made while a few
+// deliveries were pending reads every pending delivery of every
+// subscription.
 const deliveredManySQL = `
 WITH o AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[])
@@ -249,6 +253,7 @@ WITH o AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
     FROM o WHERE w.subscription_id = o.sub AND w.event_seq = o.seq AND w.status = 'pending'
+      AND w.subscription_id = ANY($1::uuid[]) AND w.event_seq BETWEEN (SELECT min(seq) FROM o) AND (SELECT max(seq) FROM o)
     RETURNING w.subscription_id, w.event_seq
 ), m AS (
     SELECT subscription_id, max(event_seq) AS seq FROM d GROUP BY subscription_id

@@ -18,7 +18,7 @@ import (
 // same statement: its highest delivered seq, its failing mark cleared ($7),
 // its lease taken for $11 ms ($8: by job $9 of process $10) and its
 // throttle's next slot ($12). It is the one update of the subscription row
-// on a batch's usual path.
+// on a batch's usual path. Its deliveries are found as in pendingAtSQL.
 const deliveredSQL = `
 WITH o AS (
     SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[]) AS o(seq, code, secs, excerpt, started)
@@ -29,6 +29,7 @@ WITH o AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
     FROM o WHERE w.subscription_id = $1 AND w.event_seq = o.seq AND w.status = 'pending'
+      AND w.event_seq BETWEEN (SELECT min(seq) FROM o) AND (SELECT max(seq) FROM o)
     RETURNING w.event_seq
 )
 UPDATE webhook_subscriptions SET
@@ -131,6 +132,20 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 	return nil
 }
 
+// pendingAtSQL finds, for a statement that updates them (as w), the
+// pending deliveries of subscription $1 at seqs $2: each seq joined to its
+// delivery, with event_seq bounded by the lowest and highest of them, so
+// that every plan reads that range of webhook_deliveries_pending and no
+// more (TestPlans_ReadTheBatchNotTheBacklog). While webhook_deliveries has
+// no statistics (autovacuum off, or not yet run) the planner takes a
+// subscription's pending deliveries for a handful, and a read of all of
+// them for as cheap as the range: given "event_seq = ANY($2)" alone, it
+// reads the subscription's whole backlog for every batch. Bounded and
+// joined on event_seq, the range's order on event_seq decides.
+const pendingAtSQL = `FROM unnest($2::bigint[]) AS k(seq)
+    WHERE w.subscription_id = $1 AND w.event_seq = k.seq AND w.status = 'pending'
+      AND w.event_seq BETWEEN (SELECT min(s) FROM unnest($2::bigint[]) s) AND (SELECT max(s) FROM unnest($2::bigint[]) s)`
+
 // failedSQL records a failed request carrying deliveries $2: an attempt of
 // each, counted, and returns the first one's count, first attempt and the
 // time now.
@@ -139,9 +154,9 @@ WITH a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, error, response_excerpt)
     SELECT $1, seq, $3, $4, $5, NULLIF($6, ''), NULLIF($7, '') FROM unnest($2::bigint[]) AS seq
 ), d AS (
-    UPDATE webhook_deliveries SET attempts = attempts + 1, last_error = $6, first_attempt_at = coalesce(first_attempt_at, $3)
-    WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'
-    RETURNING event_seq, attempts, first_attempt_at
+    UPDATE webhook_deliveries w SET attempts = w.attempts + 1, last_error = $6, first_attempt_at = coalesce(w.first_attempt_at, $3)
+    ` + pendingAtSQL + `
+    RETURNING w.event_seq, w.attempts, w.first_attempt_at
 )
 SELECT attempts, first_attempt_at, now() FROM d WHERE event_seq = ($2::bigint[])[1]`
 
@@ -159,10 +174,11 @@ UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = 'failing', disabled_detail = $2, disabled_at = now(), probing = true, updated_at = now()
 WHERE id = $1 AND status = 'active'`
 
+// deadSQL makes the pending deliveries $2 dead with the error $3.
 const deadSQL = `
-UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
+UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
     claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
-WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'`
+    ` + pendingAtSQL
 
 // failure is a failed request as its policy judges it: the head delivery
 // (the first of the request), every seq the request carried, and the
@@ -305,8 +321,8 @@ WITH a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error)
     SELECT $1, seq, NULL, 0, $3 FROM unnest($2::bigint[]) AS seq
 )
-UPDATE webhook_deliveries SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
-WHERE subscription_id = $1 AND event_seq = ANY($2::bigint[]) AND status = 'pending'`
+UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
+    ` + pendingAtSQL
 
 // refuse makes the claimed deliveries dead without a request: rights
 // apply at send time, not when the event was matched.

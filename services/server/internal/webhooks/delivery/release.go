@@ -20,8 +20,12 @@ FROM webhook_subscriptions WHERE id = $1 FOR UPDATE`
 
 // nextDueSQL is when the subscription's next pending delivery is due: a
 // retry's next attempt, a new one's creation; NULL when nothing is pending.
+// It reads the subscription's first entry of webhook_deliveries_due, which
+// is in that order; min() reads all its pending deliveries in every plan
+// made while the table has no statistics.
 const nextDueSQL = `
-SELECT min(coalesce(next_attempt_at, created_at)) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'`
+SELECT (SELECT coalesce(next_attempt_at, created_at) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'
+        ORDER BY coalesce(next_attempt_at, created_at) LIMIT 1)`
 
 const keeperSQL = `UPDATE webhook_subscriptions SET keeper_wake_at = $2 WHERE id = $1`
 

@@ -1,0 +1,122 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+)
+
+// TestPlans_ReadTheBatchNotTheBacklog: the statements that record a
+// batch's outcomes, or look for a subscription's next due delivery, must
+// read the deliveries they are about, not every pending delivery of the
+// subscription (or of every subscription): a subscription with a backlog
+// would otherwise pay for the whole backlog with every batch. They must do
+// so in the plans PostgreSQL makes while webhook_deliveries has no
+// statistics (it is never analyzed where autovacuum is off) and holds a
+// few rows, since a connection keeps the plan it cached for a prepared
+// statement while the table grows. The plans are forced generic here and
+// made for a table of a few deliveries that was never analyzed.
+func TestPlans_ReadTheBatchNotTheBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewDB(t)
+	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
+	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
+	var subs [2]string
+	for i := range subs {
+		sub, _, err := webhooks.Create(ctx, db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
+			URL: "http://127.0.0.1:9/hook", AllowPrivateTargets: true})
+		require.NoError(t, err)
+		subs[i] = sub.ID.String()
+	}
+	_, err := db.Pool.Exec(ctx, `ALTER TABLE webhook_deliveries SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `
+INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
+SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) g`, subs[:])
+	require.NoError(t, err)
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+
+	sub, both := "'"+subs[0]+"'", fmt.Sprintf("'{%s,%s}'", subs[0], subs[1])
+	for _, c := range []struct {
+		name, sql, args string
+		// first: the statement wants the subscription's first pending
+		// delivery in due order, not deliveries by seq.
+		first bool
+	}{
+		{name: "Delivered", sql: deliveredSQL,
+			args: sub + `, '{2,3}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
+		{name: "DeliveredMany", sql: deliveredManySQL,
+			args: both + `, '{2,2}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000`},
+		{name: "Failed", sql: failedSQL, args: sub + `, '{2,3}', now(), 500, 0.1, 'error', ''`},
+		{name: "Dead", sql: deadSQL, args: sub + `, '{2}', 'error'`},
+		{name: "Refuse", sql: refuseSQL, args: sub + `, '{2,3}', 'not allowed'`},
+		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := strings.ToLower(c.name)
+			_, err := conn.Exec(ctx, `PREPARE `+name+` AS `+c.sql)
+			require.NoError(t, err)
+			defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE `+name) }()
+			var out string
+			err = conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+c.args+`)`, pgx.QueryExecModeSimpleProtocol).Scan(&out)
+			require.NoError(t, err)
+			var plan []struct{ Plan planNode }
+			require.NoError(t, json.Unmarshal([]byte(out), &plan))
+			scans := deliveryScans(&plan[0].Plan, nil)
+			require.NotEmpty(t, scans, "plan:\n%s", out)
+			for _, s := range scans {
+				if c.first {
+					require.True(t, s.parent != nil && s.parent.NodeType == "Limit" && s.node.IndexName == "webhook_deliveries_due",
+						"want the first entry of webhook_deliveries_due; plan:\n%s", out)
+					continue
+				}
+				require.Contains(t, []string{"webhook_deliveries_pkey", "webhook_deliveries_pending"}, s.node.IndexName,
+					"want an index that leads with (subscription_id, event_seq); plan:\n%s", out)
+				require.Contains(t, s.node.IndexCond, "event_seq", "want the scan bounded by the seqs; plan:\n%s", out)
+			}
+		})
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
+	Plans        []planNode `json:"Plans"`
+}
+
+// scan is a node that reads webhook_deliveries, with its parent.
+type scan struct{ node, parent *planNode }
+
+// deliveryScans returns the nodes under n that read webhook_deliveries'
+// rows or index entries: the index scans of a bitmap scan stand for it.
+func deliveryScans(n, parent *planNode) []scan {
+	var out []scan
+	switch {
+	case n.NodeType == "ModifyTable", n.NodeType == "Bitmap Heap Scan":
+	case n.RelationName == "webhook_deliveries", strings.HasPrefix(n.IndexName, "webhook_deliveries"):
+		out = append(out, scan{n, parent})
+	}
+	for i := range n.Plans {
+		out = append(out, deliveryScans(&n.Plans[i], n)...)
+	}
+	return out
+}
