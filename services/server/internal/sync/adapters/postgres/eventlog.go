@@ -145,11 +145,13 @@ RETURNING id`
 // loggedEventsSQL finds the logged events of ids that were claimed before:
 // the first event with the id after its claim's after_seq, looking at most
 // $3 seqs ahead. event_log has no index on id; its primary key leads with
-// seq, so each id costs a short range scan per partition.
+// seq, so each id costs a short range scan per partition. Each claim is
+// looked up on its own in event_ids' primary key; joined, a plan made
+// while event_ids was small hashes the whole table on every call.
 const loggedEventsSQL = `
 SELECT e.seq, e.committed_at, e.id, e.space, e.type, e.actor, e.occurred_at, e.data, e.data = d.data
 FROM unnest($1::uuid[], $2::jsonb[]) AS d(id, data)
-JOIN event_ids i ON i.id = d.id
+CROSS JOIN LATERAL (SELECT after_seq FROM event_ids i WHERE i.id = d.id LIMIT 1) i
 CROSS JOIN LATERAL (
     SELECT * FROM event_log e
     WHERE e.seq > i.after_seq AND e.seq <= i.after_seq + $3 AND e.id = d.id

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -55,29 +56,64 @@ func TestEventsAt_ReadsEachEventOnceInSeqOrder(t *testing.T) {
 func TestEventsAt_ProbesTheKeyInAPlanMadeWhileThePartitionWasSmall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100)
-	ctx := context.Background()
-	_, err := b.db.Pool.Exec(ctx, `
+	disableAutovacuum(t, b)
+	appendN(t, b.log, 50)
+	lines := genericPlan(t, b, `events_at(bigint[]) AS `+postgres.EventsAtSQL, `events_at('{1,2,3}')`)
+	for _, l := range lines {
+		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// TestEventLog_LoggedEventsProbesEventIDsInAPlanMadeWhileTheyWereFew: a
+// repeated id's claim is read from event_ids, which holds an entry for
+// every event the log keeps, so the plan a connection cached while it
+// held a few must look each id up in its primary key, as EventsAt's must;
+// one that hashed the table would read all of it for every repeat.
+func TestEventLog_LoggedEventsProbesEventIDsInAPlanMadeWhileTheyWereFew(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	disableAutovacuum(t, b)
+	evs := appendN(t, b.log, 50)
+	lines := genericPlan(t, b, `logged_events(uuid[], jsonb[], bigint) AS `+postgres.LoggedEventsSQL,
+		fmt.Sprintf(`logged_events('{%s,%s}', '{"{}","{}"}', 1000)`, evs[0].ID, evs[1].ID))
+	for _, l := range lines {
+		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// disableAutovacuum keeps the event log's partitions and event_ids from
+// being analyzed, the usual state of a fresh partition.
+func disableAutovacuum(t *testing.T, b *bundle) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `
+ALTER TABLE event_ids SET (autovacuum_enabled = false);
 DO $$ DECLARE p regclass; BEGIN
     FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'event_log'::regclass LOOP
         EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', p);
     END LOOP;
 END $$`)
 	require.NoError(t, err)
-	appendN(t, b.log, 50)
+}
 
+// genericPlan prepares the statement prepare ("name(types) AS sql") on a
+// connection that makes only generic plans, and returns the plan of
+// EXECUTE execute ("name(args)"): the plan made for the tables as they
+// are now, which the connection would keep.
+func genericPlan(t *testing.T, b *bundle, prepare, execute string) []string {
+	t.Helper()
+	ctx := context.Background()
 	conn, err := b.db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `PREPARE events_at(bigint[]) AS `+postgres.EventsAtSQL)
+	_, err = conn.Exec(ctx, `PREPARE `+prepare)
 	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE events_at; RESET plan_cache_mode`) }()
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE events_at('{1,2,3}')`, pgx.QueryExecModeSimpleProtocol)
+	name, _, _ := strings.Cut(execute, "(")
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE `+name+`; RESET plan_cache_mode`) }()
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+execute, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	for _, l := range lines {
-		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
-	}
+	return lines
 }

@@ -22,3 +22,7 @@ const MaxAppendRunners = maxAppendRunners
 
 // EventsAtSQL is EventsAt's statement.
 const EventsAtSQL = eventsAtSQL
+
+// LoggedEventsSQL is the statement that finds the logged events of
+// repeated ids.
+const LoggedEventsSQL = loggedEventsSQL
