@@ -241,7 +241,9 @@ func (s *subRow) groupable() bool {
 // deliveries are found as in pendingAtSQL, by their subscriptions and the
 // range of their seqs; without that bound, a plan made while a few
 // deliveries were pending reads every pending delivery of every
-// subscription.
+// subscription. One range serves the whole group: a group records only
+// batches that took everything their subscription had pending (groupable),
+// so in that range each subscription has its batch and what came since.
 const deliveredManySQL = `
 WITH o AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[])

@@ -51,6 +51,7 @@ SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) 
 	defer conn.Release()
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
 
 	sub, both := "'"+subs[0]+"'", fmt.Sprintf("'{%s,%s}'", subs[0], subs[1])
 	for _, c := range []struct {

@@ -98,11 +98,12 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
 }
 
-// Close waits for a notification in flight and for the shared Append
-// pipelines still running (their calls have returned).
+// Close waits for the shared Append pipelines still running (their calls
+// have returned), then for a notification in flight, which one of them may
+// have started.
 func (l *EventLog) Close() {
-	l.notifier.wait()
 	l.appends.runners.Wait()
+	l.notifier.wait()
 }
 
 const appendSQL = `
