@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -202,7 +203,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID]chan struct{}{}}, stopping: make(chan struct{})}
+		idle: idleSenders{m: map[uuid.UUID][]chan struct{}{}}, stopping: make(chan struct{})}
 	d.steps.d = d
 	return d, nil
 }
@@ -281,17 +282,20 @@ func (d *Deliverer) Work(ctx context.Context, job *river.Job[webhooks.DeliverArg
 // reconnected and may have missed some.
 func (d *Deliverer) Wake(payload string) { d.idle.wake(payload) }
 
-// idleSenders is the registry of senders waiting for new deliveries.
+// idleSenders is the registry of senders waiting for new deliveries. A
+// subscription may have more than one job in a process for a moment (one
+// that finds the other's lease live ends at once), so each has its own
+// channel: the one that ends must not take the live sender's wake-ups.
 type idleSenders struct {
 	mu gosync.Mutex
-	m  map[uuid.UUID]chan struct{}
+	m  map[uuid.UUID][]chan struct{}
 }
 
 // add registers an idle sender of subID and returns its wake-up channel.
 func (r *idleSenders) add(subID uuid.UUID) chan struct{} {
 	ch := make(chan struct{}, 1)
 	r.mu.Lock()
-	r.m[subID] = ch
+	r.m[subID] = append(r.m[subID], ch)
 	r.mu.Unlock()
 	return ch
 }
@@ -299,7 +303,9 @@ func (r *idleSenders) add(subID uuid.UUID) chan struct{} {
 // remove unregisters the sender of ch.
 func (r *idleSenders) remove(subID uuid.UUID, ch chan struct{}) {
 	r.mu.Lock()
-	if r.m[subID] == ch {
+	if left := slices.DeleteFunc(r.m[subID], func(c chan struct{}) bool { return c == ch }); len(left) > 0 {
+		r.m[subID] = left
+	} else {
 		delete(r.m, subID)
 	}
 	r.mu.Unlock()
@@ -315,14 +321,16 @@ func (r *idleSenders) wake(payload string) {
 		}
 	}
 	if payload == "" {
-		for _, ch := range r.m {
-			signal(ch)
+		for _, chs := range r.m {
+			for _, ch := range chs {
+				signal(ch)
+			}
 		}
 		return
 	}
 	for id := range strings.SplitSeq(payload, ",") {
 		if u, err := uuid.Parse(id); err == nil {
-			if ch, ok := r.m[u]; ok {
+			for _, ch := range r.m[u] {
 				signal(ch)
 			}
 		}

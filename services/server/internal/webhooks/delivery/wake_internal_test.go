@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -90,4 +91,33 @@ func releaseWaitsForALock(t *testing.T, db *dbtest.DB) bool {
 SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
                AND query LIKE '%FOR UPDATE%' AND query LIKE '%pump_job_id = $2%')`).Scan(&waiting))
 	return waiting
+}
+
+// TestIdleSenders_AJobThatEndsKeepsNoneOfTheLiveSendersWakeUps: a second
+// job of a subscription in the process (it will find the first's lease
+// live and end) registers and unregisters while the first sender lingers;
+// the first must still be woken by the subscription's next deliveries,
+// not wait out its linger.
+func TestIdleSenders_AJobThatEndsKeepsNoneOfTheLiveSendersWakeUps(t *testing.T) {
+	r := idleSenders{m: map[uuid.UUID][]chan struct{}{}}
+	sub, other := uuid.New(), uuid.New()
+	live := r.add(sub)
+	ending := r.add(sub)
+	elsewhere := r.add(other)
+	r.remove(sub, ending)
+
+	r.wake(sub.String())
+	select {
+	case <-live:
+	default:
+		t.Fatal("the live sender was not woken")
+	}
+	require.Empty(t, elsewhere, "another subscription's sender was woken")
+
+	r.wake("")
+	require.Len(t, live, 1, "a wake-up of every sender reaches it")
+	require.Len(t, elsewhere, 1)
+	r.remove(sub, live)
+	r.remove(other, elsewhere)
+	require.Empty(t, r.m)
 }
