@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -46,13 +45,6 @@ INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
 SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) g`, subs[:])
 	require.NoError(t, err)
 
-	conn, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
-
 	sub, both := "'"+subs[0]+"'", fmt.Sprintf("'{%s,%s}'", subs[0], subs[1])
 	for _, c := range []struct {
 		name, sql, args string
@@ -70,13 +62,7 @@ SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) 
 		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			name := strings.ToLower(c.name)
-			_, err := conn.Exec(ctx, `PREPARE `+name+` AS `+c.sql)
-			require.NoError(t, err)
-			defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE `+name) }()
-			var out string
-			err = conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+c.args+`)`, pgx.QueryExecModeSimpleProtocol).Scan(&out)
-			require.NoError(t, err)
+			out := db.GenericPlan(t, c.sql, c.args)
 			var plan []struct{ Plan planNode }
 			require.NoError(t, json.Unmarshal([]byte(out), &plan))
 			scans := deliveryScans(&plan[0].Plan, nil)

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -58,10 +57,8 @@ func TestEventsAt_ProbesTheKeyInAPlanMadeWhileThePartitionWasSmall(t *testing.T)
 	b := setup(t, 100)
 	disableAutovacuum(t, b)
 	appendN(t, b.log, 50)
-	lines := genericPlan(t, b, `events_at(bigint[]) AS `+postgres.EventsAtSQL, `events_at('{1,2,3}')`)
-	for _, l := range lines {
-		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
-	}
+	plan := b.db.GenericPlan(t, postgres.EventsAtSQL, `'{1,2,3}'`)
+	require.NotContains(t, plan, "Seq Scan", "plan:\n%s", plan)
 }
 
 // TestEventLog_LoggedEventsProbesEventIDsInAPlanMadeWhileTheyWereFew: a
@@ -74,11 +71,8 @@ func TestEventLog_LoggedEventsProbesEventIDsInAPlanMadeWhileTheyWereFew(t *testi
 	b := setup(t, 100)
 	disableAutovacuum(t, b)
 	evs := appendN(t, b.log, 50)
-	lines := genericPlan(t, b, `logged_events(uuid[], jsonb[], bigint) AS `+postgres.LoggedEventsSQL,
-		fmt.Sprintf(`logged_events('{%s,%s}', '{"{}","{}"}', 1000)`, evs[0].ID, evs[1].ID))
-	for _, l := range lines {
-		require.NotContains(t, l, "Seq Scan", "plan:\n%s", strings.Join(lines, "\n"))
-	}
+	plan := b.db.GenericPlan(t, postgres.LoggedEventsSQL, fmt.Sprintf(`'{%s,%s}', '{"{}","{}"}', 1000`, evs[0].ID, evs[1].ID))
+	require.NotContains(t, plan, "Seq Scan", "plan:\n%s", plan)
 }
 
 // disableAutovacuum keeps the event log's partitions and event_ids from
@@ -93,27 +87,4 @@ DO $$ DECLARE p regclass; BEGIN
     END LOOP;
 END $$`)
 	require.NoError(t, err)
-}
-
-// genericPlan prepares the statement prepare ("name(types) AS sql") on a
-// connection that makes only generic plans, and returns the plan of
-// EXECUTE execute ("name(args)"): the plan made for the tables as they
-// are now, which the connection would keep.
-func genericPlan(t *testing.T, b *bundle, prepare, execute string) []string {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := b.db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `PREPARE `+prepare)
-	require.NoError(t, err)
-	name, _, _ := strings.Cut(execute, "(")
-	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE `+name+`; RESET plan_cache_mode`) }()
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+execute, pgx.QueryExecModeSimpleProtocol)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return lines
 }
