@@ -14,8 +14,8 @@ import (
 type MeterParams struct {
 	// DB reads the measured database's counters. Required.
 	DB *Database
-	// Trips counts the measured role's round trips (installed on its pool).
-	// Required.
+	// Trips counts the measured role's round trips (installed on its pool),
+	// when it runs in this process; nil otherwise.
 	Trips *RoundTrips
 	// Postmaster is the PID of the server's postmaster when the server
 	// serves this run only: its CPU time and WAL are then the run's. 0 on a

@@ -47,13 +47,19 @@ func (r *RoundTrips) Install(pc *pgxpool.Config) {
 	}
 }
 
-// Total is the round trips counted so far.
+// Total is the round trips counted so far; 0 for a nil r (nothing counted).
 func (r *RoundTrips) Total() int64 {
+	if r == nil {
+		return 0
+	}
 	return r.queries.Load() + r.batches.Load() + r.copies.Load() + r.prepares.Load() + r.pings.Load() + r.connects.Load()
 }
 
 // String lists the counts by kind.
 func (r *RoundTrips) String() string {
+	if r == nil {
+		return "not counted"
+	}
 	return fmt.Sprintf("%d queries, %d batches, %d copies, %d prepares, %d pings, %d connects",
 		r.queries.Load(), r.batches.Load(), r.copies.Load(), r.prepares.Load(), r.pings.Load(), r.connects.Load())
 }

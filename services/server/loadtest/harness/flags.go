@@ -3,7 +3,9 @@ package harness
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -93,4 +95,28 @@ func shortHelp(short map[string]string) string {
 		return "nothing"
 	}
 	return s[1:]
+}
+
+// Settings is a repeatable k=v flag, such as --pg-setting.
+type Settings []string
+
+func (s *Settings) String() string { return strings.Join(*s, " ") }
+
+// Set takes one k=v.
+func (s *Settings) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", v)
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+// Map is the settings by key, the last value of a key winning.
+func (s Settings) Map() map[string]string {
+	out := map[string]string{}
+	for _, kv := range s {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
 }

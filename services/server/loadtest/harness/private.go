@@ -42,6 +42,11 @@ type PrivateParams struct {
 	// SharedURL is the server whose settings the private one copies
 	// (copiedSettings); PostgreSQL's defaults when it does not answer.
 	SharedURL string
+	// Defaults starts it with PostgreSQL's defaults instead of the shared
+	// server's settings, as a new installation runs.
+	Defaults bool
+	// Settings are set on top (--pg-setting k=v).
+	Settings map[string]string
 	// Keep leaves the stopped cluster's directory in place.
 	Keep bool
 	// Stdout gets the lines that say where it runs and with what settings.
@@ -71,7 +76,11 @@ func StartPrivate(ctx context.Context, p *PrivateParams) (*PrivateServer, error)
 		return nil, err
 	}
 	s := &PrivateServer{dir: dir, keep: p.Keep}
-	copied, from := sharedSettings(ctx, p.SharedURL)
+	copied, from := map[string]string{}, "PostgreSQL's defaults"
+	if !p.Defaults {
+		copied, from = sharedSettings(ctx, p.SharedURL)
+	}
+	maps.Copy(copied, p.Settings)
 	s.Settings = maps.Clone(copied)
 	s.Settings["log_min_messages"] = "warning"
 	maps.Copy(s.Settings, statementsSettings)

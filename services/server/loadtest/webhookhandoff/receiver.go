@@ -79,6 +79,7 @@ type receiverStats struct {
 type arrivalRecord struct {
 	Sub int       `json:"sub"`
 	ID  uuid.UUID `json:"id"`
+	Seq int64     `json:"seq"`
 	At  time.Time `json:"at"`
 }
 
@@ -289,7 +290,7 @@ func (r *receiver) serveArrivals(w http.ResponseWriter, _ *http.Request) {
 	for i, ep := range r.endpoints {
 		for id, a := range ep.seen {
 			if r.counts(i, a) {
-				out = append(out, arrivalRecord{Sub: i, ID: id, At: a.at})
+				out = append(out, arrivalRecord{Sub: i, ID: id, Seq: a.seq, At: a.at})
 			}
 		}
 	}

@@ -113,6 +113,26 @@ func (r *receiverProc) arrivals(ctx context.Context) (map[delivery]time.Time, er
 	return out, nil
 }
 
+// seqDelivery names one delivery by the subscription's index and the
+// event's seq.
+type seqDelivery struct {
+	sub int
+	seq int64
+}
+
+// arrivalsBySeq returns when each expected delivery that arrived arrived.
+func (r *receiverProc) arrivalsBySeq(ctx context.Context) (map[seqDelivery]time.Time, error) {
+	var list []arrivalRecord
+	if err := r.get(ctx, "/ctl/arrivals", &list); err != nil {
+		return nil, err
+	}
+	out := make(map[seqDelivery]time.Time, len(list))
+	for _, a := range list {
+		out[seqDelivery{sub: a.Sub, seq: a.Seq}] = a.At
+	}
+	return out, nil
+}
+
 func (r *receiverProc) get(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+path, nil)
 	if err != nil {

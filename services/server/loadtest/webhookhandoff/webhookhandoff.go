@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/loadtest/deploy"
 	"github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -84,7 +85,7 @@ var (
 // command runs harness.RunChild(ChildRoles()) first in main, and a test
 // binary first in TestMain.
 func ChildRoles() map[string]harness.ChildFunc {
-	return map[string]harness.ChildFunc{receiverRole: runReceiver, producerRole: runProducer}
+	return map[string]harness.ChildFunc{receiverRole: runReceiver, producerRole: runProducer, deploy.ProducerRole: deploy.RunProducer}
 }
 
 type options struct {
@@ -100,6 +101,15 @@ type options struct {
 	private       bool
 	json          bool
 	statements    bool
+
+	// The deployment (the default) against --in-process.
+	inProcess        bool
+	bin              string
+	workers          int
+	connections      int
+	eventsPerRequest int
+	pgSettings       harness.Settings
+	perfRecord       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -120,6 +130,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.private, "private", false, "run on a private PostgreSQL cluster, so its CPU and WAL are this run's (default on in backlog mode)")
 	fs.BoolVar(&o.json, "json", false, "end the output with one JSON line of the figures")
 	fs.BoolVar(&o.statements, "statements", false, "print the statements that took the most PostgreSQL time (pg_stat_statements)")
+	fs.BoolVar(&o.inProcess, "in-process", false, "run the worker (webhooks only) in this process and append over database connections, for profiling; "+
+		"the default runs the built binary as separate api and worker processes and POSTs over HTTP")
+	fs.StringVar(&o.bin, "bin", "", "the bothy binary to run (default: built from this checkout)")
+	fs.IntVar(&o.workers, "workers", 1, "bothy server --role=worker processes")
+	fs.IntVar(&o.connections, "connections", 64, "HTTP connections of the producers (requests open at once)")
+	fs.IntVar(&o.eventsPerRequest, "events-per-request", 1, "events in each POST")
+	fs.StringVar(&o.perfRecord, "perf-record", "", "directory: record the api's and the workers' CPU with perf record during the measured phase (api.perf.data, worker.perf.data)")
+	fs.Var(&o.pgSettings, "pg-setting", "a PostgreSQL setting of the private cluster, k=v, on top of PostgreSQL's defaults (repeatable)")
 	if err := common.Parse(args); err != nil {
 		return nil, err
 	}
@@ -127,6 +145,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["spaces"] {
 		o.spaces = max(1, min(o.spaces, o.subscriptions))
+	}
+	if !o.inProcess {
+		o.private = true
 	}
 	if o.backlog > 0 {
 		o.private = o.private || !set["private"]
@@ -150,6 +171,9 @@ func (o *options) validate() error {
 	if o.backlog < 0 {
 		return fmt.Errorf("--backlog %d: want events per subscription, or 0 for the hand-off mode", o.backlog)
 	}
+	if o.workers < 1 || o.connections < 1 || o.eventsPerRequest < 1 || o.eventsPerRequest > 100 {
+		return errors.New("--workers and --connections must be positive, --events-per-request 1..100")
+	}
 	if o.maxBatch < 0 || o.maxBatch > 1000 {
 		return fmt.Errorf("--max-batch %d: want 1..1000, or 0 to leave max_batch alone", o.maxBatch)
 	}
@@ -171,10 +195,13 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return err
 	}
 	defer h.close(ctx)
-	if o.backlog > 0 {
+	switch {
+	case o.inProcess && o.backlog > 0:
 		return h.runBacklog(ctx)
+	case o.inProcess:
+		return h.runHandoff(ctx)
 	}
-	return h.runHandoff(ctx)
+	return h.runDeployed(ctx)
 }
 
 // start starts the private server if asked, opens the scratch database,
@@ -208,7 +235,8 @@ func (h *handoff) open(ctx context.Context, environ []string) error {
 		if err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
-		h.private, err = harness.StartPrivate(ctx, &harness.PrivateParams{SharedURL: base.Database.URL, Keep: o.Keep, Stdout: h.stdout})
+		h.private, err = harness.StartPrivate(ctx, &harness.PrivateParams{SharedURL: base.Database.URL, Keep: o.Keep, Stdout: h.stdout,
+			Defaults: !o.inProcess, Settings: o.pgSettings.Map()})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,293 @@
+package webhookhandoff
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bothy/bothy/services/server/loadtest/cost"
+	"github.com/bothy/bothy/services/server/loadtest/deploy"
+	"github.com/bothy/bothy/services/server/loadtest/harness"
+)
+
+// deployResult is what a deployment-mode run showed.
+type deployResult struct {
+	// events is what the measured phase appended; deliveries what
+	// arrived of them.
+	events, deliveries int
+	expected, missing  int
+	duplicates         int
+	outOfOrder, badSig int
+	unexpected         int
+	requests           int
+
+	cost        phaseCost
+	producer    *deploy.ProducerResult
+	producerCPU time.Duration
+	// transactions, statements and riverJobs are the database's over the
+	// whole window, the processes' start and stop included.
+	transactions, riverJobs int64
+	statements              *int64
+	top                     []cost.Statement
+
+	fromSend, fromAck []time.Duration
+	// buckets are the from-send latencies by the 10 s of the phase their
+	// request was sent in.
+	buckets        []latencyBucket
+	coldStart      time.Duration
+	backlogSeconds float64
+
+	loadBefore, loadAfter string
+}
+
+type latencyBucket struct {
+	from          time.Duration
+	n             int
+	p50, p95, p99 time.Duration
+}
+
+func (r *deployResult) fromStats(s *receiverStats) {
+	if s == nil {
+		return
+	}
+	r.expected, r.missing, r.deliveries = s.Expected+s.Missing, s.Missing, s.Expected
+	r.duplicates, r.outOfOrder, r.badSig, r.unexpected, r.requests = s.Duplicates, s.OrderViolations, s.BadSignatures, s.Unexpected, s.Requests
+}
+
+// latencies takes each delivery's latency from its request's send and
+// from its 201.
+func (r *deployResult) latencies(h *handoff, res *deploy.ProducerResult, arrivals map[seqDelivery]time.Time) {
+	r.events = len(res.Sent)
+	var start int64 = math.MaxInt64
+	for _, s := range res.Sent {
+		start = min(start, s.Send)
+	}
+	byBucket := map[int][]time.Duration{}
+	for _, s := range res.Sent {
+		for _, k := range h.targets[s.Target].subs {
+			at, ok := arrivals[seqDelivery{sub: k, seq: s.Seq}]
+			if !ok {
+				continue
+			}
+			send := at.Sub(time.Unix(0, s.Send))
+			r.fromSend = append(r.fromSend, send)
+			r.fromAck = append(r.fromAck, at.Sub(time.Unix(0, s.Ack)))
+			b := int((s.Send - start) / int64(10*time.Second))
+			byBucket[b] = append(byBucket[b], send)
+		}
+	}
+	slices.Sort(r.fromSend)
+	slices.Sort(r.fromAck)
+	for _, b := range slices.Sorted(maps.Keys(byBucket)) {
+		st := harness.NewStage("", byBucket[b])
+		r.buckets = append(r.buckets, latencyBucket{from: time.Duration(b) * 10 * time.Second, n: st.N, p50: st.P50, p95: st.P95, p99: st.P99})
+	}
+}
+
+// quantiles is p50, p95, p99 and max in milliseconds.
+type quantiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func quantilesOf(sorted []time.Duration) *quantiles {
+	if len(sorted) == 0 {
+		return nil
+	}
+	return &quantiles{P50: ms(harness.Quantile(sorted, .5)), P95: ms(harness.Quantile(sorted, .95)),
+		P99: ms(harness.Quantile(sorted, .99)), Max: ms(sorted[len(sorted)-1])}
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }
+
+// perMS divides a CPU time by n, in milliseconds to four decimals.
+func perMS(d time.Duration, n int) float64 {
+	return math.Round(float64(d)/float64(time.Millisecond)/float64(max(n, 1))*1e4) / 1e4
+}
+
+func per(v int64, n int) float64 { return math.Round(float64(v)/float64(max(n, 1))*1e4) / 1e4 }
+
+// deployJSON is the --json line of a deployment-mode run.
+type deployJSON struct {
+	Mode             string  `json:"mode"`
+	Deployment       string  `json:"deployment"`
+	Binary           string  `json:"binary"`
+	Workers          int     `json:"workers"`
+	Connections      int     `json:"connections"`
+	EventsPerRequest int     `json:"events_per_request"`
+	Rate             float64 `json:"rate,omitempty"`
+	Backlog          int     `json:"backlog,omitempty"`
+	Subscriptions    int     `json:"subscriptions"`
+	Unordered        int     `json:"unordered"`
+	Spaces           int     `json:"spaces"`
+	Fanout           int     `json:"fanout"`
+	MaxBatch         int     `json:"max_batch,omitempty"`
+
+	Events            int        `json:"events"`
+	Deliveries        int        `json:"deliveries"`
+	Seconds           float64    `json:"seconds"`
+	EventsAckedPerS   float64    `json:"events_acknowledged_per_s,omitempty"`
+	DeliveriesPerS    float64    `json:"deliveries_per_s"`
+	ProducerFailures  int        `json:"producer_failures"`
+	Missing           int        `json:"missing"`
+	Duplicates        int        `json:"duplicates"`
+	OrderViolations   int        `json:"order_violations"`
+	BadSignatures     int        `json:"bad_signatures"`
+	Unexpected        int        `json:"unexpected"`
+	Requests          int        `json:"requests"`
+	WorkerColdStartS  float64    `json:"worker_cold_start_s"`
+	BacklogAppendedS  float64    `json:"backlog_appended_s,omitempty"`
+	LatencyFromSendMS *quantiles `json:"latency_from_send_ms,omitempty"`
+	LatencyFromAckMS  *quantiles `json:"latency_from_ack_ms,omitempty"`
+
+	APICPUmsPerEvent         float64            `json:"api_cpu_ms_per_event"`
+	WorkerCPUmsPerDelivery   float64            `json:"worker_cpu_ms_per_delivery"`
+	PostgresCPUmsPerEvent    float64            `json:"postgres_cpu_ms_per_event"`
+	PostgresCPUmsPerEventBy  map[string]float64 `json:"postgres_cpu_ms_per_event_by"`
+	ReceiverCPUmsPerDelivery float64            `json:"receiver_cpu_ms_per_delivery"`
+	ProducerCPUmsPerEvent    float64            `json:"producer_cpu_ms_per_event,omitempty"`
+	AllInCPUmsPerEvent       float64            `json:"all_in_cpu_ms_per_event"`
+	TransactionsPerDelivery  float64            `json:"transactions_per_delivery"`
+	StatementsPerDelivery    *float64           `json:"statements_per_delivery,omitempty"`
+	WALBytesPerEvent         float64            `json:"wal_bytes_per_event"`
+	RiverJobsPerDelivery     float64            `json:"river_jobs_per_delivery"`
+	LoadBefore               string             `json:"load_before"`
+	LoadAfter                string             `json:"load_after"`
+}
+
+func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
+	o, c := h.opts, r.cost
+	events, deliveries := max(r.events, 1), max(r.deliveries, 1)
+	j := deployJSON{Mode: "handoff", Deployment: "processes: 1 api, " + fmt.Sprint(o.workers) + " worker(s); producers over HTTP",
+		Binary: d, Workers: o.workers, Connections: o.connections, EventsPerRequest: o.eventsPerRequest,
+		Subscriptions: o.subscriptions, Unordered: o.unordered, Spaces: o.spaces, Fanout: o.fanout, MaxBatch: o.maxBatch,
+		Events: r.events, Deliveries: r.deliveries, Seconds: math.Round(c.seconds*1000) / 1000,
+		DeliveriesPerS: math.Round(float64(r.deliveries)/max(c.seconds, 1e-9)*10) / 10,
+		Missing:        r.missing, Duplicates: r.duplicates, OrderViolations: r.outOfOrder, BadSignatures: r.badSig,
+		Unexpected: r.unexpected, Requests: r.requests, WorkerColdStartS: math.Round(r.coldStart.Seconds()*1000) / 1000,
+		LatencyFromSendMS: quantilesOf(r.fromSend), LatencyFromAckMS: quantilesOf(r.fromAck),
+		APICPUmsPerEvent: perMS(c.api, events), WorkerCPUmsPerDelivery: perMS(c.workers, deliveries),
+		PostgresCPUmsPerEvent: perMS(c.postgres, events), PostgresCPUmsPerEventBy: map[string]float64{},
+		ReceiverCPUmsPerDelivery: perMS(c.receiver, deliveries), AllInCPUmsPerEvent: perMS(c.api+c.workers+c.postgres, events),
+		TransactionsPerDelivery: per(r.transactions, deliveries), WALBytesPerEvent: per(c.wal, events),
+		RiverJobsPerDelivery: per(r.riverJobs, deliveries), LoadBefore: r.loadBefore, LoadAfter: r.loadAfter}
+	for class, t := range c.postgresBy {
+		j.PostgresCPUmsPerEventBy[class] = perMS(t, events)
+	}
+	if r.statements != nil {
+		j.StatementsPerDelivery = new(per(*r.statements, deliveries))
+	}
+	if o.backlog > 0 {
+		j.Mode, j.Backlog, j.BacklogAppendedS = "backlog", o.backlog, math.Round(r.backlogSeconds*10)/10
+		return j
+	}
+	j.Rate = o.Rate
+	j.ProducerCPUmsPerEvent = perMS(r.producerCPU, events)
+	if r.producer != nil {
+		j.EventsAckedPerS = math.Round(float64(len(r.producer.Sent))/max(r.producer.Seconds, 1e-9)*10) / 10
+		for _, n := range r.producer.Failed {
+			j.ProducerFailures += n
+		}
+	}
+	return j
+}
+
+// reportDeployed prints the summary and the JSON line, and returns the
+// verdict.
+func (h *handoff) reportDeployed(r *deployResult, d *deployment) error {
+	j := h.deployJSON(r, d.bin.Version)
+	budget := h.scratch.Cfg.Perf.WebhookHandoffP95
+	if j.Mode == "backlog" {
+		budget = 0
+	}
+	var b strings.Builder
+	h.deployedText(&b, r, &j)
+	verdict := deployVerdict(&j, budget)
+	b.WriteString(passText(verdict, ""))
+	fmt.Fprint(h.stdout, b.String())
+	if h.opts.json {
+		line, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h.stdout, "%s\n", line)
+	}
+	return verdictErr(verdict, false)
+}
+
+func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSON) {
+	o := h.opts
+	fmt.Fprintf(b, "\nwebhook_handoff (%s): %d subscriptions (%d unordered) on %d spaces, fanout %d\n", j.Mode, o.subscriptions, o.unordered, o.spaces, o.fanout)
+	h.header(b)
+	fmt.Fprintf(b, "load average before %s, after %s; worker cold start (start -> first delivery) %.3fs\n", r.loadBefore, r.loadAfter, j.WorkerColdStartS)
+	if j.Mode == "handoff" {
+		fmt.Fprintf(b, "offered %.0f events/s for %s: %d acknowledged (%.1f/s), %d requests failed %v\n",
+			o.Rate, o.Duration, r.events, j.EventsAckedPerS, j.ProducerFailures, r.producer.Failed)
+		printQuantiles(b, "from the client's send", j.LatencyFromSendMS)
+		printQuantiles(b, "from the 201", j.LatencyFromAckMS)
+		for _, k := range r.buckets {
+			fmt.Fprintf(b, "  sent at +%3.0fs: %6d deliveries, p50 %s p95 %s p99 %s (from the send)\n", k.from.Seconds(), k.n,
+				harness.MS(k.p50), harness.MS(k.p95), harness.MS(k.p99))
+		}
+	}
+	fmt.Fprintf(b, "%d deliveries in %.1fs (%.1f/s); missing %d, duplicates %d, out of order %d, bad signatures %d, unexpected %d\n",
+		r.deliveries, j.Seconds, j.DeliveriesPerS, r.missing, r.duplicates, r.outOfOrder, r.badSig, r.unexpected)
+	fmt.Fprintf(b, "CPU ms: api %.4f/event, worker %.4f/delivery, PostgreSQL %.4f/event %v, receiver %.4f/delivery; all-in (api+worker+PostgreSQL) %.4f/event\n",
+		j.APICPUmsPerEvent, j.WorkerCPUmsPerDelivery, j.PostgresCPUmsPerEvent, j.PostgresCPUmsPerEventBy, j.ReceiverCPUmsPerDelivery, j.AllInCPUmsPerEvent)
+	fmt.Fprintf(b, "per delivery: %.3f transactions, %s statements, %.4f River jobs (processes' start and stop included); %.0f WAL bytes per event\n",
+		j.TransactionsPerDelivery, orNA(j.StatementsPerDelivery, "%.2f"), j.RiverJobsPerDelivery, j.WALBytesPerEvent)
+	if len(r.top) > 0 {
+		fmt.Fprintf(b, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
+		fmt.Fprintf(b, "%9s %10s %9s %10s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "share", "statement")
+		for _, s := range r.top {
+			fmt.Fprintf(b, "%9d %10.1f %9.3f %10d %5.1f%%  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, 100*s.ShareOfTime, s.OneLine(110))
+		}
+	}
+}
+
+func printQuantiles(b *strings.Builder, what string, q *quantiles) {
+	if q == nil {
+		fmt.Fprintf(b, "  %s: no deliveries\n", what)
+		return
+	}
+	fmt.Fprintf(b, "  %-24s p50 %8.1f ms  p95 %8.1f ms  p99 %8.1f ms  max %8.1f ms\n", what+":", q.P50, q.P95, q.P99, q.Max)
+}
+
+// deployVerdict says why the run fails, or "": any delivery missing,
+// repeated, out of order or badly signed, or a p95 from the 201 over
+// budget (0: none).
+func deployVerdict(j *deployJSON, budget time.Duration) string {
+	var why []string
+	if j.Deliveries == 0 {
+		why = append(why, "no delivery arrived")
+	}
+	if budget > 0 && j.LatencyFromAckMS != nil && j.LatencyFromAckMS.P95 > ms(budget) {
+		why = append(why, fmt.Sprintf("p95 from the 201 %.1f ms above perf.webhook_handoff_p95 %s", j.LatencyFromAckMS.P95, harness.MS(budget)))
+	}
+	for _, c := range []struct {
+		n    int
+		what string
+	}{
+		{j.Missing, "deliveries missing"}, {j.Duplicates, "deliveries received twice"},
+		{j.OrderViolations, "deliveries out of order on ordered subscriptions"}, {j.BadSignatures, "requests failed their signature"},
+		{j.Unexpected, "deliveries of events the subscription does not filter"},
+	} {
+		if c.n > 0 {
+			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+func orNA(v *float64, format string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, *v)
+}

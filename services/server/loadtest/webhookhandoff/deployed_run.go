@@ -1,0 +1,304 @@
+package webhookhandoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bothy/bothy/services/server/loadtest/deploy"
+	"github.com/bothy/bothy/services/server/loadtest/harness"
+)
+
+// runDeployed measures the deployment: the api process, then a probe
+// event, then the worker processes (their cold start is the probe's
+// delivery), then either the hand-off at --rate or, with --backlog, the
+// drain of a backlog appended over HTTP while no worker ran.
+func (h *handoff) runDeployed(ctx context.Context) error {
+	d, err := h.prepareDeployment(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { d.close(ctx, h.opts.Keep) }()
+	c, err := h.startCosts(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close(ctx)
+	if err := h.startSampling(ctx, d); err != nil {
+		return err
+	}
+	if d.api, err = h.startServer(ctx, d, "api", ""); err != nil {
+		return err
+	}
+	r := &deployResult{}
+	if h.opts.backlog > 0 {
+		err = h.runDrain(ctx, d, c, r)
+	} else {
+		err = h.runLive(ctx, d, c, r)
+	}
+	if err != nil {
+		return err
+	}
+	d.stop()
+	totals, err := c.meter.Finish(ctx)
+	if err != nil {
+		return fmt.Errorf("measure: %w", err)
+	}
+	r.transactions, r.statements, r.riverJobs = totals.Transactions, totals.Statements, totals.RiverJobs
+	if r.top, err = h.topStatements(ctx, c); err != nil {
+		return err
+	}
+	return h.reportDeployed(r, d)
+}
+
+// runLive posts one probe event, starts the workers (their cold start is
+// the probe's delivery), then measures the hand-off.
+func (h *handoff) runLive(ctx context.Context, d *deployment, c *costs, r *deployResult) error {
+	res, _, err := deploy.Produce(ctx, h.producerParams(d, 1, 1, time.Second))
+	if err == nil && len(res.Sent) != 1 {
+		err = fmt.Errorf("%v (%s)", res.Failed, res.FirstError)
+	}
+	if err != nil {
+		return fmt.Errorf("probe event: %w", err)
+	}
+	if err := h.rcv.expect(ctx, h.expectation(res)); err != nil {
+		return err
+	}
+	if err := h.startWorkers(ctx, d); err != nil {
+		return err
+	}
+	stats, err := h.rcv.await(ctx, time.Minute, d.watch())
+	if err != nil {
+		return fmt.Errorf("probe delivery: %w", err)
+	}
+	r.coldStart = stats.LastArrival.Sub(d.workers[0].Started)
+	h.describe(d)
+	return h.measureHandoff(ctx, d, c, r)
+}
+
+// runDrain appends the backlog while no worker runs, then starts the
+// workers and measures them until it is delivered; their cold start is
+// the first delivery.
+func (h *handoff) runDrain(ctx context.Context, d *deployment, c *costs, r *deployResult) error {
+	want, seconds, err := h.appendBacklog(ctx, d)
+	if err != nil {
+		return fmt.Errorf("backlog: %w", err)
+	}
+	r.backlogSeconds = seconds
+	if err := h.rcv.expect(ctx, want); err != nil {
+		return err
+	}
+	if err := h.startWorkers(ctx, d); err != nil {
+		return err
+	}
+	h.describe(d)
+	if err := h.measureDrain(ctx, d, c, r, want); err != nil {
+		return err
+	}
+	arrivals, err := h.rcv.arrivalsBySeq(ctx)
+	if err != nil {
+		return err
+	}
+	for _, at := range arrivals {
+		if first := at.Sub(d.workers[0].Started); r.coldStart == 0 || first < r.coldStart {
+			r.coldStart = first
+		}
+	}
+	return nil
+}
+
+// startWorkers starts --workers worker processes and waits until they are
+// ready.
+func (h *handoff) startWorkers(ctx context.Context, d *deployment) error {
+	for i := range h.opts.workers {
+		w, err := h.startServer(ctx, d, "worker", fmt.Sprint(i+1))
+		if err != nil {
+			return err
+		}
+		d.workers = append(d.workers, w)
+	}
+	return nil
+}
+
+// producerParams is one phase of the HTTP producers at rate for dur;
+// events is the events per request (the backlog sends 100).
+func (h *handoff) producerParams(d *deployment, rate float64, events int, dur time.Duration) *deploy.ProducerParams {
+	targets := make([][2]string, len(h.targets))
+	for i, t := range h.targets {
+		targets[i] = [2]string{t.space, t.typ}
+	}
+	return &deploy.ProducerParams{API: "http://" + d.api.Addr, Token: d.token, Rate: rate, Duration: dur,
+		Connections: h.opts.connections, EventsPerRequest: events, Targets: targets}
+}
+
+// expectation is the deliveries res's events make: each acknowledged
+// event at every subscription of its target.
+func (h *handoff) expectation(res *deploy.ProducerResult) *expectation {
+	want := &expectation{Counts: make([]int, len(h.subs))}
+	for i, s := range res.Sent {
+		if i == 0 || s.Seq <= want.After {
+			want.After = s.Seq - 1
+		}
+		want.Upto = max(want.Upto, s.Seq)
+		for _, k := range h.targets[s.Target].subs {
+			want.Counts[k]++
+		}
+	}
+	return want
+}
+
+// httpPhase runs the producers for one phase and waits, at most within
+// after they ended, until the deliveries of what they appended arrived.
+// It returns a nil result only when the producers could not run.
+func (h *handoff) httpPhase(ctx context.Context, d *deployment, p *deploy.ProducerParams, within time.Duration) (*deploy.ProducerResult, time.Duration, *receiverStats, error) {
+	res, cpu, err := deploy.Produce(ctx, p)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(res.Sent) == 0 {
+		return nil, 0, nil, fmt.Errorf("no event was acknowledged: %v (%s)", res.Failed, res.FirstError)
+	}
+	if err := h.rcv.expect(ctx, h.expectation(res)); err != nil {
+		return nil, 0, nil, err
+	}
+	stats, err := h.rcv.await(ctx, within, d.watch())
+	return res, cpu, stats, err
+}
+
+// measureHandoff warms up for a second, then appends at --rate for
+// --duration and measures each delivery from its request's send and from
+// its 201.
+func (h *handoff) measureHandoff(ctx context.Context, d *deployment, c *costs, r *deployResult) error {
+	o := h.opts
+	if _, _, _, err := h.httpPhase(ctx, d, h.producerParams(d, min(o.Rate, 200), o.eventsPerRequest, time.Second), 30*time.Second); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	r.loadBefore = harness.LoadAvg()
+	before, err := h.phaseStart(ctx, d, c)
+	if err != nil {
+		return err
+	}
+	stopRecording, err := h.record(ctx, d)
+	if err != nil {
+		return err
+	}
+	res, cpu, stats, err := h.httpPhase(ctx, d, h.producerParams(d, o.Rate, o.eventsPerRequest, o.Duration), o.drain)
+	stopRecording()
+	if res == nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	if err != nil {
+		fmt.Fprintf(h.stdout, "load: %v\n", err)
+	}
+	if r.cost, err = h.phaseEnd(ctx, d, c, before); err != nil {
+		return err
+	}
+	r.loadAfter = harness.LoadAvg()
+	r.fromStats(stats)
+	r.producer, r.producerCPU = res, cpu
+	arrivals, err := h.rcv.arrivalsBySeq(ctx)
+	if err != nil {
+		return err
+	}
+	r.latencies(h, res, arrivals)
+	return nil
+}
+
+// phaseStart samples what the processes and the server used so far.
+func (h *handoff) phaseStart(ctx context.Context, d *deployment, c *costs) (cpuSample, error) {
+	if err := d.backends.Sample(ctx); err != nil {
+		return cpuSample{}, err
+	}
+	d.backends.Start()
+	return h.sampleCPU(ctx, d, c)
+}
+
+// phaseEnd is what the phase cost since before, and marks the end of the
+// meter's window for time, CPU and WAL.
+func (h *handoff) phaseEnd(ctx context.Context, d *deployment, c *costs, before cpuSample) (phaseCost, error) {
+	if err := d.backends.Sample(ctx); err != nil {
+		return phaseCost{}, err
+	}
+	after, err := h.sampleCPU(ctx, d, c)
+	if err != nil {
+		return phaseCost{}, err
+	}
+	if err := c.meter.Mark(ctx); err != nil {
+		return phaseCost{}, err
+	}
+	return between(before, after, d.backends.ByClass()), nil
+}
+
+// appendBacklog appends --backlog events per target over HTTP, 100 per
+// request, while no worker runs.
+func (h *handoff) appendBacklog(ctx context.Context, d *deployment) (*expectation, float64, error) {
+	n := h.opts.backlog * len(h.targets)
+	// The rate only paces the requests: far above what the api takes, so
+	// the producers send as fast as it answers.
+	p := h.producerParams(d, 1e6, 100, time.Duration(float64(n)/1e6*float64(time.Second))+time.Nanosecond)
+	res, _, err := deploy.Produce(ctx, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(res.Sent) != n {
+		return nil, 0, fmt.Errorf("%d of %d events acknowledged: %v (%s)", len(res.Sent), n, res.Failed, res.FirstError)
+	}
+	fmt.Fprintf(h.stdout, "backlog: %d events appended over HTTP in %.1fs (100 per request, %d connections), no worker running\n",
+		n, res.Seconds, h.opts.connections)
+	return h.expectation(res), res.Seconds, nil
+}
+
+// measureDrain measures the workers from their start until every
+// delivery of the backlog arrived.
+func (h *handoff) measureDrain(ctx context.Context, d *deployment, c *costs, r *deployResult, want *expectation) error {
+	r.loadBefore = harness.LoadAvg()
+	before, err := h.phaseStart(ctx, d, c)
+	if err != nil {
+		return err
+	}
+	// The workers started a moment ago: what they used since counts.
+	before.workers, before.at = 0, d.workers[0].Started
+	stopRecording, err := h.record(ctx, d)
+	if err != nil {
+		return err
+	}
+	stats, err := h.rcv.await(ctx, h.opts.drain, d.watch())
+	stopRecording()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(h.stdout, "drain: %v\n", err)
+	}
+	if r.cost, err = h.phaseEnd(ctx, d, c, before); err != nil {
+		return err
+	}
+	r.loadAfter = harness.LoadAvg()
+	r.fromStats(stats)
+	r.events = int(want.Upto - want.After)
+	return nil
+}
+
+// record starts perf record on the api and on the workers when
+// --perf-record asks, and returns what stops it.
+func (h *handoff) record(ctx context.Context, d *deployment) (func(), error) {
+	if h.opts.perfRecord == "" {
+		return func() {}, nil
+	}
+	api, err := deploy.Record(ctx, h.opts.perfRecord, "api", d.api.PID())
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, w := range d.workers {
+		pids = append(pids, w.PID())
+	}
+	worker, err := deploy.Record(ctx, h.opts.perfRecord, "worker", pids...)
+	if err != nil {
+		api.Stop()
+		return nil, err
+	}
+	return func() {
+		api.Stop()
+		worker.Stop()
+		fmt.Fprintf(h.stdout, "perf: %s, %s (perf report -i FILE --no-children)\n", api.File, worker.File)
+	}, nil
+}
