@@ -82,6 +82,7 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		AllowPrivatePushEndpoints:  cfg.Push.AllowPrivateTargets,
 		VAPIDPublicKey:             cfg.Push.VAPIDPublicKey,
 		AdminToken:                 cfg.Server.AdminToken,
+		AuthCacheTTL:               cfg.Server.AuthCacheTTL,
 		ConsoleKey:                 consoleKey(cfg),
 		ConsolePublicURL:           cfg.Console.PublicURL,
 		EventsPollInterval:         cfg.Consumer.PollInterval,

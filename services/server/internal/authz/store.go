@@ -239,39 +239,47 @@ type Subject struct {
 // prefix) to its subject. Any failure is ErrUnauthenticated; database
 // trouble is returned wrapped as itself.
 func Authenticate(ctx context.Context, q Querier, bearer string) (*Subject, error) {
+	s, _, err := authenticate(ctx, q, bearer)
+	return s, err
+}
+
+// authenticate is Authenticate that also returns when the token expires
+// (nil: never).
+func authenticate(ctx context.Context, q Querier, bearer string) (*Subject, *time.Time, error) {
 	bearer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(bearer), "Bearer "))
 	rest, ok := strings.CutPrefix(bearer, tokenPrefix)
 	if !ok {
-		return nil, ErrUnauthenticated
+		return nil, nil, ErrUnauthenticated
 	}
 	idHex, secret, ok := strings.Cut(rest, "_")
 	if !ok || len(idHex) != 32 || secret == "" {
-		return nil, ErrUnauthenticated
+		return nil, nil, ErrUnauthenticated
 	}
 	var id uuid.UUID
 	if _, err := hex.Decode(id[:], []byte(idHex)); err != nil {
-		return nil, ErrUnauthenticated
+		return nil, nil, ErrUnauthenticated
 	}
 	var hash []byte
 	s := &Subject{TokenID: id}
 	var usable bool
+	var expires *time.Time
 	err := q.QueryRow(ctx, `
-SELECT t.principal, t.scopes, t.secret_hash,
+SELECT t.principal, t.scopes, t.secret_hash, t.expires_at,
        t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now()) AND p.disabled_at IS NULL
-FROM tokens t JOIN principals p ON p.id = t.principal WHERE t.id = $1`, id).Scan(&s.Principal, &s.Scopes, &hash, &usable)
+FROM tokens t JOIN principals p ON p.id = t.principal WHERE t.id = $1`, id).Scan(&s.Principal, &s.Scopes, &hash, &expires, &usable)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrUnauthenticated
+		return nil, nil, ErrUnauthenticated
 	}
 	if err != nil {
-		return nil, fmt.Errorf("authenticate: %w", err)
+		return nil, nil, fmt.Errorf("authenticate: %w", err)
 	}
 	sum := sha256.Sum256([]byte(secret))
 	if subtle.ConstantTimeCompare(sum[:], hash) != 1 || !usable {
-		return nil, ErrUnauthenticated
+		return nil, nil, ErrUnauthenticated
 	}
 	// Best effort: a failure to record use must not fail the request.
 	_, _ = q.Exec(ctx, `UPDATE tokens SET last_used_at = now() WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, id)
-	return s, nil
+	return s, expires, nil
 }
 
 // EnsurePrincipal creates principal id of kind unless it exists, and

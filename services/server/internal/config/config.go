@@ -54,6 +54,7 @@ type Server struct {
 	ShutdownTimeout time.Duration
 	Migrate         bool
 	AdminToken      string
+	AuthCacheTTL    time.Duration
 }
 
 // Consumer configures consumer rounds.

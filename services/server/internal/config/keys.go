@@ -49,6 +49,9 @@ var Keys = []Key{
 	{Name: "server.migrate", Default: "false", Range: "true or false",
 		Doc: "Apply pending migrations before starting.",
 		set: func(c *Config, v string) error { return boolean(&c.Server.Migrate, v) }},
+	{Name: "server.auth_cache_ttl", Default: "1s", Range: "0s..1m",
+		Doc: "How long the api reuses a bearer token's principal and scopes and a principal's right on a space once read; a revoked token, a disabled principal or a removed right stops being honoured within it (at once for changes made through the same api process). 0s reads them for every request.",
+		set: func(c *Config, v string) error { return dur(&c.Server.AuthCacheTTL, v, 0, time.Minute) }},
 	{Name: "server.admin_token", Default: "", Range: "empty or at least 16 characters", Secret: true,
 		Doc: "Bearer token for the admin paths (River UI); empty disables them.",
 		set: func(c *Config, v string) error {

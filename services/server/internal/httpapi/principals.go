@@ -227,6 +227,7 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if err := authz.RevokeToken(r.Context(), a.pool, id); err != nil {
 		return adminError(err, "")
 	}
+	a.auth.Clear()
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -297,6 +298,9 @@ func (a *API) deleteMember(w http.ResponseWriter, r *http.Request, s *authz.Subj
 func (a *API) setMember(r *http.Request, s *authz.Subject, space string, right authz.Right) (*authz.Membership, error) {
 	principal := r.PathValue("principal")
 	m, err := authz.SetMember(r.Context(), a.pool, &authz.SetMemberParams{By: s, Space: space, Principal: principal, Right: right})
+	if err == nil {
+		a.auth.Clear()
+	}
 	if errors.Is(err, authz.ErrNotFound) {
 		return nil, noSuchPrincipal(principal)
 	}

@@ -42,7 +42,7 @@ func webhookError(err error) error {
 // allow checks action on space for the subject with its token's scopes and
 // turns a denial into 403.
 func (a *API) allow(r *http.Request, s *authz.Subject, action authz.Action, space string) error {
-	d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: action, Principal: s.Principal, Scopes: scopesOf(s), Space: space})
+	d, err := a.auth.Allowed(r.Context(), &authz.Request{Action: action, Principal: s.Principal, Scopes: scopesOf(s), Space: space})
 	if err != nil {
 		return err
 	}
