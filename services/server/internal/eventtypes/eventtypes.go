@@ -4,7 +4,7 @@
 // reading a space's types is one index range however large the log is,
 // instead of grouping the space's retained events at every request.
 //
-// The catalog follows the log by a round, and counts the events its
+// The catalog follows the log by up to a second (Pace), and counts the events its
 // consumer has read since it started (at the head of the log, when its
 // migration ran); retention does not lower the counts.
 package eventtypes
@@ -29,10 +29,21 @@ const ConsumerName = "event_types"
 // jobs.
 type Consumer struct{}
 
-var _ sync.Consumer = Consumer{}
+var (
+	_ sync.Consumer      = Consumer{}
+	_ sync.ConsumerPacer = Consumer{}
+)
 
 // Name implements sync.Consumer.
 func (Consumer) Name() string { return ConsumerName }
+
+// Pace is the catalog's freshness: a round a second (at most the worker's
+// poll interval) whatever the rate of events, one upsert for all of them,
+// instead of a round for every notification.
+const Pace = time.Second
+
+// Pace implements sync.ConsumerPacer.
+func (Consumer) Pace() time.Duration { return Pace }
 
 // upsertSQL adds a round's counts; a type seen before keeps its first seq
 // and time. The rows come sorted by key, so the statement's row locks are

@@ -208,7 +208,18 @@ type Consumer struct {
 var (
 	_ sync.Consumer              = (*Consumer)(nil)
 	_ sync.ConsumerPrefixHandler = (*Consumer)(nil)
+	_ sync.ConsumerPacer         = (*Consumer)(nil)
 )
+
+// Pace implements sync.ConsumerPacer: with push off, rounds make no jobs
+// and only keep the cursor at the head, so they run on the worker's poll
+// interval alone instead of for every notification.
+func (c *Consumer) Pace() time.Duration {
+	if c.cfg.Disabled {
+		return time.Hour
+	}
+	return 0
+}
 
 // NewConsumer returns the push consumer.
 func NewConsumer(cfg *ConsumerConfig) *Consumer {

@@ -99,6 +99,20 @@ type ConsumerPrefixHandler interface {
 	HandlePrefix(ctx context.Context, tx pgx.Tx, events []Event, budget WorkBudget) (jobs []Job, n int, err error)
 }
 
+// ConsumerPacer is an optional capability of a Consumer, found by type
+// assertion, for consumers that need not run a round for every
+// notification: one that keeps a catalog, or one whose rounds cannot make
+// work for anyone (push without its keys). Pace is the least time from
+// the start of one of its rounds to the start of a round a notification
+// wakes; the worker caps it at its poll interval, and rounds that read a
+// full batch do not wait. Such a consumer then reads the events of a pace
+// in one round, a transaction per pace instead of one per notification,
+// and follows the log by up to the pace. Pace is called before each
+// notified round, from one goroutine per consumer.
+type ConsumerPacer interface {
+	Pace() time.Duration
+}
+
 // ConsumerLossHandler is an optional capability of a Consumer, found by type
 // assertion. HandleLost is told, inside the round's transaction, the exact
 // range of seqs that retention removed before the consumer read them. What

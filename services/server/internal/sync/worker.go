@@ -130,7 +130,7 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 				// the timer starts reads whatever woke us.
 				continue
 			}
-			if sleep.For(ctx, time.Until(started.Add(w.cfg.Cooldown))) != nil {
+			if sleep.For(ctx, time.Until(started.Add(w.cooldown(c)))) != nil {
 				return
 			}
 			select {
@@ -160,6 +160,16 @@ func (w *Worker) loop(ctx context.Context, c Consumer, wake <-chan struct{}) {
 			break
 		}
 	}
+}
+
+// cooldown is the least time from the start of c's last round to a
+// notified round: the worker's cooldown, or c's pace (ConsumerPacer) up to
+// the poll interval.
+func (w *Worker) cooldown(c Consumer) time.Duration {
+	if p, ok := c.(ConsumerPacer); ok {
+		return max(w.cfg.Cooldown, min(p.Pace(), w.cfg.PollInterval))
+	}
+	return w.cfg.Cooldown
 }
 
 // runOnce runs one round of at most batch.size events within RoundTimeout

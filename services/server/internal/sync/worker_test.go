@@ -163,3 +163,51 @@ func TestWorker_WakeUpsWaitForTheCooldown(t *testing.T) {
 		require.GreaterOrEqual(t, got[i].Sub(got[i-2]), cooldown, "rounds %d and %d ended less than a cooldown apart", i-1, i+1)
 	}
 }
+
+// paced is a consumer that asks for rounds at most every hour
+// (sync.ConsumerPacer). It reuses the event_types consumer's cursor row.
+type paced struct{}
+
+func (paced) Name() string                                                     { return "event_types" }
+func (paced) Handle(context.Context, pgx.Tx, []sync.Event) ([]sync.Job, error) { return nil, nil }
+func (paced) Pace() time.Duration                                              { return time.Hour }
+
+func TestWorker_APacedConsumerSkipsNotifiedRounds(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	log := postgres.NewEventLog(db.Pool, nil)
+	t.Cleanup(log.Close)
+	rounds := make(chan string, 1000)
+	rr := sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, noJobs{}, &sync.RoundConfig{Logger: quiet})
+	w, err := sync.NewWorker(rr, []sync.Consumer{idle{}, paced{}}, &sync.WorkerConfig{
+		PollInterval: time.Hour, Logger: quiet,
+		AfterRound: func(name string, _ sync.RoundResult, err error) {
+			if err == nil {
+				rounds <- name
+			}
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	// Both run their first round at start; then every wake-up starts a
+	// round of the unpaced consumer and none of the paced one, which waits
+	// for its pace (capped at the hour-long poll interval).
+	count := map[string]int{}
+	deadline := time.After(time.Minute)
+	for count["push"] < 6 || count["event_types"] < 1 {
+		select {
+		case name := <-rounds:
+			count[name]++
+			w.Wake()
+		case <-deadline:
+			t.Fatalf("rounds in a minute: %v", count)
+		}
+	}
+	require.Equal(t, 1, count["event_types"], "the paced consumer ran a round for a notification")
+}

@@ -246,7 +246,7 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 		fmt.Fprintf(b, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
 		fmt.Fprintf(b, "%9s %10s %9s %10s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "share", "statement")
 		for _, s := range r.top {
-			fmt.Fprintf(b, "%9d %10.1f %9.3f %10d %5.1f%%  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, 100*s.ShareOfTime, s.OneLine(110))
+			fmt.Fprintf(b, "%9d %10.1f %9.3f %10d %5.1f%%  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, 100*s.ShareOfTime, s.OneLine(150))
 		}
 	}
 }

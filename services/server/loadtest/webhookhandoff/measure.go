@@ -78,5 +78,5 @@ func (h *handoff) topStatements(ctx context.Context, c *costs) ([]cost.Statement
 	if !h.opts.statements || !c.db.Statements {
 		return nil, nil
 	}
-	return c.db.TopStatements(ctx, 15)
+	return c.db.TopStatements(ctx, 40)
 }

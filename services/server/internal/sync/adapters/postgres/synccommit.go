@@ -61,18 +61,26 @@ func RequireSynchronousCommit(pc *pgxpool.Config) {
 	}
 }
 
-// syncCommitSQL reads the session's setting and its source: "client" is a
-// value the connection sent at start (startup parameters and options);
-// others are defaults of the server, database or role.
-const syncCommitSQL = `SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'`
+// syncCommitSQL reads the session's setting; syncCommitSourceSQL also
+// where it came from: "client" is a value the connection sent at start
+// (startup parameters and options); others are defaults of the server,
+// database or role. pg_settings builds every setting's row, so it is read
+// only when the setting is weak.
+const (
+	syncCommitSQL       = `SELECT current_setting('synchronous_commit')`
+	syncCommitSourceSQL = `SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'`
+)
 
 func ensureSyncCommit(ctx context.Context, conn *pgx.Conn) error {
 	var v, source string
-	if err := conn.QueryRow(ctx, syncCommitSQL).Scan(&v, &source); err != nil {
+	if err := conn.QueryRow(ctx, syncCommitSQL).Scan(&v); err != nil {
 		return fmt.Errorf("read synchronous_commit: %w", err)
 	}
 	if !weakSyncCommit(v) {
 		return nil
+	}
+	if err := conn.QueryRow(ctx, syncCommitSourceSQL).Scan(&v, &source); err != nil {
+		return fmt.Errorf("read synchronous_commit: %w", err)
 	}
 	if source == "client" {
 		return fmt.Errorf("%w: synchronous_commit=%s, set by the connection's parameters or options (or PGOPTIONS); "+
