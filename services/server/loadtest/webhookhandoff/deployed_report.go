@@ -40,6 +40,10 @@ type deployResult struct {
 	buckets        []latencyBucket
 	coldStart      time.Duration
 	backlogSeconds float64
+	// stages say where the time went (see result.stages).
+	stages      []harness.Stage
+	stagesErr   error
+	sentEarlier int
 
 	loadBefore, loadAfter string
 }
@@ -235,6 +239,9 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 			fmt.Fprintf(b, "  sent at +%3.0fs: %6d deliveries, p50 %s p95 %s p99 %s (from the send)\n", k.from.Seconds(), k.n,
 				harness.MS(k.p50), harness.MS(k.p95), harness.MS(k.p99))
 		}
+	}
+	if j.Mode == "handoff" {
+		h.stagesText(b, &result{stages: r.stages, stagesErr: r.stagesErr, sentEarlier: r.sentEarlier})
 	}
 	fmt.Fprintf(b, "%d deliveries in %.1fs (%.1f/s); missing %d, duplicates %d, out of order %d, bad signatures %d, unexpected %d\n",
 		r.deliveries, j.Seconds, j.DeliveriesPerS, r.missing, r.duplicates, r.outOfOrder, r.badSig, r.unexpected)

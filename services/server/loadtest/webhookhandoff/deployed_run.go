@@ -202,6 +202,24 @@ func (h *handoff) measureHandoff(ctx context.Context, d *deployment, c *costs, r
 		return err
 	}
 	r.latencies(h, res, arrivals)
+	return h.deployedStages(ctx, r, res)
+}
+
+// deployedStages reads where the time went, as the in-process mode does
+// (stages), from the delivery rows and River's jobs.
+func (h *handoff) deployedStages(ctx context.Context, r *deployResult, res *deploy.ProducerResult) error {
+	if err := h.scratch.Connect(ctx); err != nil {
+		return err
+	}
+	defer h.scratch.Disconnect()
+	byID, err := h.rcv.arrivals(ctx)
+	if err != nil {
+		return err
+	}
+	want := h.expectation(res)
+	var st result
+	st.stagesErr = h.stages(ctx, &st, &phaseResult{producerResult: producerResult{FirstSeq: want.After + 1, LastSeq: want.Upto}}, byID)
+	r.stages, r.stagesErr, r.sentEarlier = st.stages, st.stagesErr, st.sentEarlier
 	return nil
 }
 

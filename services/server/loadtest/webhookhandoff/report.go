@@ -172,9 +172,9 @@ func (h *handoff) stagesText(b *strings.Builder, r *result) {
 		fmt.Fprintf(b, "not read: %v\n", r.stagesErr)
 		return
 	}
-	fmt.Fprintf(b, "%-26s %8s %8s %8s %8s\n", "stage", "n", "p50", "p95", "p99")
+	fmt.Fprintf(b, "%-30s %8s %8s %8s %8s\n", "stage", "n", "p50", "p95", "p99")
 	for _, st := range r.stages {
-		fmt.Fprintf(b, "%-26s %8d %8s %8s %8s\n", st.Name, st.N, ms(st.P50), ms(st.P95), ms(st.P99))
+		fmt.Fprintf(b, "%-30s %8d %8s %8s %8s\n", st.Name, st.N, ms(st.P50), ms(st.P95), ms(st.P99))
 	}
 	fmt.Fprintf(b, "sent by a sender running already (no job fetched between their round and their send): %d\n", r.sentEarlier)
 }

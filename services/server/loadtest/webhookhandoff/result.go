@@ -159,7 +159,7 @@ func (h *handoff) stages(ctx context.Context, r *result, res *phaseResult, arriv
 	for k, id := range h.subIDs {
 		index[id] = k
 	}
-	var round, fetch, claim, send []time.Duration
+	var round, fetch, claim, woken, send []time.Duration
 	rows, err := h.scratch.Pool.Query(ctx, deliveriesSQL, res.FirstSeq, res.LastSeq)
 	if err != nil {
 		return err
@@ -180,6 +180,7 @@ func (h *handoff) stages(ctx context.Context, r *result, res *phaseResult, arriv
 			at := js[i-1].attempted
 			if at.Before(created) || first.Before(at) {
 				r.sentEarlier++
+				woken = append(woken, first.Sub(created))
 			} else {
 				fetch, claim = append(fetch, at.Sub(created)), append(claim, first.Sub(at))
 			}
@@ -190,7 +191,8 @@ func (h *handoff) stages(ctx context.Context, r *result, res *phaseResult, arriv
 	}
 	r.stages = []harness.Stage{
 		harness.NewStage("commit -> round", round), harness.NewStage("round -> River fetch", fetch),
-		harness.NewStage("fetch -> sending step", claim), harness.NewStage("sending step -> receipt", send),
+		harness.NewStage("fetch -> sending step", claim), harness.NewStage("round -> step (running sender)", woken),
+		harness.NewStage("sending step -> receipt", send),
 	}
 	return rows.Err()
 }
