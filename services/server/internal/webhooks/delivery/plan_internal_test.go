@@ -19,14 +19,37 @@ import (
 // batch's outcomes, or look for a subscription's next due delivery, must
 // read the deliveries they are about, not every pending delivery of the
 // subscription (or of every subscription): a subscription with a backlog
-// would otherwise pay for the whole backlog with every batch. They must do
-// so in the plans PostgreSQL makes while webhook_deliveries has no
-// statistics (it is never analyzed where autovacuum is off) and holds a
-// few rows, since a connection keeps the plan it cached for a prepared
-// statement while the table grows. The plans are forced generic here and
-// made for a table of a few deliveries that was never analyzed.
+// would otherwise pay for the whole backlog with every batch. A connection
+// keeps the plan it cached for a prepared statement until the table's
+// statistics change, so the plans must do so when made for either state a
+// connection may find the table in: a few rows that were never analyzed
+// (autovacuum off, or not yet run), and a grown table that autovacuum has
+// analyzed, mostly delivered with a backlog of pending rows. The plans are
+// forced generic here.
 func TestPlans_ReadTheBatchNotTheBacklog(t *testing.T) {
 	t.Parallel()
+	for _, state := range []struct {
+		name string
+		// delivered and pending rows per subscription; analyze: ANALYZE
+		// the table afterwards.
+		delivered, pending int
+		analyze            bool
+	}{
+		{name: "NeverAnalyzedAndSmall", pending: 5},
+		{name: "AnalyzedWhenGrown", delivered: 20_000, pending: 2_000, analyze: true},
+	} {
+		t.Run(state.name, func(t *testing.T) {
+			t.Parallel()
+			db, subs := planDeliveries(t, state.delivered, state.pending, state.analyze)
+			checkPlans(t, db, subs)
+		})
+	}
+}
+
+// planDeliveries makes two subscriptions with delivered and pending
+// deliveries each, in a table autovacuum leaves alone, analyzed if asked.
+func planDeliveries(t *testing.T, delivered, pending int, analyze bool) (*dbtest.DB, [2]string) {
+	t.Helper()
 	ctx := context.Background()
 	db := dbtest.NewDB(t)
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
@@ -41,10 +64,20 @@ func TestPlans_ReadTheBatchNotTheBacklog(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `ALTER TABLE webhook_deliveries SET (autovacuum_enabled = false)`)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `
-INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
-SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) g`, subs[:])
+INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id, status)
+SELECT s, g, gen_random_uuid(), CASE WHEN g <= $2::int THEN 'delivered' ELSE 'pending' END
+FROM unnest($1::uuid[]) s, generate_series(1, $2::int + $3::int) g`, subs[:], delivered, pending)
 	require.NoError(t, err)
+	if analyze {
+		_, err = db.Pool.Exec(ctx, `ANALYZE webhook_deliveries`)
+		require.NoError(t, err)
+	}
+	return db, subs
+}
 
+// checkPlans checks the generic plan of each statement that reads a
+// batch's deliveries, for a batch after the delivered ones.
+func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 	sub, both := "'"+subs[0]+"'", fmt.Sprintf("'{%s,%s}'", subs[0], subs[1])
 	for _, c := range []struct {
 		name, sql, args string
@@ -53,12 +86,12 @@ SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) 
 		first bool
 	}{
 		{name: "Delivered", sql: deliveredSQL,
-			args: sub + `, '{2,3}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
+			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
 		{name: "DeliveredMany", sql: deliveredManySQL,
-			args: both + `, '{2,2}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000`},
-		{name: "Failed", sql: failedSQL, args: sub + `, '{2,3}', now(), 500, 0.1, 'error', ''`},
-		{name: "Dead", sql: deadSQL, args: sub + `, '{2}', 'error'`},
-		{name: "Refuse", sql: refuseSQL, args: sub + `, '{2,3}', 'not allowed'`},
+			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000`},
+		{name: "Failed", sql: failedSQL, args: sub + `, '{20002,20003}', now(), 500, 0.1, 'error', ''`},
+		{name: "Dead", sql: deadSQL, args: sub + `, '{20002}', 'error'`},
+		{name: "Refuse", sql: refuseSQL, args: sub + `, '{20002,20003}', 'not allowed'`},
 		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -88,3 +88,51 @@ DO $$ DECLARE p regclass; BEGIN
 END $$`)
 	require.NoError(t, err)
 }
+
+// TestPlans_KeepTheKeysOnceAutovacuumAnalyzedAGrownLog: the event reads a
+// connection caches must look events up by key also when the plan is made
+// right after autovacuum analyzed a grown partition and event_ids, as it
+// does every few thousand events with PostgreSQL's default settings: a
+// connection replans its prepared statements after every ANALYZE of a
+// table they read.
+func TestPlans_KeepTheKeysOnceAutovacuumAnalyzedAGrownLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	disableAutovacuum(t, b)
+	evs := appendBulk(t, b.log, 20_000)
+	// Autovacuum analyzes the partitions that changed, never an empty one.
+	_, err := b.db.Pool.Exec(context.Background(), `
+DO $$ DECLARE p regclass; BEGIN
+    FOR p IN SELECT DISTINCT tableoid::regclass FROM event_log LOOP
+        EXECUTE format('ANALYZE %s', p);
+    END LOOP;
+END $$;
+ANALYZE event_ids`)
+	require.NoError(t, err)
+	for name, c := range map[string]struct{ sql, args string }{
+		"EventsAt":     {postgres.EventsAtSQL, `'{19990,19991,19995}'`},
+		"EventsAfter":  {postgres.EventsAfterSQL, `19990, 100`},
+		"LoggedEvents": {postgres.LoggedEventsSQL, fmt.Sprintf(`'{%s,%s}', '{"{}","{}"}', 1000`, evs[0].ID, evs[1].ID)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			plan := b.db.GenericPlan(t, c.sql, c.args)
+			require.NotContains(t, plan, "Seq Scan", "plan:\n%s", plan)
+		})
+	}
+}
+
+// appendBulk appends n events, a thousand per call.
+func appendBulk(t *testing.T, log *postgres.EventLog, n int) []sync.Event {
+	t.Helper()
+	var out []sync.Event
+	for len(out) < n {
+		news := make([]sync.NewEvent, min(1000, n-len(out)))
+		for i := range news {
+			news[i] = sync.NewEvent{Space: "s1", Type: "item.created", Actor: "alice", Data: []byte(`{}`)}
+		}
+		evs, err := log.Append(context.Background(), news)
+		require.NoError(t, err)
+		out = append(out, evs...)
+	}
+	return out
+}

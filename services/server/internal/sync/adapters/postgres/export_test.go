@@ -23,6 +23,9 @@ const MaxAppendRunners = maxAppendRunners
 // EventsAtSQL is EventsAt's statement.
 const EventsAtSQL = eventsAtSQL
 
+// EventsAfterSQL is EventsAfter's statement.
+const EventsAfterSQL = eventsAfterSQL
+
 // LoggedEventsSQL is the statement that finds the logged events of
 // repeated ids.
 const LoggedEventsSQL = loggedEventsSQL
