@@ -82,8 +82,8 @@ func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 	for _, c := range []struct {
 		name, sql, args string
 		// first: the statement wants the subscription's first pending
-		// delivery in due order, not deliveries by seq.
-		first bool
+		// deliveries in the order of this index, not deliveries by seq.
+		first string
 	}{
 		{name: "Delivered", sql: deliveredSQL,
 			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
@@ -92,7 +92,10 @@ func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 		{name: "Failed", sql: failedSQL, args: sub + `, '{20002,20003}', now(), 500, 0.1, 'error', ''`},
 		{name: "Dead", sql: deadSQL, args: sub + `, '{20002}', 'error'`},
 		{name: "Refuse", sql: refuseSQL, args: sub + `, '{20002,20003}', 'not allowed'`},
-		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
+		{name: "NextDue", sql: nextDueSQL, args: sub, first: "webhook_deliveries_due"},
+		{name: "ClaimOrdered", sql: claimOrderedSQL, args: sub + `, 100`, first: "webhook_deliveries_pending"},
+		{name: "ClaimDue", sql: claimDueSQL, args: sub + `, 100`, first: "webhook_deliveries_due"},
+		{name: "ClaimMany", sql: claimManySQL, args: both + `, '{100,100}'`, first: "webhook_deliveries_pending"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := db.GenericPlan(t, c.sql, c.args)
@@ -101,9 +104,9 @@ func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 			scans := deliveryScans(&plan[0].Plan, nil)
 			require.NotEmpty(t, scans, "plan:\n%s", out)
 			for _, s := range scans {
-				if c.first {
-					require.True(t, s.parent != nil && s.parent.NodeType == "Limit" && s.node.IndexName == "webhook_deliveries_due",
-						"want the first entry of webhook_deliveries_due; plan:\n%s", out)
+				if c.first != "" {
+					require.True(t, s.parent != nil && s.parent.NodeType == "Limit" && s.node.IndexName == c.first,
+						"want the first entries of %s; plan:\n%s", c.first, out)
 					continue
 				}
 				require.Contains(t, []string{"webhook_deliveries_pkey", "webhook_deliveries_pending"}, s.node.IndexName,
