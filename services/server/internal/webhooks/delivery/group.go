@@ -408,36 +408,39 @@ func (g *steps) decideAndRead(ctx context.Context, sending []*groupStep) ([]auth
 	return out, evs, err
 }
 
-// queueRights queues on b one rights read per distinct owner, token and
-// space of the steps in sending; once b has run, decisions returns their
-// decisions in sending's order.
+// queueRights queues on b one statement that reads the rights of every
+// distinct owner, token and space of the steps in sending; once b has run,
+// decisions returns their decisions in sending's order.
 func queueRights(b *pgx.Batch, sending []*groupStep) (decisions func() ([]authz.Decision, error), err error) {
 	type key struct {
 		principal, space string
 		token            uuid.UUID
 	}
-	pending := map[key]*authz.Pending{}
-	reqs := make([]key, len(sending))
+	index := map[key]int{}
+	var distinct []authz.Request
+	reqs := make([]int, len(sending))
 	for i, gs := range sending {
 		r := gs.t.sub.rights()
 		k := key{principal: r.Principal, space: r.Space}
 		if r.Token != nil {
 			k.token = *r.Token
 		}
-		reqs[i] = k
-		if pending[k] != nil {
-			continue
+		n, ok := index[k]
+		if !ok {
+			n = len(distinct)
+			index[k] = n
+			distinct = append(distinct, r)
 		}
-		p, err := authz.Queue(b, &r)
-		if err != nil {
-			return nil, err
-		}
-		pending[k] = p
+		reqs[i] = n
+	}
+	pending, err := authz.QueueMany(b, distinct)
+	if err != nil {
+		return nil, err
 	}
 	return func() ([]authz.Decision, error) {
 		out := make([]authz.Decision, len(sending))
-		for i, k := range reqs {
-			dec, err := pending[k].Decision()
+		for i, n := range reqs {
+			dec, err := pending[n].Decision()
 			if err != nil {
 				return nil, err
 			}
