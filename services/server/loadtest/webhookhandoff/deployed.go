@@ -56,9 +56,11 @@ func (h *handoff) prepareDeployment(ctx context.Context) (*deployment, error) {
 }
 
 // serverKeys are the configuration of every bothy process of the run: the
-// scratch database, receivers on loopback, warnings only.
+// scratch database and receivers on loopback; the rest is the defaults
+// (logs at info, an access log line per request, into the log files) or
+// --config's.
 func (h *handoff) serverKeys() map[string]string {
-	return map[string]string{"database.url": h.scratch.URL, "log.level": "warn",
+	return map[string]string{"database.url": h.scratch.URL,
 		"webhooks.allow_private_targets": "true", "push.allow_private_targets": "true"}
 }
 
