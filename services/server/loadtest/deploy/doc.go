@@ -4,7 +4,9 @@
 // and producers that POST events over HTTP with a bearer token. It also
 // measures what each part costs: the CPU time of each bothy process and of
 // the PostgreSQL backends serving it, told apart by the application_name
-// every bothy connection carries.
+// every bothy connection carries. Deployment holds one run's processes
+// and their costs; Latencies and Quantiles are the figures the load tests
+// report alike.
 //
 // The load tests (perf/webhook_handoff, perf/push_handoff) build on it for
 // their default mode; their --in-process mode keeps the worker in the load

@@ -25,7 +25,8 @@ const ProducerRole = "deploy.producer"
 // ProducerParams is one phase of HTTP producers.
 type ProducerParams struct {
 	// API is the api role's base URL, such as http://127.0.0.1:8080;
-	// Token a bearer token with events:append on every target's space.
+	// Token a bearer token with events:write and write on every target's
+	// space (WriterToken).
 	API   string `json:"api"`
 	Token string `json:"token"`
 	// Rate is events per second, open loop; Duration how long.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -99,11 +100,10 @@ func deviceNames(n int) []string {
 	return names
 }
 
-// arrivedAt records a message of event id that the receiver process
-// decrypted at at.
-func (h *harness) arrivedAt(id uuid.UUID, at time.Time) {
+// arrivedAt records a message that the receiver process decrypted.
+func (h *harness) arrivedAt(a arrival) {
 	h.mu.Lock()
-	h.arrivals[id] = append(h.arrivals[id], at)
+	h.arrivals[a.id] = append(h.arrivals[a.id], a.at)
 	h.mu.Unlock()
 }
 
@@ -160,21 +160,32 @@ func (h *harness) seedFanout(ctx context.Context, names []string, keys map[strin
 	if err := authz.CreatePrincipal(ctx, h.pool, "perf-writer", authz.KindApp); err != nil {
 		return err
 	}
+	spaceOf := make(map[string]string, len(names))
+	for _, n := range names {
+		spaceOf[n] = fanoutSpace
+	}
+	return registerDevices(ctx, h.pool, spaceOf, keys)
+}
+
+// registerDevices makes each principal of spaceOf a user with read on its
+// space and registers its device, whose keys the receiver process created,
+// as the API's registration does (push.Registry).
+func registerDevices(ctx context.Context, pool *pgxpool.Pool, spaceOf map[string]string, keys map[string]deviceKeys) error {
 	reg := push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: true})
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for _, principal := range names {
+	for principal, space := range spaceOf {
 		g.Go(func() error {
-			if err := authz.CreatePrincipal(gctx, h.pool, principal, authz.KindUser); err != nil {
+			if err := authz.CreatePrincipal(gctx, pool, principal, authz.KindUser); err != nil {
 				return err
 			}
-			if err := authz.Grant(gctx, h.pool, &authz.GrantParams{Space: fanoutSpace, Principal: principal, Right: authz.RightRead}); err != nil {
+			if err := authz.Grant(gctx, pool, &authz.GrantParams{Space: space, Principal: principal, Right: authz.RightRead}); err != nil {
 				return err
 			}
 			k := keys[principal]
 			var s push.Subscription
 			s.Endpoint, s.Keys.P256dh, s.Keys.Auth = k.endpoint, k.p256dh, k.auth
-			_, err := reg.Register(gctx, h.pool, &push.RegisterParams{Principal: principal, Subscription: s, UserAgent: "push_handoff"})
+			_, err := reg.Register(gctx, pool, &push.RegisterParams{Principal: principal, Subscription: s, UserAgent: "push_handoff"})
 			return err
 		})
 	}

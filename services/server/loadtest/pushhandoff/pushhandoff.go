@@ -1,37 +1,63 @@
 // Package pushhandoff is the load test of the push hand-off: it measures
-// the time from a producer's commit to the decrypted push message arriving
-// at the device, and fails when its p95 is above perf.push_handoff_p95.
-// The command perf/push_handoff only calls Run; the code lives here because
-// Go lets only packages under services/server import the server's internal
+// the time until the decrypted push message arrives at the device, and
+// fails when its p95 is above perf.push_handoff_p95. The command
+// perf/push_handoff only calls Run; the code lives here because Go lets
+// only packages under services/server import the server's internal
 // packages.
 //
-//	go run ./perf/push_handoff [--rate 500/s] [--duration 30s] [--devices N] [--short]
-//	    [--variants 5ms/50ms,1ms/20ms] [--segment 5s] [--out perf/out]
-//	go run ./perf/push_handoff --mode fanout [--devices 10000] [--events 5] [--short]
+//	go run ./perf/push_handoff [--rate 500/s] [--duration 30s] [--devices N] [--fanout F] [--short] [--json]
+//	    [--workers 1] [--connections 64] [--events-per-request 1] [--bin PATH] [--pg-setting k=v] [--out perf/out]
+//	go run ./perf/push_handoff --in-process [--rate 500/s] [--duration 30s] [--devices N] [--short]
+//	    [--variants 5ms/50ms,1ms/20ms] [--segment 5s] [--cpuprofile FILE] [--out perf/out]
+//	go run ./perf/push_handoff --in-process --mode fanout [--devices 10000] [--events 5] [--short]
 //
-// It creates a scratch database on the local server (or the one
-// BOTHY_DATABASE_URL names), migrates it, starts a local push service on
-// 127.0.0.1 that checks VAPID and decrypts every message with the device's
-// private key, registers the devices, runs the worker role in this process
-// (app.Server with the push module, exactly what "bothy server --role=worker"
-// runs), appends events at the given rate through the producer API
-// (postgres.EventLog.Write) and drops the database at the end.
+// The deployment mode (the default) runs bothy as users do (package
+// deploy): the built binary (or --bin) as a "bothy server --role=api"
+// process and --workers "--role=worker" processes, configured with the
+// run's VAPID keys and push.allow_private_targets, on a private PostgreSQL
+// cluster with PostgreSQL's defaults (and --pg-setting). A receiver
+// process serves as the push service: it checks VAPID and decrypts every
+// message with its device's private key. The devices, one per principal,
+// --fanout principals reading each space, are registered in the database
+// directly (push.Registry, what the API's registration runs). Producers
+// in a process of their own POST events over HTTP with a bearer token
+// holding events:write and write on every space, one space after another.
+// After a probe event that times the workers' cold start (their start ->
+// its first message) and a second of warm-up, they append at --rate for
+// --duration; every message is timed from its request's send and from its
+// 201, and the p95 from the 201 is judged. It reports the CPU time per
+// event or message of the api, the workers, PostgreSQL (split by the
+// application_name of the backends), the receiver and the producers; the
+// transactions, statements and River jobs per message; the WAL per event;
+// and messages missing, repeated, at a device not of the event's space,
+// or failing VAPID or decryption, any of which fails the run. --json ends
+// the output with one JSON line of the figures.
 //
-// --variants compares River fetch settings (river.fetch_cooldown /
-// river.fetch_poll_interval): the run is cut into --segment slices that
-// alternate the variants, restarting the worker between slices, so machine
-// noise hits every variant alike. The first variant is the one judged
-// against the budget; by default it is the configuration's own.
+// The in-process mode (--in-process) creates a scratch database on the
+// local server (or the one BOTHY_DATABASE_URL names), starts the local
+// push service in this process, registers the devices, runs the worker
+// role in this process (app.Server with the push module, what "bothy
+// server --role=worker" runs), appends events at the given rate through
+// the producer API (postgres.EventLog.Write) and times each message from
+// the event's commit, for profiling (--cpuprofile). Two comparisons run
+// in this mode only: --variants compares River fetch settings
+// (river.fetch_cooldown / river.fetch_poll_interval): the run is cut into
+// --segment slices that alternate the variants, restarting the worker
+// between slices, so machine noise hits every variant alike, and the
+// first variant (by default the configuration's own) is the one judged;
+// --mode fanout writes one event at a time to a space whose every member
+// has a device, and reports how long the last device waits and messages
+// per CPU-second.
 //
-// It writes push_handoff.txt (the summary) and push_handoff.png (latency
-// histograms) into --out.
+// Both write push_handoff.txt (the summary) and push_handoff.png (latency
+// histograms) into --out, and drop the scratch database (and stop the
+// private cluster) at the end unless --keep.
 package pushhandoff
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,7 +66,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	gosync "sync"
 	"time"
@@ -57,6 +82,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/loadtest/deploy"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -69,138 +95,11 @@ var (
 	ErrP95OverBudget = fmt.Errorf("%w: p95 only", ErrOverBudget)
 )
 
-type variant struct {
-	Cooldown, Poll time.Duration
-}
-
-func (v variant) String() string { return v.Cooldown.String() + "/" + v.Poll.String() }
-
-type options struct {
-	rate      float64
-	duration  time.Duration
-	devices   int
-	fanout    int
-	producers int
-	segment   time.Duration
-	variants  []variant
-	out       string
-	config    string
-	short     bool
-	keep      bool
-	profile   string
-	// mode is "handoff" or "fanout"; events is fanout's measured events.
-	mode   string
-	events int
-}
-
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	fs := flag.NewFlagSet("push_handoff", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := &options{}
-	rate := fs.String("rate", "500/s", "events appended per second")
-	fs.DurationVar(&o.duration, "duration", 30*time.Second, "measured load time (all variants together)")
-	fs.IntVar(&o.devices, "devices", 100, "registered devices, one per principal")
-	fs.IntVar(&o.fanout, "fanout", 1, "receiving devices per event (members per space)")
-	fs.IntVar(&o.producers, "producers", 16, "concurrent producer goroutines")
-	fs.DurationVar(&o.segment, "segment", 5*time.Second, "length of one slice when variants alternate")
-	vs := fs.String("variants", "", "comma-separated river.fetch_cooldown/river.fetch_poll_interval pairs to alternate, e.g. 5ms/50ms,1ms/20ms (default: the configuration's)")
-	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for push_handoff.txt and push_handoff.png")
-	fs.StringVar(&o.config, "config", "", "bothy configuration file (perf.push_handoff_p95, river.*, push.*)")
-	fs.BoolVar(&o.short, "short", false, "a few seconds, for CI: --duration 3s --devices 20 unless given")
-	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database for inspection")
-	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the measured load to this file")
-	fs.StringVar(&o.mode, "mode", "handoff", "handoff: events at --rate, latency of every message; fanout: one event to all --devices in one space, --events times, one after another")
-	fs.IntVar(&o.events, "events", 5, "fanout mode: measured events, each written once the one before was delivered")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := o.applyMode(set); err != nil {
-		return nil, err
-	}
-	if err := o.parseRate(*rate); err != nil {
-		return nil, err
-	}
-	if err := o.checkCounts(); err != nil {
-		return nil, err
-	}
-	if err := o.parseVariants(*vs); err != nil {
-		return nil, err
-	}
-	return o, nil
-}
-
-// applyMode sets the defaults of the mode (and of --short in it) for the
-// flags not given, set naming those given, and checks the mode's flags.
-func (o *options) applyMode(set map[string]bool) error {
-	switch o.mode {
-	case "handoff":
-		if o.short {
-			if !set["duration"] {
-				o.duration = 3 * time.Second
-			}
-			if !set["devices"] {
-				o.devices = 20
-			}
-		}
-	case "fanout":
-		if !set["devices"] {
-			o.devices = 10000
-			if o.short {
-				o.devices = 200
-			}
-		}
-		if o.short && !set["events"] {
-			o.events = 2
-		}
-		if o.events < 1 {
-			return fmt.Errorf("--events %d: want at least 1", o.events)
-		}
-		o.fanout = o.devices
-	default:
-		return fmt.Errorf("--mode %q: want handoff or fanout", o.mode)
-	}
-	return nil
-}
-
-// parseRate sets the rate from --rate, such as 500/s.
-func (o *options) parseRate(rate string) error {
-	r, err := strconv.ParseFloat(strings.TrimSuffix(rate, "/s"), 64)
-	if err != nil || r <= 0 || r > 20000 {
-		return fmt.Errorf("--rate %q: want events per second such as 500/s", rate)
-	}
-	o.rate = r
-	return nil
-}
-
-// checkCounts checks the devices, fanout, durations and producers.
-func (o *options) checkCounts() error {
-	if o.devices < 1 || o.fanout < 1 || o.fanout > o.devices {
-		return fmt.Errorf("--devices %d --fanout %d: want 1 <= fanout <= devices", o.devices, o.fanout)
-	}
-	if o.duration <= 0 || o.segment <= 0 || o.producers < 1 {
-		return errors.New("--duration, --segment and --producers must be positive")
-	}
-	return nil
-}
-
-// parseVariants sets the variants from --variants, COOLDOWN/POLL pairs
-// separated by commas; none when vs is "".
-func (o *options) parseVariants(vs string) error {
-	if vs == "" {
-		return nil
-	}
-	for _, p := range strings.Split(vs, ",") {
-		c, pi, ok := strings.Cut(strings.TrimSpace(p), "/")
-		cd, err1 := time.ParseDuration(c)
-		pd, err2 := time.ParseDuration(pi)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("--variants %q: want COOLDOWN/POLL pairs such as 5ms/50ms", p)
-		}
-		o.variants = append(o.variants, variant{Cooldown: cd, Poll: pd})
-	}
-	return nil
+// ChildRoles are the processes the deployment mode starts of its own
+// binary besides the receiver: a command runs harness.RunChild(ChildRoles())
+// first in main, and a test binary first in TestMain.
+func ChildRoles() map[string]shared.ChildFunc {
+	return map[string]shared.ChildFunc{deploy.ProducerRole: deploy.RunProducer}
 }
 
 // harness is one run's shared state.
@@ -231,6 +130,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	cfg, err := config.Load(o.config, environ, nil)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
+	}
+	if !o.inProcess {
+		return runDeployed(ctx, o, cfg, stdout, environ)
 	}
 	if len(o.variants) == 0 {
 		o.variants = []variant{{Cooldown: cfg.River.FetchCooldown, Poll: cfg.River.FetchPollInterval}}
@@ -550,35 +452,53 @@ type result struct {
 	ids []uuid.UUID
 }
 
-// stagesSQL reads one row per job and event: a job's args list its events
-// (a job made before batching is one event itself).
-const stagesSQL = `
+// stagesSQL reads one row per job and event of the events with the ids
+// $1: a job's args list its events (a job made before batching is one
+// event itself). stagesBySeqSQL reads those of the events with the seqs
+// $1.
+const (
+	stagesSQL = `
 SELECT e.committed_at, j.created_at, j.attempted_at
 FROM river_job j
 CROSS JOIN LATERAL jsonb_array_elements(coalesce(j.args->'events', jsonb_build_array(j.args))) ev
 JOIN event_log e ON e.seq = (ev->>'seq')::bigint
 WHERE j.kind = 'push.deliver' AND e.id = ANY($1) AND j.attempted_at IS NOT NULL`
+	stagesBySeqSQL = `
+SELECT e.committed_at, j.created_at, j.attempted_at
+FROM river_job j
+CROSS JOIN LATERAL jsonb_array_elements(coalesce(j.args->'events', jsonb_build_array(j.args))) ev
+JOIN event_log e ON e.seq = (ev->>'seq')::bigint
+WHERE j.kind = 'push.deliver' AND e.seq = ANY($1) AND j.attempted_at IS NOT NULL`
+)
 
 // stages reads where the time went from the jobs' timestamps.
 func (r *result) stages(ctx context.Context, h *harness) error {
-	rows, err := h.pool.Query(ctx, stagesSQL, r.ids)
+	var err error
+	r.Stages, err = readStages(ctx, h.pool, stagesSQL, r.ids)
+	return err
+}
+
+// readStages splits the time from each event's commit at its job's
+// creation (the round's transaction start) and River's fetch
+// (attempted_at), reading the rows of query (stagesSQL, stagesBySeqSQL)
+// for events.
+func readStages(ctx context.Context, pool *pgxpool.Pool, query string, events any) ([]shared.Stage, error) {
+	qctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rows, err := pool.Query(qctx, query, events)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var round, pickup []time.Duration
-	for rows.Next() {
-		var committed, created, attempted time.Time
-		if err := rows.Scan(&committed, &created, &attempted); err != nil {
-			return err
-		}
+	var committed, created, attempted time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&committed, &created, &attempted}, func() error {
 		round = append(round, created.Sub(committed))
 		pickup = append(pickup, attempted.Sub(created))
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	r.Stages = []shared.Stage{shared.NewStage("commit -> round start", round), shared.NewStage("round start -> River fetch", pickup)}
-	return nil
+	return []shared.Stage{shared.NewStage("commit -> round start", round), shared.NewStage("round start -> River fetch", pickup)}, nil
 }
 
 func (r *result) add(h *harness, ids []uuid.UUID, d time.Duration) {

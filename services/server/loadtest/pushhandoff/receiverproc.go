@@ -21,17 +21,18 @@ import (
 )
 
 // receiverEnv, set to 1, makes a binary that calls ServeReceiverIfAsked the
-// fan-out mode's push service instead of itself.
+// local push service of the deployment and fan-out modes instead of
+// itself.
 const receiverEnv = "BOTHY_PUSH_HANDOFF_RECEIVER"
 
-// ServeReceiverIfAsked runs this process as the fan-out mode's local push
-// service and exits, when the harness started it so (environment
+// ServeReceiverIfAsked runs this process as the local push service of the
+// deployment and fan-out modes and exits, when the harness started it so (environment
 // BOTHY_PUSH_HANDOFF_RECEIVER=1); otherwise it returns at once. The command
 // and its test's TestMain call it first.
 //
-// The fan-out mode runs the receiver in a process of its own so that its
-// CPU (decrypting every message, verifying VAPID) is measured apart from
-// the worker's: a push service runs on someone else's machine.
+// Those modes run the receiver in a process of its own so that its CPU
+// (decrypting every message, verifying VAPID) is measured apart from the
+// worker's: a push service runs on someone else's machine.
 func ServeReceiverIfAsked() {
 	if os.Getenv(receiverEnv) != "1" {
 		return
@@ -51,8 +52,9 @@ type receiverSpec struct {
 
 // serveReceiver speaks the child's side of a line protocol: it reads a
 // receiverSpec, answers "D name endpoint p256dh auth" per device and "R"
-// when it serves, then "M event-id unix-nanos" per decrypted message; when
-// its input closes it writes "E quoted-error" per failed request and ends.
+// when it serves, then "M event-id seq device unix-nanos" per decrypted
+// message; when its input closes it writes "E quoted-error" per failed
+// request and ends.
 func serveReceiver(in io.Reader, out io.Writer) error {
 	dec := json.NewDecoder(in)
 	var spec receiverSpec
@@ -67,7 +69,7 @@ func serveReceiver(in io.Reader, out io.Writer) error {
 			return // counted as lost by the harness
 		}
 		mu.Lock()
-		fmt.Fprintf(w, "M %s %d\n", p.EventID, m.At.UnixNano())
+		fmt.Fprintf(w, "M %s %d %s %d\n", p.EventID, p.Seq, m.Device, m.At.UnixNano())
 		mu.Unlock()
 	}})
 	defer rcv.Close()
@@ -127,9 +129,18 @@ type receiverProc struct {
 	errs []string
 }
 
+// arrival is a message the child receiver decrypted: of event id (seq)
+// for a device, at a time.
+type arrival struct {
+	id     uuid.UUID
+	seq    int64
+	device string
+	at     time.Time
+}
+
 // startReceiverProc starts this binary again as the receiver with the
 // devices named, and calls arrived for every decrypted message.
-func startReceiverProc(ctx context.Context, vapidPublicKey string, names []string, arrived func(uuid.UUID, time.Time)) (*receiverProc, error) {
+func startReceiverProc(ctx context.Context, vapidPublicKey string, names []string, arrived func(arrival)) (*receiverProc, error) {
 	cmd, stdin, stdout, err := startReceiverChild(ctx)
 	if err != nil {
 		return nil, err
@@ -194,20 +205,14 @@ func (p *receiverProc) readDevices(sc *bufio.Scanner, n int) error {
 
 // readReports reads the child's "M" lines, calling arrived for each, and
 // its "E" lines until its output ends, then closes p.done.
-func (p *receiverProc) readReports(sc *bufio.Scanner, arrived func(uuid.UUID, time.Time)) {
+func (p *receiverProc) readReports(sc *bufio.Scanner, arrived func(arrival)) {
 	defer close(p.done)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "M "):
-			f := strings.Fields(line)
-			if len(f) != 3 {
-				continue
-			}
-			id, err1 := uuid.Parse(f[1])
-			ns, err2 := strconv.ParseInt(f[2], 10, 64)
-			if err1 == nil && err2 == nil {
-				arrived(id, time.Unix(0, ns))
+			if a, ok := parseArrival(line); ok {
+				arrived(a)
 			}
 		case strings.HasPrefix(line, "E "):
 			s, err := strconv.Unquote(line[2:])
@@ -219,6 +224,22 @@ func (p *receiverProc) readReports(sc *bufio.Scanner, arrived func(uuid.UUID, ti
 			p.mu.Unlock()
 		}
 	}
+}
+
+// parseArrival parses an "M" line; a line it cannot parse is a message
+// that counts as missing.
+func parseArrival(line string) (arrival, bool) {
+	f := strings.Fields(line)
+	if len(f) != 5 {
+		return arrival{}, false
+	}
+	id, err1 := uuid.Parse(f[1])
+	seq, err2 := strconv.ParseInt(f[2], 10, 64)
+	ns, err3 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return arrival{}, false
+	}
+	return arrival{id: id, seq: seq, device: f[3], at: time.Unix(0, ns)}, true
 }
 
 // pid is the child's process id, for its CPU time.

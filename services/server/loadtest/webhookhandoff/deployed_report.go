@@ -3,9 +3,7 @@ package webhookhandoff
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +23,7 @@ type deployResult struct {
 	unexpected         int
 	requests           int
 
-	cost        phaseCost
+	cost        deploy.PhaseCost
 	producer    *deploy.ProducerResult
 	producerCPU time.Duration
 	// transactions, statements and riverJobs are the database's over the
@@ -34,10 +32,7 @@ type deployResult struct {
 	statements              *int64
 	top                     []cost.Statement
 
-	fromSend, fromAck []time.Duration
-	// buckets are the from-send latencies by the 10 s of the phase their
-	// request was sent in.
-	buckets        []latencyBucket
+	latency        *deploy.Latencies
 	coldStart      time.Duration
 	backlogSeconds float64
 	// stages say where the time went (see result.stages).
@@ -46,12 +41,6 @@ type deployResult struct {
 	sentEarlier int
 
 	loadBefore, loadAfter string
-}
-
-type latencyBucket struct {
-	from          time.Duration
-	n             int
-	p50, p95, p99 time.Duration
 }
 
 func (r *deployResult) fromStats(s *receiverStats) {
@@ -66,56 +55,16 @@ func (r *deployResult) fromStats(s *receiverStats) {
 // from its 201.
 func (r *deployResult) latencies(h *handoff, res *deploy.ProducerResult, arrivals map[seqDelivery]time.Time) {
 	r.events = len(res.Sent)
-	var start int64 = math.MaxInt64
-	for _, s := range res.Sent {
-		start = min(start, s.Send)
-	}
-	byBucket := map[int][]time.Duration{}
-	for _, s := range res.Sent {
+	r.latency = deploy.NewLatencies(res.Sent, func(s deploy.Sent) []time.Time {
+		var out []time.Time
 		for _, k := range h.targets[s.Target].subs {
-			at, ok := arrivals[seqDelivery{sub: k, seq: s.Seq}]
-			if !ok {
-				continue
+			if at, ok := arrivals[seqDelivery{sub: k, seq: s.Seq}]; ok {
+				out = append(out, at)
 			}
-			send := at.Sub(time.Unix(0, s.Send))
-			r.fromSend = append(r.fromSend, send)
-			r.fromAck = append(r.fromAck, at.Sub(time.Unix(0, s.Ack)))
-			b := int((s.Send - start) / int64(10*time.Second))
-			byBucket[b] = append(byBucket[b], send)
 		}
-	}
-	slices.Sort(r.fromSend)
-	slices.Sort(r.fromAck)
-	for _, b := range slices.Sorted(maps.Keys(byBucket)) {
-		st := harness.NewStage("", byBucket[b])
-		r.buckets = append(r.buckets, latencyBucket{from: time.Duration(b) * 10 * time.Second, n: st.N, p50: st.P50, p95: st.P95, p99: st.P99})
-	}
+		return out
+	})
 }
-
-// quantiles is p50, p95, p99 and max in milliseconds.
-type quantiles struct {
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
-
-func quantilesOf(sorted []time.Duration) *quantiles {
-	if len(sorted) == 0 {
-		return nil
-	}
-	return &quantiles{P50: ms(harness.Quantile(sorted, .5)), P95: ms(harness.Quantile(sorted, .95)),
-		P99: ms(harness.Quantile(sorted, .99)), Max: ms(sorted[len(sorted)-1])}
-}
-
-func ms(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }
-
-// perMS divides a CPU time by n, in milliseconds to four decimals.
-func perMS(d time.Duration, n int) float64 {
-	return math.Round(float64(d)/float64(time.Millisecond)/float64(max(n, 1))*1e4) / 1e4
-}
-
-func per(v int64, n int) float64 { return math.Round(float64(v)/float64(max(n, 1))*1e4) / 1e4 }
 
 // deployJSON is the --json line of a deployment-mode run.
 type deployJSON struct {
@@ -133,22 +82,22 @@ type deployJSON struct {
 	Fanout           int     `json:"fanout"`
 	MaxBatch         int     `json:"max_batch,omitempty"`
 
-	Events            int        `json:"events"`
-	Deliveries        int        `json:"deliveries"`
-	Seconds           float64    `json:"seconds"`
-	EventsAckedPerS   float64    `json:"events_acknowledged_per_s,omitempty"`
-	DeliveriesPerS    float64    `json:"deliveries_per_s"`
-	ProducerFailures  int        `json:"producer_failures"`
-	Missing           int        `json:"missing"`
-	Duplicates        int        `json:"duplicates"`
-	OrderViolations   int        `json:"order_violations"`
-	BadSignatures     int        `json:"bad_signatures"`
-	Unexpected        int        `json:"unexpected"`
-	Requests          int        `json:"requests"`
-	WorkerColdStartS  float64    `json:"worker_cold_start_s"`
-	BacklogAppendedS  float64    `json:"backlog_appended_s,omitempty"`
-	LatencyFromSendMS *quantiles `json:"latency_from_send_ms,omitempty"`
-	LatencyFromAckMS  *quantiles `json:"latency_from_ack_ms,omitempty"`
+	Events            int               `json:"events"`
+	Deliveries        int               `json:"deliveries"`
+	Seconds           float64           `json:"seconds"`
+	EventsAckedPerS   float64           `json:"events_acknowledged_per_s,omitempty"`
+	DeliveriesPerS    float64           `json:"deliveries_per_s"`
+	ProducerFailures  int               `json:"producer_failures"`
+	Missing           int               `json:"missing"`
+	Duplicates        int               `json:"duplicates"`
+	OrderViolations   int               `json:"order_violations"`
+	BadSignatures     int               `json:"bad_signatures"`
+	Unexpected        int               `json:"unexpected"`
+	Requests          int               `json:"requests"`
+	WorkerColdStartS  float64           `json:"worker_cold_start_s"`
+	BacklogAppendedS  float64           `json:"backlog_appended_s,omitempty"`
+	LatencyFromSendMS *deploy.Quantiles `json:"latency_from_send_ms,omitempty"`
+	LatencyFromAckMS  *deploy.Quantiles `json:"latency_from_ack_ms,omitempty"`
 
 	APICPUmsPerEvent         float64            `json:"api_cpu_ms_per_event"`
 	WorkerCPUmsPerDelivery   float64            `json:"worker_cpu_ms_per_delivery"`
@@ -171,28 +120,30 @@ func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 	j := deployJSON{Mode: "handoff", Deployment: "processes: 1 api, " + fmt.Sprint(o.workers) + " worker(s); producers over HTTP",
 		Binary: d, Workers: o.workers, Connections: o.connections, EventsPerRequest: o.eventsPerRequest,
 		Subscriptions: o.subscriptions, Unordered: o.unordered, Spaces: o.spaces, Fanout: o.fanout, MaxBatch: o.maxBatch,
-		Events: r.events, Deliveries: r.deliveries, Seconds: math.Round(c.seconds*1000) / 1000,
-		DeliveriesPerS: math.Round(float64(r.deliveries)/max(c.seconds, 1e-9)*10) / 10,
+		Events: r.events, Deliveries: r.deliveries, Seconds: math.Round(c.Seconds*1000) / 1000,
+		DeliveriesPerS: math.Round(float64(r.deliveries)/max(c.Seconds, 1e-9)*10) / 10,
 		Missing:        r.missing, Duplicates: r.duplicates, OrderViolations: r.outOfOrder, BadSignatures: r.badSig,
 		Unexpected: r.unexpected, Requests: r.requests, WorkerColdStartS: math.Round(r.coldStart.Seconds()*1000) / 1000,
-		LatencyFromSendMS: quantilesOf(r.fromSend), LatencyFromAckMS: quantilesOf(r.fromAck),
-		APICPUmsPerEvent: perMS(c.api, events), WorkerCPUmsPerDelivery: perMS(c.workers, deliveries),
-		PostgresCPUmsPerEvent: perMS(c.postgres, events), PostgresCPUmsPerEventBy: map[string]float64{},
-		ReceiverCPUmsPerDelivery: perMS(c.receiver, deliveries), AllInCPUmsPerEvent: perMS(c.api+c.workers+c.postgres, events),
-		TransactionsPerDelivery: per(r.transactions, deliveries), WALBytesPerEvent: per(c.wal, events),
-		RiverJobsPerDelivery: per(r.riverJobs, deliveries), LoadBefore: r.loadBefore, LoadAfter: r.loadAfter}
-	for class, t := range c.postgresBy {
-		j.PostgresCPUmsPerEventBy[class] = perMS(t, events)
+		APICPUmsPerEvent: deploy.PerMS(c.API, events), WorkerCPUmsPerDelivery: deploy.PerMS(c.Workers, deliveries),
+		PostgresCPUmsPerEvent: deploy.PerMS(c.Postgres, events), PostgresCPUmsPerEventBy: map[string]float64{},
+		ReceiverCPUmsPerDelivery: deploy.PerMS(c.Receiver, deliveries), AllInCPUmsPerEvent: deploy.PerMS(c.API+c.Workers+c.Postgres, events),
+		TransactionsPerDelivery: deploy.Per(r.transactions, deliveries), WALBytesPerEvent: deploy.Per(c.WAL, events),
+		RiverJobsPerDelivery: deploy.Per(r.riverJobs, deliveries), LoadBefore: r.loadBefore, LoadAfter: r.loadAfter}
+	if r.latency != nil {
+		j.LatencyFromSendMS, j.LatencyFromAckMS = deploy.QuantilesOf(r.latency.FromSend), deploy.QuantilesOf(r.latency.FromAck)
+	}
+	for class, t := range c.PostgresBy {
+		j.PostgresCPUmsPerEventBy[class] = deploy.PerMS(t, events)
 	}
 	if r.statements != nil {
-		j.StatementsPerDelivery = new(per(*r.statements, deliveries))
+		j.StatementsPerDelivery = new(deploy.Per(*r.statements, deliveries))
 	}
 	if o.backlog > 0 {
 		j.Mode, j.Backlog, j.BacklogAppendedS = "backlog", o.backlog, math.Round(r.backlogSeconds*10)/10
 		return j
 	}
 	j.Rate = o.Rate
-	j.ProducerCPUmsPerEvent = perMS(r.producerCPU, events)
+	j.ProducerCPUmsPerEvent = deploy.PerMS(r.producerCPU, events)
 	if r.producer != nil {
 		j.EventsAckedPerS = math.Round(float64(len(r.producer.Sent))/max(r.producer.Seconds, 1e-9)*10) / 10
 		for _, n := range r.producer.Failed {
@@ -205,7 +156,7 @@ func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 // reportDeployed prints the summary and the JSON line, and returns the
 // verdict.
 func (h *handoff) reportDeployed(r *deployResult, d *deployment) error {
-	j := h.deployJSON(r, d.bin.Version)
+	j := h.deployJSON(r, d.Bin.Version)
 	budget := h.scratch.Cfg.Perf.WebhookHandoffP95
 	if j.Mode == "backlog" {
 		budget = 0
@@ -233,11 +184,10 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 	if j.Mode == "handoff" {
 		fmt.Fprintf(b, "offered %.0f events/s for %s: %d acknowledged (%.1f/s), %d requests failed %v\n",
 			o.Rate, o.Duration, r.events, j.EventsAckedPerS, j.ProducerFailures, r.producer.Failed)
-		printQuantiles(b, "from the client's send", j.LatencyFromSendMS)
-		printQuantiles(b, "from the 201", j.LatencyFromAckMS)
-		for _, k := range r.buckets {
-			fmt.Fprintf(b, "  sent at +%3.0fs: %6d deliveries, p50 %s p95 %s p99 %s (from the send)\n", k.from.Seconds(), k.n,
-				harness.MS(k.p50), harness.MS(k.p95), harness.MS(k.p99))
+		j.LatencyFromSendMS.Print(b, "from the client's send")
+		j.LatencyFromAckMS.Print(b, "from the 201")
+		if r.latency != nil {
+			r.latency.PrintBuckets(b, "deliveries")
 		}
 	}
 	if j.Mode == "handoff" {
@@ -258,14 +208,6 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 	}
 }
 
-func printQuantiles(b *strings.Builder, what string, q *quantiles) {
-	if q == nil {
-		fmt.Fprintf(b, "  %s: no deliveries\n", what)
-		return
-	}
-	fmt.Fprintf(b, "  %-24s p50 %8.1f ms  p95 %8.1f ms  p99 %8.1f ms  max %8.1f ms\n", what+":", q.P50, q.P95, q.P99, q.Max)
-}
-
 // deployVerdict says why the run fails, or "": any delivery missing,
 // repeated, out of order or badly signed, or a p95 from the 201 over
 // budget (0: none).
@@ -274,7 +216,7 @@ func deployVerdict(j *deployJSON, budget time.Duration) string {
 	if j.Deliveries == 0 {
 		why = append(why, "no delivery arrived")
 	}
-	if budget > 0 && j.LatencyFromAckMS != nil && j.LatencyFromAckMS.P95 > ms(budget) {
+	if budget > 0 && j.LatencyFromAckMS != nil && j.LatencyFromAckMS.P95 > deploy.Millis(budget) {
 		why = append(why, fmt.Sprintf("p95 from the 201 %.1f ms above perf.webhook_handoff_p95 %s", j.LatencyFromAckMS.P95, harness.MS(budget)))
 	}
 	for _, c := range []struct {

@@ -14,21 +14,18 @@ import (
 // event, then the worker processes (their cold start is the probe's
 // delivery), then either the hand-off at --rate or, with --backlog, the
 // drain of a backlog appended over HTTP while no worker ran.
-func (h *handoff) runDeployed(ctx context.Context) error {
+func (h *handoff) runDeployed(ctx context.Context) (err error) {
 	d, err := h.prepareDeployment(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { d.close(ctx, h.opts.Keep) }()
+	defer func() { d.Close(ctx, h.opts.Keep || (err != nil && !errors.Is(err, ErrOverBudget))) }()
 	c, err := h.startCosts(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.close(ctx)
-	if err := h.startSampling(ctx, d); err != nil {
-		return err
-	}
-	if d.api, err = h.startServer(ctx, d, "api", ""); err != nil {
+	if err := d.StartAPI(ctx); err != nil {
 		return err
 	}
 	r := &deployResult{}
@@ -40,7 +37,7 @@ func (h *handoff) runDeployed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.stop()
+	d.Stop()
 	totals, err := c.meter.Finish(ctx)
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
@@ -65,15 +62,15 @@ func (h *handoff) runLive(ctx context.Context, d *deployment, c *costs, r *deplo
 	if err := h.rcv.expect(ctx, h.expectation(res)); err != nil {
 		return err
 	}
-	if err := h.startWorkers(ctx, d); err != nil {
+	if err := d.StartWorkers(ctx); err != nil {
 		return err
 	}
-	stats, err := h.rcv.await(ctx, time.Minute, d.watch())
+	stats, err := h.rcv.await(ctx, time.Minute, d.Watch())
 	if err != nil {
 		return fmt.Errorf("probe delivery: %w", err)
 	}
-	r.coldStart = stats.LastArrival.Sub(d.workers[0].Started)
-	h.describe(d)
+	r.coldStart = stats.LastArrival.Sub(d.Workers[0].Started)
+	d.Describe(h.producerParams(d, h.opts.Rate, h.opts.eventsPerRequest, h.opts.Duration))
 	return h.measureHandoff(ctx, d, c, r)
 }
 
@@ -89,10 +86,10 @@ func (h *handoff) runDrain(ctx context.Context, d *deployment, c *costs, r *depl
 	if err := h.rcv.expect(ctx, want); err != nil {
 		return err
 	}
-	if err := h.startWorkers(ctx, d); err != nil {
+	if err := d.StartWorkers(ctx); err != nil {
 		return err
 	}
-	h.describe(d)
+	d.Describe(h.producerParams(d, 0, 100, 0))
 	if err := h.measureDrain(ctx, d, c, r, want); err != nil {
 		return err
 	}
@@ -101,22 +98,9 @@ func (h *handoff) runDrain(ctx context.Context, d *deployment, c *costs, r *depl
 		return err
 	}
 	for _, at := range arrivals {
-		if first := at.Sub(d.workers[0].Started); r.coldStart == 0 || first < r.coldStart {
+		if first := at.Sub(d.Workers[0].Started); r.coldStart == 0 || first < r.coldStart {
 			r.coldStart = first
 		}
-	}
-	return nil
-}
-
-// startWorkers starts --workers worker processes and waits until they are
-// ready.
-func (h *handoff) startWorkers(ctx context.Context, d *deployment) error {
-	for i := range h.opts.workers {
-		w, err := h.startServer(ctx, d, "worker", fmt.Sprint(i+1))
-		if err != nil {
-			return err
-		}
-		d.workers = append(d.workers, w)
 	}
 	return nil
 }
@@ -128,7 +112,7 @@ func (h *handoff) producerParams(d *deployment, rate float64, events int, dur ti
 	for i, t := range h.targets {
 		targets[i] = [2]string{t.space, t.typ}
 	}
-	return &deploy.ProducerParams{API: "http://" + d.api.Addr, Token: d.token, Rate: rate, Duration: dur,
+	return &deploy.ProducerParams{API: d.APIURL(), Token: d.token, Rate: rate, Duration: dur,
 		Connections: h.opts.connections, EventsPerRequest: events, Targets: targets}
 }
 
@@ -162,7 +146,7 @@ func (h *handoff) httpPhase(ctx context.Context, d *deployment, p *deploy.Produc
 	if err := h.rcv.expect(ctx, h.expectation(res)); err != nil {
 		return nil, 0, nil, err
 	}
-	stats, err := h.rcv.await(ctx, within, d.watch())
+	stats, err := h.rcv.await(ctx, within, d.Watch())
 	return res, cpu, stats, err
 }
 
@@ -175,11 +159,15 @@ func (h *handoff) measureHandoff(ctx context.Context, d *deployment, c *costs, r
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	r.loadBefore = harness.LoadAvg()
-	before, err := h.phaseStart(ctx, d, c)
+	others, err := h.others(c)
 	if err != nil {
 		return err
 	}
-	stopRecording, err := h.record(ctx, d)
+	before, err := d.BeginPhase(ctx, others)
+	if err != nil {
+		return err
+	}
+	stopRecording, err := d.Record(ctx, h.opts.perfRecord)
 	if err != nil {
 		return err
 	}
@@ -191,7 +179,7 @@ func (h *handoff) measureHandoff(ctx context.Context, d *deployment, c *costs, r
 	if err != nil {
 		fmt.Fprintf(h.stdout, "load: %v\n", err)
 	}
-	if r.cost, err = h.phaseEnd(ctx, d, c, before); err != nil {
+	if r.cost, err = h.phaseEnd(ctx, d, c, others, before); err != nil {
 		return err
 	}
 	r.loadAfter = harness.LoadAvg()
@@ -223,29 +211,14 @@ func (h *handoff) deployedStages(ctx context.Context, r *deployResult, res *depl
 	return nil
 }
 
-// phaseStart samples what the processes and the server used so far.
-func (h *handoff) phaseStart(ctx context.Context, d *deployment, c *costs) (cpuSample, error) {
-	if err := d.backends.Sample(ctx); err != nil {
-		return cpuSample{}, err
-	}
-	d.backends.Start()
-	return h.sampleCPU(ctx, d, c)
-}
-
 // phaseEnd is what the phase cost since before, and marks the end of the
 // meter's window for time, CPU and WAL.
-func (h *handoff) phaseEnd(ctx context.Context, d *deployment, c *costs, before cpuSample) (phaseCost, error) {
-	if err := d.backends.Sample(ctx); err != nil {
-		return phaseCost{}, err
-	}
-	after, err := h.sampleCPU(ctx, d, c)
+func (h *handoff) phaseEnd(ctx context.Context, d *deployment, c *costs, others *deploy.Others, before deploy.Usage) (deploy.PhaseCost, error) {
+	pc, err := d.EndPhase(ctx, others, before)
 	if err != nil {
-		return phaseCost{}, err
+		return pc, err
 	}
-	if err := c.meter.Mark(ctx); err != nil {
-		return phaseCost{}, err
-	}
-	return between(before, after, d.backends.ByClass()), nil
+	return pc, c.meter.Mark(ctx)
 }
 
 // appendBacklog appends --backlog events per target over HTTP, 100 per
@@ -271,52 +244,30 @@ func (h *handoff) appendBacklog(ctx context.Context, d *deployment) (*expectatio
 // delivery of the backlog arrived.
 func (h *handoff) measureDrain(ctx context.Context, d *deployment, c *costs, r *deployResult, want *expectation) error {
 	r.loadBefore = harness.LoadAvg()
-	before, err := h.phaseStart(ctx, d, c)
+	others, err := h.others(c)
+	if err != nil {
+		return err
+	}
+	before, err := d.BeginPhase(ctx, others)
 	if err != nil {
 		return err
 	}
 	// The workers started a moment ago: what they used since counts.
-	before.workers, before.at = 0, d.workers[0].Started
-	stopRecording, err := h.record(ctx, d)
+	before.Workers, before.At = 0, d.Workers[0].Started
+	stopRecording, err := d.Record(ctx, h.opts.perfRecord)
 	if err != nil {
 		return err
 	}
-	stats, err := h.rcv.await(ctx, h.opts.drain, d.watch())
+	stats, err := h.rcv.await(ctx, h.opts.drain, d.Watch())
 	stopRecording()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(h.stdout, "drain: %v\n", err)
 	}
-	if r.cost, err = h.phaseEnd(ctx, d, c, before); err != nil {
+	if r.cost, err = h.phaseEnd(ctx, d, c, others, before); err != nil {
 		return err
 	}
 	r.loadAfter = harness.LoadAvg()
 	r.fromStats(stats)
 	r.events = int(want.Upto - want.After)
 	return nil
-}
-
-// record starts perf record on the api and on the workers when
-// --perf-record asks, and returns what stops it.
-func (h *handoff) record(ctx context.Context, d *deployment) (func(), error) {
-	if h.opts.perfRecord == "" {
-		return func() {}, nil
-	}
-	api, err := deploy.Record(ctx, h.opts.perfRecord, "api", d.api.PID())
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, w := range d.workers {
-		pids = append(pids, w.PID())
-	}
-	worker, err := deploy.Record(ctx, h.opts.perfRecord, "worker", pids...)
-	if err != nil {
-		api.Stop()
-		return nil, err
-	}
-	return func() {
-		api.Stop()
-		worker.Stop()
-		fmt.Fprintf(h.stdout, "perf: %s, %s (perf report -i FILE --no-children)\n", api.File, worker.File)
-	}, nil
 }
