@@ -23,17 +23,43 @@ func TestMain(m *testing.M) {
 }
 
 // TestWebhookHandoffShort runs the load test in its short mode (3 s at 100
-// events/s over 8 subscriptions, 2 of them unordered) and requires every
-// delivery to arrive once with a verified signature, the ordered
-// subscriptions to receive theirs in seq order, and the summary and
-// histogram to be written. The p95 verdict against
-// perf.webhook_handoff_p95 is logged, not asserted: under "go test ./..."
-// the load test shares two cores with every other package's tests, and
-// timing figures belong to the tool's own run (go run
-// ./perf/webhook_handoff), which exits non-zero above the budget.
+// events/s over 8 subscriptions, 2 of them unordered) as a deployment: the
+// built binary as separate api and worker processes on a private cluster,
+// producers POSTing over HTTP. It requires every delivery to arrive once
+// with a verified signature, in seq order on the ordered subscriptions,
+// the output to name the processes it started, and the JSON line to carry
+// every figure. The p95 verdict against perf.webhook_handoff_p95 is
+// logged, not asserted: under "go test ./..." the load test shares two
+// cores with every other package's tests, and timing figures belong to the
+// tool's own run (go run ./perf/webhook_handoff), which exits non-zero above
+// the budget. It needs the PostgreSQL server binaries; without them it
+// skips, except under CI=true (tooltest.Need).
 func TestWebhookHandoffShort(t *testing.T) {
+	tooltest.Need(t, tooltest.PostgresServer)
 	dir := t.TempDir()
 	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget, "--short", "--json", "--out", dir)
+	require.NoError(t, err)
+	require.Regexp(t, `bothy server --role=api pid \d+`, out)
+	require.Regexp(t, `1 x bothy server --role=worker, pids \d+`, out)
+	require.Contains(t, out, "POSTing to http://")
+	line := lastJSON(t, out)
+	requireDeployment(t, line)
+	require.EqualValues(t, 300, line["deliveries"])
+	for _, k := range []string{"latency_from_send_ms", "latency_from_ack_ms"} {
+		q, ok := line[k].(map[string]any)
+		require.True(t, ok, "%s is an object", k)
+		for _, p := range []string{"p50", "p95", "p99", "max"} {
+			require.IsType(t, float64(0), q[p], k+"."+p)
+		}
+	}
+}
+
+// TestWebhookHandoffInProcessShort runs the short hand-off with the worker
+// in the load test's process (--in-process) and requires the same
+// deliveries, the summary and the histogram.
+func TestWebhookHandoffInProcessShort(t *testing.T) {
+	dir := t.TempDir()
+	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget, "--in-process", "--short", "--json", "--out", dir)
 	require.NoError(t, err)
 	// events, deliveries, four quantiles, then missing, duplicates,
 	// out-of-order and bad signatures, all zero.
@@ -46,13 +72,12 @@ func TestWebhookHandoffShort(t *testing.T) {
 }
 
 // TestWebhookHandoffBacklogShort drains a small backlog (20 events for each
-// of 8 subscriptions, 2 unordered) with one worker on a private cluster,
-// once as the subscriptions come and once with max_batch on the ordered
-// ones (JSON array bodies), and requires every delivery to arrive once,
-// signed, in order where ordered, and the JSON line to carry every figure,
-// the private cluster's WAL and CPU among them. It needs the PostgreSQL
-// server binaries; without them it skips, except under CI=true
-// (tooltest.Need).
+// of 8 subscriptions, 2 unordered), appended over HTTP while no worker
+// runs, with one worker process, once as the subscriptions come and once
+// with max_batch on the ordered ones (JSON array bodies), and requires
+// every delivery to arrive once, signed, in order where ordered, and the
+// JSON line to carry every figure. It needs the PostgreSQL server
+// binaries; without them it skips, except under CI=true (tooltest.Need).
 func TestWebhookHandoffBacklogShort(t *testing.T) {
 	tooltest.Need(t, tooltest.PostgresServer)
 	for _, tt := range []struct {
@@ -68,13 +93,33 @@ func TestWebhookHandoffBacklogShort(t *testing.T) {
 			out, err := harness.RunForTest(t, webhookhandoff.Run, nil, args...)
 			require.NoError(t, err)
 			line := lastJSON(t, out)
-			requireFigures(t, line, true)
+			requireDeployment(t, line)
+			require.Equal(t, "backlog", line["mode"])
 			require.EqualValues(t, 160, line["deliveries"])
 			if strings.Contains(out, "pg_stat_statements loaded") {
 				require.IsType(t, float64(0), line["statements_per_delivery"])
 			}
 		})
 	}
+}
+
+// requireDeployment requires the figures of a deployment-mode JSON line
+// and its checks at 0.
+func requireDeployment(t *testing.T, line map[string]any) {
+	t.Helper()
+	for _, k := range []string{"api_cpu_ms_per_event", "worker_cpu_ms_per_delivery", "postgres_cpu_ms_per_event",
+		"receiver_cpu_ms_per_delivery", "all_in_cpu_ms_per_event", "transactions_per_delivery", "wal_bytes_per_event",
+		"worker_cold_start_s", "deliveries_per_s", "seconds"} {
+		require.IsType(t, float64(0), line[k], k)
+	}
+	by, ok := line["postgres_cpu_ms_per_event_by"].(map[string]any)
+	require.True(t, ok, "postgres_cpu_ms_per_event_by is an object")
+	require.Contains(t, by, "api")
+	require.Contains(t, by, "worker")
+	for _, k := range []string{"missing", "duplicates", "order_violations", "bad_signatures", "unexpected"} {
+		require.EqualValues(t, 0, line[k], k)
+	}
+	require.Greater(t, line["deliveries"], float64(0))
 }
 
 // lastJSON parses the output's last line as a JSON object.

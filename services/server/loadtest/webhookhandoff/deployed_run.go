@@ -224,10 +224,14 @@ func (h *handoff) phaseEnd(ctx context.Context, d *deployment, c *costs, others 
 // appendBacklog appends --backlog events per target over HTTP, 100 per
 // request, while no worker runs.
 func (h *handoff) appendBacklog(ctx context.Context, d *deployment) (*expectation, float64, error) {
-	n := h.opts.backlog * len(h.targets)
+	per := eventsPerBacklogRequest(h.opts.backlog)
+	requests := h.opts.backlog / per * len(h.targets)
+	n := requests * per
 	// The rate only paces the requests: far above what the api takes, so
-	// the producers send as fast as it answers.
-	p := h.producerParams(d, 1e6, 100, time.Duration(float64(n)/1e6*float64(time.Second))+time.Nanosecond)
+	// the producers send as fast as it answers. Requests go to the targets
+	// in turn, so each gets --backlog events.
+	const rate = 1e4 // requests per second
+	p := h.producerParams(d, rate*float64(per), per, time.Duration((float64(requests)+0.5)/rate*float64(time.Second)))
 	res, _, err := deploy.Produce(ctx, p)
 	if err != nil {
 		return nil, 0, err
@@ -235,9 +239,20 @@ func (h *handoff) appendBacklog(ctx context.Context, d *deployment) (*expectatio
 	if len(res.Sent) != n {
 		return nil, 0, fmt.Errorf("%d of %d events acknowledged: %v (%s)", len(res.Sent), n, res.Failed, res.FirstError)
 	}
-	fmt.Fprintf(h.stdout, "backlog: %d events appended over HTTP in %.1fs (100 per request, %d connections), no worker running\n",
-		n, res.Seconds, h.opts.connections)
+	fmt.Fprintf(h.stdout, "backlog: %d events appended over HTTP in %.1fs (%d per request, %d connections), no worker running\n",
+		n, res.Seconds, per, h.opts.connections)
 	return h.expectation(res), res.Seconds, nil
+}
+
+// eventsPerBacklogRequest is the most events, up to the API's 100, that
+// divide a backlog into equal requests.
+func eventsPerBacklogRequest(backlog int) int {
+	for k := min(100, backlog); k > 1; k-- {
+		if backlog%k == 0 {
+			return k
+		}
+	}
+	return 1
 }
 
 // measureDrain measures the workers from their start until every
