@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/page"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -166,5 +170,94 @@ func TestAPI_SeqsBeyondInt4(t *testing.T) {
 				require.Equal(t, webhooks.SeqRangeView{From: base, To: base + 2}, *rec.Range)
 			})
 		})
+	}
+}
+
+// TestAPI_OutOfRangeNumbersAre400: a position, cursor or wait that names a
+// number its arithmetic cannot hold is a 400 naming the parameter, not a
+// 500 or a different number; the largest valid position is an empty page.
+func TestAPI_OutOfRangeNumbersAre400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
+	r := b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.a"}]}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	events := func(query string) *response {
+		return b.do(t, "GET", "/v1/spaces/s1/events?"+query, owner, "")
+	}
+
+	t.Run("After", func(t *testing.T) {
+		for _, v := range []string{"9223372036854775807", "9223372036854775808", "-1", "1e3"} {
+			require.Contains(t, events("after="+v).problem(t, http.StatusBadRequest), "after", v)
+		}
+		r := events("after=9223372036854775806")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var pg eventsPageBody
+		r.decode(t, &pg)
+		require.Empty(t, pg.Events)
+		require.True(t, pg.Done)
+	})
+
+	t.Run("EventsCursor", func(t *testing.T) {
+		for _, seq := range []int64{math.MaxInt64, -1} {
+			cur := page.Key{List: "events", Seq: seq}.Encode()
+			require.Contains(t, events("cursor="+cur).problem(t, http.StatusBadRequest), "cursor", seq)
+		}
+		r := events("cursor=" + page.Key{List: "events", Seq: math.MaxInt64 - 1}.Encode())
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	})
+
+	t.Run("DeliveriesCursor", func(t *testing.T) {
+		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, newReceiver(t).srv.URL))
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+		var sub struct {
+			ID uuid.UUID `json:"id"`
+		}
+		r.decode(t, &sub)
+		cur := page.Key{List: "deliveries", ID: sub.ID, Seq: -1}.Encode()
+		d := b.do(t, "GET", "/v1/webhooks/"+sub.ID.String()+"/deliveries?cursor="+cur, owner, "").problem(t, http.StatusBadRequest)
+		require.Contains(t, d, "cursor")
+	})
+
+	t.Run("LastEventID", func(t *testing.T) {
+		for _, v := range []string{"9223372036854775807", "9223372036854775808", "-1"} {
+			req, err := http.NewRequest("GET", b.base+"/v1/spaces/s1/events", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+owner)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Last-Event-ID", v)
+			require.Contains(t, send(t, req).problem(t, http.StatusBadRequest), "Last-Event-ID", v)
+		}
+	})
+
+	t.Run("Wait", func(t *testing.T) {
+		// There is an event after 0, so a wait the server took would
+		// answer it at once.
+		for _, v := range []string{"18446744133", "9223372037", "61", "61s", "-1", "2562047h"} {
+			require.Contains(t, events("after=0&wait="+v).problem(t, http.StatusBadRequest), "wait", v)
+		}
+		for _, v := range []string{"60", "60s", "0"} {
+			r := events("after=0&wait=" + v)
+			require.Equal(t, http.StatusOK, r.status, "wait=%s: %s", v, r.body)
+		}
+	})
+}
+
+// TestAPI_EventStreamFromTheLargestPosition: a stream resuming after the
+// largest seq a client may name reads nothing and keeps beating, instead
+// of ending at its first read of the log.
+func TestAPI_EventStreamFromTheLargestPosition(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := setupPull(t, httpapi.Config{EventsHeartbeat: 20 * time.Millisecond}, false)
+	reader := b.principal(t, "reader", authz.RightRead, "s1", authz.ScopeEventsRead)
+	b.appendEvent(t, "s1", "item.created")
+	st := b.openStream(t, ctx, reader, "", strconv.FormatInt(math.MaxInt64-1, 10))
+	for range 2 {
+		ev, err := st.next()
+		require.NoError(t, err, "the stream ended")
+		require.True(t, ev.comment)
+		require.Empty(t, ev.data)
 	}
 }
