@@ -261,3 +261,21 @@ func TestAPI_EventStreamFromTheLargestPosition(t *testing.T) {
 		require.Empty(t, ev.data)
 	}
 }
+
+// TestAPI_CraftedCursorsAre400: a cursor that decodes to a key the server
+// never hands out, with a text PostgreSQL cannot store, is refused as a
+// cursor instead of reaching the database.
+func TestAPI_CraftedCursorsAre400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	op := b.principal(t, "op", authz.RightAdmin, "s1", operatorScopes...)
+	for _, list := range []struct{ name, path string }{
+		{"members", "/v1/spaces/s1/members"},
+		{"event-types", "/v1/spaces/s1/event-types"},
+		{"principals", "/v1/principals"},
+	} {
+		cur := page.Key{List: list.name, Name: "a\x00b"}.Encode()
+		d := b.do(t, "GET", list.path+"?cursor="+cur, op, "").problem(t, http.StatusBadRequest)
+		require.Contains(t, d, "cursor", list.path)
+	}
+}
