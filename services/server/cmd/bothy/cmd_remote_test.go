@@ -307,6 +307,17 @@ func TestCLI_AdminThroughTheServer(t *testing.T) {
 	code, _, stderr = runCLI(t, asBob, "principals", "list")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "principals:manage (HTTP 403)")
+	// A member reads the space's members; only an admin changes them.
+	code, stdout, stderr = runCLI(t, asBob, "members", "list", "--space", "s1", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &members), "%s", stdout)
+	require.Len(t, members, 3)
+	code, _, stderr = runCLI(t, asBob, "members", "set", "--space", "s1", "--principal", "bob", "--right", "admin")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "(HTTP 403)")
+	code, _, stderr = runCLI(t, asBob, "members", "list", "--space", "s2")
+	require.Equal(t, 1, code, "a space bob has no right on")
+	require.Contains(t, stderr, "(HTTP 403)")
 
 	b.cli(t, 0, "tokens", "revoke", tok.ID.String())
 	code, _, stderr = runCLI(t, asBob, "principals", "get", "bob")

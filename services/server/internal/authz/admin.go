@@ -23,14 +23,20 @@ import (
 //   - A principal reads itself, and lists and revokes its own tokens, with
 //     any token of its own (revoking only takes power away); another's
 //     principal and tokens need principals:manage.
-//   - A space's members are changed, and listed, with principals:manage by
-//     an admin of the space: the grant is the act that widens what a
-//     principal may do, so it needs both the space's highest right and the
-//     scope that marks a token as an administrator's. Tokens handed to
-//     customers (webhooks:manage, events:read) never change membership,
-//     even when their principal is admin of its space. Since an admin holds
-//     the highest right, nobody grants more than they hold, and nobody but
-//     an admin changes any right, their own included.
+//   - A space's members are changed with principals:manage by an admin of
+//     the space: the grant is the act that widens what a principal may do,
+//     so it needs both the space's highest right and the scope that marks a
+//     token as an administrator's. Tokens handed to customers
+//     (webhooks:manage, events:read) never change membership, even when
+//     their principal is admin of its space. Since an admin holds the
+//     highest right, nobody grants more than they hold, and nobody but an
+//     admin changes any right, their own included.
+//   - A space's members are listed by any member of it (read or more),
+//     through a token that acts on the space: one of its scopes is for the
+//     space (bare, or restricted to it) or it carries principals:manage.
+//     Listing widens nothing, and members see who else shares their space;
+//     a token restricted to another space, or only for the server's state
+//     (ops:read), does not.
 //   - A space without members does not exist yet; its first member is
 //     set by a holder of principals:manage (typically the provisioning
 //     backend making itself or its customer admin), the one grant that
@@ -182,9 +188,9 @@ func SetMember(ctx context.Context, db TxBeginner, p *SetMemberParams) (*Members
 	return out, nil
 }
 
-// MayChangeMembers returns nil if s may list and change the members of
-// space, else an error wrapping ErrForbidden that says why. Inside a
-// transaction it locks s's membership row until the transaction ends.
+// MayChangeMembers returns nil if s may change the members of space, else
+// an error wrapping ErrForbidden that says why. Inside a transaction it
+// locks s's membership row until the transaction ends.
 func MayChangeMembers(ctx context.Context, q Querier, s *Subject, space string) error {
 	if !ManagesPrincipals(s) {
 		return fmt.Errorf("%w: changing a space's members needs a token with scope %s", ErrForbidden, ScopePrincipalsManage)
@@ -203,4 +209,38 @@ func MayChangeMembers(ctx context.Context, q Querier, s *Subject, space string) 
 		return fmt.Errorf("%w: you have no right on space %q; changing its members needs admin", ErrForbidden, space)
 	}
 	return fmt.Errorf("%w: you have %s on space %q; changing its members needs admin", ErrForbidden, *right, space)
+}
+
+// memberRightSQL reads the caller's right on the space, and whether the
+// space has any member.
+const memberRightSQL = `
+SELECT (SELECT "right"::text FROM space_members WHERE space = $1 AND principal = $2),
+       EXISTS (SELECT 1 FROM space_members WHERE space = $1)`
+
+// MayListMembers returns nil if s may list the members of space, else an
+// error wrapping ErrForbidden that says why: a member of the space through
+// a token that acts on it (see the rules above). A holder of
+// principals:manage may also list a space without members, whose first
+// member it may set: the list is empty.
+func MayListMembers(ctx context.Context, q Querier, s *Subject, space string) error {
+	if !ManagesPrincipals(s) && !carriesSpaceScope(s.Scopes, space) {
+		return fmt.Errorf("%w: listing the members of space %q needs a token with a scope for that space", ErrForbidden, space)
+	}
+	var right *string
+	var exists bool
+	if err := q.QueryRow(ctx, memberRightSQL, space, s.Principal).Scan(&right, &exists); err != nil {
+		return fmt.Errorf("read right of %q on %q: %w", s.Principal, space, err)
+	}
+	if right != nil || (!exists && ManagesPrincipals(s)) {
+		return nil
+	}
+	return fmt.Errorf("%w: you have no right on space %q; listing its members needs one", ErrForbidden, space)
+}
+
+// carriesSpaceScope reports whether scopes hold a scope that acts on space:
+// a known scope that is not global, bare or restricted to space.
+func carriesSpaceScope(scopes []string, space string) bool {
+	return slices.ContainsFunc(knownScopes, func(scope string) bool {
+		return !slices.Contains(globalScopes, scope) && Covers(scopes, scope, space)
+	})
 }

@@ -131,6 +131,54 @@ func TestSetMember(t *testing.T) {
 	})
 }
 
+// TestMayListMembers: every member of a space lists its members through a
+// token that acts on the space; a principal without a right there, a token
+// restricted to another space or only for the server's state does not.
+func TestMayListMembers(t *testing.T) {
+	t.Parallel()
+	ctx, db := setup(t)
+	grant := func(t *testing.T, space, principal string, right authz.Right) {
+		t.Helper()
+		require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: space, Principal: principal, Right: right}))
+	}
+	may := func(s *authz.Subject, space string) error { return authz.MayListMembers(ctx, db.Pool, s, space) }
+
+	t.Run("EveryRightWithAScopeForTheSpace", func(t *testing.T) {
+		for _, r := range []authz.Right{authz.RightRead, authz.RightWrite, authz.RightAdmin} {
+			for i, scope := range []string{authz.ScopeEventsRead, "events:read@s1", "webhooks:manage@s1", authz.ScopePushManage,
+				authz.ScopeEventsWrite, authz.ScopePrincipalsManage} {
+				s := subject(t, db, fmt.Sprintf("m-%s-%d", r, i), nil, scope)
+				grant(t, "s1", s.Principal, r)
+				require.NoError(t, may(s, "s1"), "%s with %s", r, scope)
+			}
+		}
+	})
+	t.Run("NoRightOnTheSpaceIsForbidden", func(t *testing.T) {
+		for i, scopes := range [][]string{{authz.ScopeEventsRead}, {authz.ScopePrincipalsManage, authz.ScopeEventsRead}} {
+			s := subject(t, db, fmt.Sprintf("outsider-%d", i), nil, scopes...)
+			grant(t, "s2", s.Principal, authz.RightAdmin)
+			err := may(s, "s1")
+			require.ErrorIs(t, err, authz.ErrForbidden, scopes)
+			require.ErrorContains(t, err, "no right on space")
+		}
+	})
+	t.Run("ATokenThatDoesNotActOnTheSpaceIsForbidden", func(t *testing.T) {
+		for i, scopes := range [][]string{{"events:read@s2"}, {authz.ScopeOpsRead}, {}} {
+			s := subject(t, db, fmt.Sprintf("narrow-%d", i), nil, scopes...)
+			grant(t, "s1", s.Principal, authz.RightAdmin)
+			err := may(s, "s1")
+			require.ErrorIs(t, err, authz.ErrForbidden, scopes)
+			require.ErrorContains(t, err, "needs a token with a scope for that space")
+		}
+	})
+	t.Run("ASpaceWithoutMembersOnlyWithPrincipalsManage", func(t *testing.T) {
+		op := subject(t, db, "op", nil, authz.ScopePrincipalsManage)
+		require.NoError(t, may(op, "empty"), "it may set the first member")
+		reader := subject(t, db, "reader", nil, authz.ScopeEventsRead)
+		require.ErrorIs(t, may(reader, "empty"), authz.ErrForbidden)
+	})
+}
+
 // TestSetMember_OneFirstMember races pairs of holders of principals:manage,
 // each making itself admin of the same new space: exactly one may, since
 // only the first grant on a space needs no right there.

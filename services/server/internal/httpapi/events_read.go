@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,7 +28,38 @@ const (
 	maxWait = 60 * time.Second
 	// maxTypePatterns bounds the patterns of one request's type filter.
 	maxTypePatterns = 20
+	// maxAfter is the largest position a client may name: the seq after
+	// it is still an int8.
+	maxAfter = math.MaxInt64 - 1
 )
+
+// parseAfter reads a position in the log sent as parameter name (after,
+// Last-Event-ID), what describing what it is: a seq, 0..maxAfter, else
+// 400 naming the parameter.
+func parseAfter(name, what, v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > maxAfter {
+		return 0, errorf(http.StatusBadRequest, kindBadRequest, "%s %q: want %s, 0..%d", name, v, what, int64(maxAfter))
+	}
+	return n, nil
+}
+
+// parseWait reads a long poll's wait: a Go duration or whole seconds,
+// 0..maxWait, checked before the seconds are multiplied out.
+func parseWait(v string) (time.Duration, error) {
+	bad := errorf(http.StatusBadRequest, kindBadRequest, "wait %q: want a duration such as 30s (or seconds), at most %s", v, maxWait)
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > int64(maxWait/time.Second) {
+			return 0, bad
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > maxWait {
+		return 0, bad
+	}
+	return d, nil
+}
 
 // eventsQuery is what a request for a space's events asks.
 type eventsQuery struct {
@@ -49,13 +81,14 @@ func parseEventsQuery(r *http.Request, space string) (*eventsQuery, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cur.Seq < 0 || cur.Seq > maxAfter {
+		return nil, errorf(http.StatusBadRequest, kindBadRequest, "cursor: %v", page.ErrBadCursor)
+	}
 	eq := &eventsQuery{space: space, limit: limit, after: cur.Seq}
 	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, errorf(http.StatusBadRequest, kindBadRequest, "after %q: want a seq, 0 or more", v)
+		if eq.after, err = parseAfter("after", "a seq", v); err != nil {
+			return nil, err
 		}
-		eq.after = n
 	}
 	if v := q.Get("type"); v != "" {
 		eq.types = strings.Split(v, ",")
@@ -69,14 +102,9 @@ func parseEventsQuery(r *http.Request, space string) (*eventsQuery, error) {
 		}
 	}
 	if v := q.Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if n, nerr := strconv.Atoi(v); nerr == nil {
-			d, err = time.Duration(n)*time.Second, nil
+		if eq.wait, err = parseWait(v); err != nil {
+			return nil, err
 		}
-		if err != nil || d < 0 || d > maxWait {
-			return nil, errorf(http.StatusBadRequest, kindBadRequest, "wait %q: want a duration such as 30s (or seconds), at most %s", v, maxWait)
-		}
-		eq.wait = d
 	}
 	return eq, nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,9 +43,9 @@ func streamStart(r *http.Request, q *eventsQuery) error {
 	if v == "" {
 		return nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 {
-		return errorf(http.StatusBadRequest, kindBadRequest, "Last-Event-ID %q: want the seq of the last event received", v)
+	n, err := parseAfter("Last-Event-ID", "the seq of the last event received", strings.TrimSpace(v))
+	if err != nil {
+		return err
 	}
 	q.after = n
 	return nil

@@ -233,13 +233,13 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request, s *authz.Subje
 }
 
 // listMembers answers a page of the space's members in principal order,
-// to whoever may change them.
+// to its members (authz.MayListMembers has the rule).
 func (a *API) listMembers(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	space, err := pathSpace(r)
 	if err != nil {
 		return err
 	}
-	if err := authz.MayChangeMembers(r.Context(), a.pool, s, space); err != nil {
+	if err := authz.MayListMembers(r.Context(), a.pool, s, space); err != nil {
 		return adminError(err, "")
 	}
 	limit, after, err := pageParams(r, cursorMembers)

@@ -114,7 +114,6 @@ func TestAPI_AdminCrossOver(t *testing.T) {
 		for _, tok := range []string{bob, bob2} {
 			b.do(t, "PUT", "/v1/spaces/s1/members/carol", tok, `{"right":"admin"}`).problem(t, http.StatusForbidden)
 			b.do(t, "DELETE", "/v1/spaces/s1/members/admin", tok, "").problem(t, http.StatusForbidden)
-			b.do(t, "GET", "/v1/spaces/s1/members", tok, "").problem(t, http.StatusForbidden)
 		}
 		require.Equal(t, authz.RightWrite, rightOf("carol"))
 		require.Equal(t, authz.RightAdmin, rightOf("admin"))
@@ -163,6 +162,61 @@ func TestAPI_AdminCrossOver(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.Equal(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/tokens/"+carolToken, admin, "").status)
 		b.do(t, "GET", "/v1/principals/carol", carol, "").problem(t, http.StatusUnauthorized)
+	})
+}
+
+// TestAPI_MembersListedByMembers: every member of a space lists its
+// members, whatever its right, with a token that acts on the space;
+// changing them stays an admin's. Across: a principal without a right on
+// the space, or a token for another space or for the server's state only,
+// gets 403 and sees no member.
+func TestAPI_MembersListedByMembers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.principal(t, "admin", authz.RightAdmin, "s1", operatorScopes...)
+	reader := b.principal(t, "reader", authz.RightRead, "s1", authz.ScopeEventsRead)
+	readerHere := b.principal(t, "reader-here", authz.RightRead, "s1", "events:read@s1")
+	writer := b.principal(t, "writer", authz.RightWrite, "s1", authz.ScopeWebhooksManage)
+	readerOperator := b.principal(t, "reader-op", authz.RightRead, "s1", operatorScopes...)
+	readerThere := b.principal(t, "reader-there", authz.RightRead, "s1", "events:read@s2")
+	readerOps := b.principal(t, "reader-ops", authz.RightRead, "s1", authz.ScopeOpsRead)
+	outsider := b.principal(t, "outsider", authz.RightAdmin, "s2", allScopes...)
+	operator := b.principal(t, "operator", authz.RightAdmin, "s2", operatorScopes...)
+	inS1 := []string{"admin", "reader", "reader-here", "reader-op", "reader-ops", "reader-there", "writer"}
+
+	t.Run("EveryMemberListsThemAll", func(t *testing.T) {
+		for _, tok := range []string{reader, readerHere, writer, readerOperator} {
+			got := b.walk(t, "/v1/spaces/s1/members?limit=2", tok, "members", "principal", func() {})
+			require.Equal(t, inS1, got)
+		}
+	})
+	t.Run("ListingChangesNothingAndChangingStaysAnAdmins", func(t *testing.T) {
+		for _, tok := range []string{reader, readerHere, writer, readerOperator} {
+			b.do(t, "PUT", "/v1/spaces/s1/members/outsider", tok, `{"right":"read"}`).problem(t, http.StatusForbidden)
+			b.do(t, "DELETE", "/v1/spaces/s1/members/admin", tok, "").problem(t, http.StatusForbidden)
+		}
+		got := b.walk(t, "/v1/spaces/s1/members?limit=50", reader, "members", "principal", func() {})
+		require.Equal(t, inS1, got)
+	})
+	t.Run("NoRightOnTheSpaceIs403", func(t *testing.T) {
+		for _, tok := range []string{outsider, operator} {
+			r := b.do(t, "GET", "/v1/spaces/s1/members", tok, "")
+			require.Contains(t, r.problem(t, http.StatusForbidden), "no right on space")
+			require.NotContains(t, string(r.body), "reader")
+		}
+	})
+	t.Run("ATokenThatDoesNotActOnTheSpaceIs403", func(t *testing.T) {
+		for _, tok := range []string{readerThere, readerOps} {
+			r := b.do(t, "GET", "/v1/spaces/s1/members", tok, "")
+			require.Contains(t, r.problem(t, http.StatusForbidden), "scope for that space")
+			require.NotContains(t, string(r.body), "writer")
+		}
+	})
+	t.Run("AnOperatorListsASpaceWithoutMembers", func(t *testing.T) {
+		r := b.do(t, "GET", "/v1/spaces/new-space/members", operator, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.Empty(t, r.json(t)["members"])
+		b.do(t, "GET", "/v1/spaces/new-space/members", outsider, "").problem(t, http.StatusForbidden)
 	})
 }
 

@@ -360,7 +360,7 @@ func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, s *authz.Su
 	if err != nil {
 		return err
 	}
-	if before.Seq != 0 && before.ID != sub.ID {
+	if before.Seq < 0 || (before.Seq != 0 && before.ID != sub.ID) {
 		return errorf(http.StatusBadRequest, kindBadRequest, "cursor: %v", page.ErrBadCursor)
 	}
 	p := &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Status: status, Limit: limit + 1, BeforeSeq: before.Seq}

@@ -49,11 +49,11 @@ func (a *API) getDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if err != nil {
 		return err
 	}
-	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Limit: 1, BeforeSeq: seq + 1})
+	ds, err := webhooks.Deliveries(r.Context(), a.pool, &webhooks.DeliveriesParams{SubscriptionID: sub.ID, Limit: 1, Seq: seq})
 	if err != nil {
 		return err
 	}
-	if len(ds) == 0 || ds[0].Seq != seq {
+	if len(ds) == 0 {
 		return errorf(http.StatusNotFound, kindNotFound, "subscription %s has no delivery of seq %d", sub.ID, seq)
 	}
 	atts, err := webhooks.Attempts(r.Context(), a.pool, sub.ID, seq)

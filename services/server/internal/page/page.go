@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -61,6 +62,9 @@ func Decode(list, cursor string) (Key, error) {
 	}
 	var k Key
 	if err := json.Unmarshal(raw, &k); err != nil || k.List != list {
+		return Key{}, ErrBadCursor
+	}
+	if strings.ContainsRune(k.Name, 0) { // no name holds one, and PostgreSQL's text cannot
 		return Key{}, ErrBadCursor
 	}
 	return k, nil

@@ -27,7 +27,8 @@ func TestKey_EncodeDecode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, page.Key{}, first, "no cursor is the first page")
 
-	for _, bad := range []string{s.Encode(), "not base64!", "bm90IGpzb24", string(make([]byte, 2000))} {
+	nul := page.Key{List: "webhooks", Name: "a\x00b"}.Encode() // no name has one; PostgreSQL's text cannot
+	for _, bad := range []string{s.Encode(), "not base64!", "bm90IGpzb24", string(make([]byte, 2000)), nul} {
 		_, err := page.Decode("webhooks", bad)
 		require.ErrorIs(t, err, page.ErrBadCursor, bad)
 	}
@@ -40,7 +41,7 @@ func TestLimit(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, n)
 	}
-	for _, bad := range []string{"0", "501", "-1", "ten", "5x", "05"} {
+	for _, bad := range []string{"0", "501", "-1", "ten", "5x", "05", "18446744073709551617"} {
 		_, err := page.Limit(bad)
 		require.ErrorContains(t, err, "want 1..500", bad)
 	}

@@ -226,12 +226,14 @@ func (s *PolicyScanner) Done() {
 
 // setPolicySQL writes a policy. Probing stops when auto_recover is turned
 // off or the policy is no longer ordered; a throttle removed forgets its
-// next slot.
+// next slot. The milliseconds are cast to the columns' bigint: NULLIF with
+// the literal 0 alone types them int4, too small for a 30-day budget.
 const setPolicySQL = `
 UPDATE webhook_subscriptions
 SET policy = $2, max_in_flight = NULLIF($3, 0), auto_recover = $4, probing = probing AND $4 AND $2 = 'ordered',
     max_requests_per_second = NULLIF($5, 0::float8), throttle_next_at = CASE WHEN $5 = 0 THEN NULL ELSE throttle_next_at END,
-    retry_base_ms = NULLIF($6, 0), retry_max_ms = NULLIF($7, 0), retry_budget_ms = NULLIF($8, 0), max_batch = NULLIF($9, 0),
+    retry_base_ms = NULLIF($6::bigint, 0), retry_max_ms = NULLIF($7::bigint, 0), retry_budget_ms = NULLIF($8::bigint, 0),
+    max_batch = NULLIF($9, 0),
     updated_at = now()
 WHERE id = $1`
 

@@ -492,17 +492,18 @@ SELECT old.cause, old.last_delivered_seq, coalesce((SELECT resume_after_seq FROM
 // rotateSQL replaces the secret unless an earlier rotation's overlap is
 // still running and this one asks for an overlap too. It returns whether
 // it rotated and until when the previous secret signs; no row: no such
-// subscription.
+// subscription. $3 is the overlap in seconds, a float8: compared with the
+// literal 0 alone it would be typed int4 and lose its fraction.
 const rotateSQL = `
 WITH cur AS (
     SELECT id, previous_secret_until AS until, coalesce(previous_secret_until > now(), false) AS overlapping
     FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE
 ), up AS (
     UPDATE webhook_subscriptions s
-    SET previous_secret = CASE WHEN $3 > 0 THEN s.secret END,
-        previous_secret_until = CASE WHEN $3 > 0 THEN now() + make_interval(secs => $3) END,
+    SET previous_secret = CASE WHEN $3::float8 > 0 THEN s.secret END,
+        previous_secret_until = CASE WHEN $3::float8 > 0 THEN now() + make_interval(secs => $3::float8) END,
         secret = $2, updated_at = now()
-    FROM cur WHERE s.id = cur.id AND ($3 = 0 OR NOT cur.overlapping)
+    FROM cur WHERE s.id = cur.id AND ($3::float8 = 0 OR NOT cur.overlapping)
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM up), cur.until FROM cur`
@@ -570,6 +571,8 @@ type DeliveriesParams struct {
 	// BeforeSeq, if not 0, lists only deliveries of lower seqs: the next
 	// page after one that ended at that seq.
 	BeforeSeq int64
+	// Seq, if not 0, lists only the delivery of that seq.
+	Seq int64
 	// EventID, if not nil, lists only the delivery of that event.
 	EventID uuid.UUID
 	// Since and Until, if not zero, list only deliveries created at or
@@ -586,6 +589,8 @@ type DeliveriesParams struct {
 // Deliveries lists a subscription's deliveries, newest first (by seq, the
 // primary key's order, so a walk by BeforeSeq sees every delivery older
 // than its first page exactly once while newer ones are added).
+// Seqs are passed as bigint explicitly: a parameter compared only with
+// the literal 0 would be typed int4, and a seq past 2^31 refused.
 func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]Delivery, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -593,13 +598,14 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 	}
 	rows, err := q.Query(ctx, `
 SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
-FROM webhook_deliveries d WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
+FROM webhook_deliveries d WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4::bigint = 0 OR event_seq < $4::bigint)
 AND ($5::uuid IS NULL OR event_id = $5) AND ($6::timestamptz IS NULL OR created_at >= $6) AND ($7::timestamptz IS NULL OR created_at < $7)
 AND ($8::text IS NULL OR EXISTS (
     SELECT 1 FROM event_log e WHERE e.seq = d.event_seq
     AND (e.type = $8 OR (right($8, 1) = '*' AND starts_with(e.type, left($8, -1))))))
+AND ($9::bigint = 0 OR event_seq = $9::bigint)
 ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSeq, nullUUID(p.EventID), nullTime(p.Since), nullTime(p.Until),
-		nullString(p.Type))
+		nullString(p.Type), p.Seq)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", p.SubscriptionID, err)
 	}

@@ -19,7 +19,9 @@ var _ sync.SpaceEventReader = (*EventLog)(nil)
 // the retention mark and up to $4 events of space $3 among the seqs after
 // $1 (or after the mark, if that is later) and at most $2 past it. The
 // counter row commits with the events it numbers, so every seq up to the
-// head this snapshot sees is visible in it: the range is complete.
+// head this snapshot sees is visible in it: the range is complete. The
+// window's end is the start plus at most the distance to the head, which
+// cannot overflow where start + $2 would near the largest int8.
 //
 // event_log has no index on space: the range is a scan of each partition's
 // primary key (seq leads it) with the space and type tested on the rows,
@@ -40,7 +42,7 @@ SELECT b.head, b.low, b.start, e.seq, e.committed_at, e.id, e.space, e.type, e.a
 FROM b LEFT JOIN LATERAL (
     SELECT seq, committed_at, id, space, type, actor, occurred_at, data, coalesce(traceparent, '') AS traceparent
     FROM event_log
-    WHERE seq > b.start AND seq <= least(b.start + $2::bigint, b.head) AND space = $3
+    WHERE seq > b.start AND seq <= b.start + least($2::bigint, b.head - b.start) AND space = $3
       AND ($5::text[] IS NULL OR EXISTS (
           SELECT 1 FROM unnest($5::text[]) AS p
           WHERE p = type OR (right(p, 1) = '*' AND starts_with(type, left(p, -1)))))
@@ -75,7 +77,7 @@ func (l *EventLog) SpaceEvents(ctx context.Context, p *sync.SpaceEventsParams) (
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read events of space %q: %w", p.Space, err)
 	}
-	out.NextAfter = max(p.AfterSeq, min(start+scan, out.Head))
+	out.NextAfter = max(p.AfterSeq, start+min(scan, out.Head-start))
 	if n := len(out.Events); n == p.Limit {
 		out.NextAfter = out.Events[n-1].Seq
 	}

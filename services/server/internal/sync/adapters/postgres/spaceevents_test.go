@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/google/uuid"
@@ -137,4 +138,32 @@ SELECT last_seq + 1, now(), $1, 'c', 'item.created', 'alice', now() FROM event_s
 	require.NoError(t, err)
 	require.Equal(t, "c", got.Space)
 	require.Equal(t, int64(2003), got.Seq)
+}
+
+// TestEventLog_SpaceEventsAtTheEndOfInt8: a scan window that would reach
+// past the largest int8 is cut at the head, in SQL and in the page's
+// NextAfter, instead of overflowing.
+func TestEventLog_SpaceEventsAtTheEndOfInt8(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100)
+	ctx := context.Background()
+	const head = math.MaxInt64 - 10
+	b.db.StartLogAt(t, head-3)
+	appendTyped(t, b.log, "a", "item.created", "b", "item.created", "a", "item.updated")
+
+	for _, after := range []int64{head - 3, head - 2} {
+		pg, err := b.log.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: "a", AfterSeq: after, Limit: 50})
+		require.NoError(t, err)
+		require.Equal(t, []int64{head - 2, head}[int(after-(head-3)):], seqsOf(pg.Events))
+		require.Equal(t, int64(head), pg.NextAfter, "the scan ends at the head")
+		require.True(t, pg.Done())
+	}
+	for _, after := range []int64{head, math.MaxInt64 - 1, math.MaxInt64} {
+		pg, err := b.log.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: "a", AfterSeq: after, Limit: 50})
+		require.NoError(t, err, "after %d", after)
+		require.Empty(t, pg.Events)
+		require.Equal(t, after, pg.NextAfter, "after the head: where it was")
+		require.True(t, pg.Done())
+		require.Zero(t, pg.Lost.Len())
+	}
 }
