@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -110,18 +111,19 @@ func (c *DeliverConfig) validate() error {
 // decision at most RightsMaxAge old (rights): a revocation stops every
 // request that starts later than that after it commits.
 //
-// Every message's final answer is recorded in push_sends within
-// milliseconds of its arrival (see sendLog): a 2xx, or a refusal no retry
-// can change. A job that runs again (a retry for the batch's messages that
-// got 429, 5xx or no answer, or a rerun because its completion was lost or
-// its process died) sends only the messages without a record
-// (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
+// Every message's final answer is recorded in push_sends as it arrives
+// (see sendLog): a 2xx, or a refusal no retry can change; so is a request
+// that got no answer (noAnswer). A job that runs again (a retry for the
+// batch's messages that got 429, 5xx or no answer, or a rerun because its
+// completion was lost or its process died) sends only the messages
+// without a final record (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
 // TestDeliver_RunAgainAfterABatchSendsNothing). A message is sent again
-// only when its record is missing when another run reads the records: the
-// process died or lost the database between the 2xx and the record's
-// commit, the record's insert failed (bothy_push_sends_unrecorded_total)
-// and the job ran again, or two runs of the job overlapped because another
-// worker judged this live process dead (package liveness). The second copy
+// only when its first request got no answer (once: noAnswer), or when its
+// record is missing when another run reads the records: the process died
+// or lost the database between the 2xx and the record's commit, the
+// record's insert failed (bothy_push_sends_unrecorded_total) and the job
+// ran again, or two runs of the job overlapped because another worker
+// judged this live process dead (package liveness). The second copy
 // carries the same Topic header (derived from the event ID), so a push
 // service that still holds the first one undelivered replaces it (RFC 8030
 // section 5.4), and the same payload; clients deduplicate by its event_id.
@@ -213,6 +215,23 @@ func newTransport(allowPrivate bool) *http.Transport {
 	}
 }
 
+// errNoAnswer marks a request that went out in full and got no answer
+// (push's request timeout ran out, or the connection broke): the push
+// service may have accepted it, so it counts as a try that may have
+// delivered (see noAnswer). A request that never went out (no connection,
+// a refused dial) is not one.
+var errNoAnswer = errors.New("no answer after the request was sent")
+
+// Records in push_sends that are not a push service's answer.
+const (
+	// statusNoAnswer: a request got no answer (errNoAnswer); the message
+	// is tried once more.
+	statusNoAnswer int16 = 0
+	// statusNoAnswerAgain: the try after it got no answer either; the
+	// message is not tried again.
+	statusNoAnswerAgain int16 = 1
+)
+
 // errUnsendable marks a message that no retry can send: the stored keys or
 // endpoint cannot be used (registration checks them, so only a row changed
 // behind its back gets here).
@@ -253,15 +272,17 @@ SELECT m.ord, r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(reg, space, seq, ord)
 CROSS JOIN LATERAL (SELECT * FROM push_registrations r WHERE r.id = m.reg LIMIT 1) r`
 
-// recordSendsSQL records final answers right after they arrive; see
-// DeliverWorker. A registration deleted meanwhile is skipped rather than
-// failing the others' records on the foreign key.
+// recordSendsSQL records answers right after they arrive; see
+// DeliverWorker. Only a statusNoAnswer record is replaced, by the answer
+// (or the silence) of the message's one more try; every other record is
+// final. A registration deleted meanwhile is skipped rather than failing
+// the others' records on the foreign key.
 const recordSendsSQL = `
-INSERT INTO push_sends (registration_id, event_seq, event_id, status)
+INSERT INTO push_sends AS s (registration_id, event_seq, event_id, status)
 SELECT u.reg, u.seq, u.event, u.status
 FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::smallint[]) AS u(reg, seq, event, status)
 WHERE EXISTS (SELECT 1 FROM push_registrations r WHERE r.id = u.reg)
-ON CONFLICT (registration_id, event_seq) DO NOTHING`
+ON CONFLICT (registration_id, event_seq) DO UPDATE SET status = EXCLUDED.status WHERE s.status = 0`
 
 // removeGoneSQL deletes gone registrations, each only if its endpoint is
 // still the one the push service answered for.
@@ -406,7 +427,10 @@ func screenOne(t *target, m *message, dec *authz.Decision) (outcome, bool) {
 	switch {
 	case t.recorded != nil && *t.recorded/100 == 2:
 		return outcome{result: resultAlreadySent}, false
-	case t.recorded != nil:
+	case t.recorded != nil && *t.recorded == statusNoAnswerAgain:
+		// Given up in an earlier run, and counted then.
+		return outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service did not answer twice: %w", errGivenUp)}, false
+	case t.recorded != nil && *t.recorded != statusNoAnswer:
 		// Refused for good in an earlier run, and counted then.
 		return outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service answered %d", *t.recorded)}, false
 	case !t.found:
@@ -467,6 +491,8 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, s *sending, i int) outco
 	switch {
 	case errors.As(err, &denied):
 		o = outcome{result: resultDenied, reason: err}
+	case errors.Is(err, errNoAnswer):
+		o = w.noAnswer(m, t, err, recorded)
 	case err != nil:
 		if errors.Is(err, errPrivateTarget) || errors.Is(err, errUnsendable) {
 			o = outcome{result: resultFailed, reason: err}
@@ -493,6 +519,28 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, s *sending, i int) outco
 	w.count(o.result)
 	o.counted = true
 	return o
+}
+
+// errGivenUp ends a message whose two tries got no answer.
+var errGivenUp = errors.New("given up; it may have been delivered")
+
+// noAnswer is the outcome of a request that got no answer (errNoAnswer).
+// It may have been delivered, as a push service that answers after push's
+// request timeout did: sending it again at every attempt of the job would
+// deliver a copy each time. So the first such try is recorded
+// (statusNoAnswer) and the message is retried, once; if that try goes
+// unanswered too (statusNoAnswerAgain), the message is given up. A message
+// is so sent at most twice for want of an answer
+// (TestDeliver_UnansweredRequestIsTriedOnceMore). A try answered with 429
+// or 5xx, or that never went out, does not count: the service did not
+// take it.
+func (w *DeliverWorker) noAnswer(m *message, t *target, err error, recorded *gosync.WaitGroup) outcome {
+	if t.recorded != nil && *t.recorded == statusNoAnswer {
+		w.sends.add(m, int(statusNoAnswerAgain), recorded)
+		return outcome{result: resultFailed, reason: fmt.Errorf("%w, the second time: %w", err, errGivenUp)}
+	}
+	w.sends.add(m, int(statusNoAnswer), recorded)
+	return outcome{result: resultRetry, reason: err}
 }
 
 // finish removes gone registrations and decides the job's end from its
@@ -751,7 +799,13 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", errUnsendable, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.endpoint, bytes.NewReader(body))
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, t.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: push endpoint is not a valid URL", errUnsendable)
 	}
@@ -776,6 +830,9 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 		}
 		if errors.Is(err, errPrivateTarget) {
 			return 0, 0, err
+		}
+		if wrote.Load() {
+			return 0, 0, fmt.Errorf("push to %s: %w: %w", hostOf(t.endpoint), errNoAnswer, err)
 		}
 		return 0, 0, fmt.Errorf("push to %s: %w", hostOf(t.endpoint), err)
 	}

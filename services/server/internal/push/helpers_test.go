@@ -52,6 +52,8 @@ type bundle struct {
 
 type setupOpts struct {
 	respond func(device string) pushtest.Response
+	// delay holds the push service's answers (pushtest.ReceiverConfig.Delay).
+	delay func(device string) time.Duration
 	// deliverCfg adjusts the worker's configuration.
 	deliverCfg func(*push.DeliverConfig)
 	// consumer configures the consumer and the push.page worker.
@@ -66,7 +68,7 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 	db := dbtest.NewDB(t)
 	vapid, err := push.GenerateVAPIDKeys()
 	require.NoError(t, err)
-	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public, Respond: opts.respond})
+	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public, Respond: opts.respond, Delay: opts.delay})
 	t.Cleanup(rcv.Close)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
