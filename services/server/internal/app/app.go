@@ -200,11 +200,16 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 }
 
 // close releases what start opened, after every goroutine of the run has
-// ended: the liveness session after River stopped, then the event log and
-// the pool.
+// ended: the liveness session after River stopped, what the modules opened,
+// then the event log and the pool.
 func (r *run) close(ctx context.Context) {
 	if r.alive != nil {
 		_ = r.alive.Close(context.WithoutCancel(ctx)) // closing releases the lock either way
+	}
+	for _, m := range r.mods {
+		if c, ok := m.(module.Closer); ok {
+			c.Close()
+		}
 	}
 	if r.events != nil {
 		r.events.Close()

@@ -63,6 +63,10 @@ type DeliverConfig struct {
 	// PruneEvery is how often a worker deletes the records of sends that
 	// no job can need any more (older than TTL plus an hour). Default 1m.
 	PruneEvery time.Duration
+	// Records is where the send log writes push_sends: connections of its
+	// own, RecordConns of them, so that a record never queues behind the
+	// jobs' queries for one of db's (see sendLog). Default: db.
+	Records Execer
 	// Transport, if set, replaces the guarded transport (tests only).
 	Transport http.RoundTripper
 	// Logger. Default slog.Default().
@@ -98,6 +102,11 @@ func (c *DeliverConfig) validate() error {
 		return fmt.Errorf("push deliver config: PruneEvery %s must not be negative", c.PruneEvery)
 	}
 	return nil
+}
+
+// Execer runs a statement; *pgxpool.Pool is one.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // DeliverWorker is the River worker of push.deliver. A job is a batch of
@@ -174,6 +183,9 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Records == nil {
+		c.Records = db
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -194,7 +206,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	}
 	w := &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
 		retryMu: retryAfters{at: map[int64]time.Time{}}}
-	w.sends.w = w
+	w.sends.w, w.sends.inserts = w, make(chan struct{}, RecordConns)
 	return w, nil
 }
 
@@ -655,21 +667,32 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 // which a crash loses a record by only this much.
 const recordLinger = 5 * time.Millisecond
 
-// sendLog writes final answers to push_sends for every job of a worker as
+// RecordConns is how many inserts of the send log may run at once, and so
+// how many connections DeliverConfig.Records needs: an answer waits for an
+// earlier insert only while this many are under way.
+const RecordConns = 2
+
+// sendLog writes the answers of every job of a worker to push_sends as
 // they arrive: answers gather for recordLinger, then one insert writes all
-// that came in meanwhile, so the window between an answer and its record
-// stays a few milliseconds however large the batch
-// (TestDeliver_RecordsEachSendBeforeTheBatchEnds). It writes even when the
-// job's context ends right after the answers, since the sends happened. A
-// failed insert is logged and counted: the jobs still go on, and only a run
-// of one of them again would send those messages a second time. Its writer
-// goroutine runs while answers wait and ends when none do. A job that will
-// be retried waits for its own answers to be written (see Work).
+// that came in meanwhile, without waiting for an earlier insert unless
+// RecordConns of them are under way, on connections of its own
+// (DeliverConfig.Records) that the jobs' queries do not queue for. So the
+// window between an answer and its record is recordLinger and one insert
+// however large the batch and however busy the jobs' pool
+// (TestDeliver_RecordsEachSendBeforeTheBatchEnds,
+// TestDeliver_RecordWaitsForNoOtherWork). It writes even when the job's
+// context ends right after the answers, since the sends happened. A
+// failed insert is logged and counted: the jobs still go on, and only a
+// run of one of them again would send those messages a second time. Its
+// gathering goroutine runs while answers wait and ends when none do. A job
+// that will be retried waits for its own answers to be written (see Work).
 type sendLog struct {
-	w       *DeliverWorker
-	mu      gosync.Mutex
-	pending []sendRecord
-	writing bool
+	w         *DeliverWorker
+	mu        gosync.Mutex
+	pending   []sendRecord
+	gathering bool
+	// inserts holds a token per insert under way.
+	inserts chan struct{}
 }
 
 type sendRecord struct {
@@ -685,32 +708,39 @@ func (l *sendLog) add(m *message, status int, done *gosync.WaitGroup) {
 	done.Add(1)
 	l.mu.Lock()
 	l.pending = append(l.pending, sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
-	start := !l.writing
-	l.writing = true
+	start := !l.gathering
+	l.gathering = true
 	l.mu.Unlock()
 	if start {
-		go l.run()
+		go l.gather()
 	}
 }
 
-func (l *sendLog) run() {
+// gather hands what came in during each recordLinger to an insert of its
+// own, once one of RecordConns is free, until nothing comes in.
+func (l *sendLog) gather() {
 	t := time.NewTimer(recordLinger)
 	defer t.Stop()
 	for {
 		<-t.C
+		l.inserts <- struct{}{}
 		l.mu.Lock()
 		batch := l.pending
 		l.pending = nil
 		if len(batch) == 0 {
-			l.writing = false
+			l.gathering = false
 			l.mu.Unlock()
+			<-l.inserts
 			return
 		}
 		l.mu.Unlock()
-		l.write(batch)
-		for _, r := range batch {
-			r.done.Done()
-		}
+		go func() {
+			defer func() { <-l.inserts }()
+			l.write(batch)
+			for _, r := range batch {
+				r.done.Done()
+			}
+		}()
 		t.Reset(recordLinger)
 	}
 }
@@ -723,14 +753,15 @@ func (l *sendLog) write(batch []sendRecord) {
 	for i, s := range batch {
 		regs[i], seqs[i], events[i], statuses[i] = s.reg, s.seq, s.event, s.status
 	}
+	db := l.w.cfg.Records
 	ctx, cancel := context.WithTimeout(context.Background(), l.w.cfg.QueryTimeout)
 	defer cancel()
-	_, err := l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+	_, err := db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
 		// A registration was deleted between the statement's check and its
 		// insert; once more, without it.
-		_, err = l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+		_, err = db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	}
 	if err != nil {
 		if l.w.cfg.Metrics != nil {
