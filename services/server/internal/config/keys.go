@@ -31,7 +31,7 @@ var Keys = []Key{
 		Range: "a postgres:// URL", Doc: "PostgreSQL to use; the database is created by migrate if it is missing.",
 		set: func(c *Config, v string) error { return str(&c.Database.URL, v, validDBURL) }},
 	{Name: "database.max_conns", Default: "20", Range: "2..1000",
-		Doc: "Connections in the pool of each process (the LISTEN connection comes on top).",
+		Doc: "Connections in the pool of each process (on top come the LISTEN connection, a worker's liveness session and, with push on, the push send log's two).",
 		set: func(c *Config, v string) error { return intIn(&c.Database.MaxConns, v, 2, 1000) }},
 	{Name: "database.start_wait", Default: "0s", Range: "0s..8760h (0s: no limit)",
 		Doc: "How long a starting bothy server waits for a database it cannot reach (refused, timed out, starting up) before it exits 1; meanwhile /healthz answers ok and /readyz 503. 0s waits as long as it takes. A database that refuses the configuration (password, database name, TLS) stops the server at once.",
