@@ -178,6 +178,9 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 	if err := r.newRiver(); err != nil {
 		return err
 	}
+	// Routes come before the modules' runners (module.Runner); the HTTP
+	// server serves them once the whole role has started.
+	full := r.mux()
 	for _, m := range r.mods {
 		if rm, ok := m.(module.Runner); ok {
 			g.Go(func() error { return rm.Run(gctx) })
@@ -195,7 +198,7 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 			return err
 		}
 	}
-	r.front.Store(r.mux())
+	r.front.Store(full)
 	return nil
 }
 
