@@ -346,7 +346,8 @@ func (r *run) mux() *http.ServeMux {
 }
 
 // startingMux is served while the role is being built: /readyz says what
-// the start waits for, and every path but /metrics and /healthz is 503.
+// the start waits for, and every path but /metrics and /healthz is 503
+// (a problem document that names no host or user).
 func (r *run) startingMux() *http.ServeMux {
 	reason := func() string {
 		if w := r.waiting.Load(); w != nil {
@@ -363,7 +364,7 @@ func (r *run) startingMux() *http.ServeMux {
 		w.Header().Set("Retry-After", "5")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(map[string]any{"type": "/v1/problems/unavailable", "title": http.StatusText(http.StatusServiceUnavailable),
-			"status": http.StatusServiceUnavailable, "detail": "the server is starting: " + reason(), "instance": req.URL.Path})
+			"status": http.StatusServiceUnavailable, "detail": "the server is starting; retry in a few seconds", "instance": req.URL.Path})
 	})
 	return mux
 }

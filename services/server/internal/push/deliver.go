@@ -287,13 +287,17 @@ CROSS JOIN LATERAL (SELECT * FROM push_registrations r WHERE r.id = m.reg LIMIT 
 // recordSendsSQL records answers right after they arrive; see
 // DeliverWorker. Only a statusNoAnswer record is replaced, by the answer
 // (or the silence) of the message's one more try; every other record is
-// final. A registration deleted meanwhile is skipped rather than failing
-// the others' records on the foreign key.
+// final. One message answered twice in a batch (two runs of its job at
+// once) is written once, a 2xx rather than another status, since an
+// update may not touch a row twice in one statement. A registration
+// deleted meanwhile is skipped rather than failing the others' records on
+// the foreign key.
 const recordSendsSQL = `
 INSERT INTO push_sends AS s (registration_id, event_seq, event_id, status)
-SELECT u.reg, u.seq, u.event, u.status
+SELECT DISTINCT ON (u.reg, u.seq) u.reg, u.seq, u.event, u.status
 FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::smallint[]) AS u(reg, seq, event, status)
 WHERE EXISTS (SELECT 1 FROM push_registrations r WHERE r.id = u.reg)
+ORDER BY u.reg, u.seq, u.status / 100 = 2 DESC, u.status DESC
 ON CONFLICT (registration_id, event_seq) DO UPDATE SET status = EXCLUDED.status WHERE s.status = 0`
 
 // removeGoneSQL deletes gone registrations, each only if its endpoint is

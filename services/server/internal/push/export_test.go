@@ -18,3 +18,6 @@ func (w *DeliverWorker) SetSlotWait(f func()) { w.slotWait = f }
 func (m *Module) SendLogPool() (*pgxpool.Pool, bool) {
 	return m.records, m.worker != nil && m.worker.cfg.Records == m.records
 }
+
+// RecordSendsSQL is the send log's statement.
+const RecordSendsSQL = recordSendsSQL

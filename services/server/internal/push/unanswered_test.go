@@ -105,3 +105,42 @@ func closedAddr(t *testing.T) string {
 	require.NoError(t, ln.Close())
 	return addr
 }
+
+// TestRecordSends_Statuses: the send log's statement keeps a final record
+// and replaces only a no-answer one (status 0, then 1 or the answer), and
+// writes a message answered twice in one batch once, preferring its 2xx.
+func TestRecordSends_Statuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.member(t, "bob", "s1", authz.RightRead)
+	reg, _ := b.device(t, "bob", "bob-phone")
+	ctx := context.Background()
+	record := func(seq int64, statuses ...int16) {
+		t.Helper()
+		n := len(statuses)
+		regs, seqs, events := make([][16]byte, n), make([]int64, n), make([][16]byte, n)
+		for i := range n {
+			regs[i], seqs[i], events[i] = reg.ID, seq, uuid.New()
+		}
+		_, err := b.db.Pool.Exec(ctx, push.RecordSendsSQL, regs, seqs, events, statuses)
+		require.NoError(t, err)
+	}
+	status := func(seq int64) int16 {
+		t.Helper()
+		var s int16
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT status FROM push_sends WHERE registration_id = $1 AND event_seq = $2`, reg.ID, seq).Scan(&s))
+		return s
+	}
+	record(1, 0)
+	record(1, 201)
+	require.EqualValues(t, 201, status(1), "the answer of the one more try replaces no answer")
+	record(1, 0)
+	require.EqualValues(t, 201, status(1), "an answer is final")
+	record(2, 0)
+	record(2, 1)
+	require.EqualValues(t, 1, status(2))
+	record(2, 201)
+	require.EqualValues(t, 1, status(2), "given up is final")
+	record(3, 0, 201, 0)
+	require.EqualValues(t, 201, status(3), "one message twice in a batch")
+}
