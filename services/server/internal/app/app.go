@@ -9,6 +9,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,7 +61,9 @@ func NewServer(cfg *config.Config, logger *slog.Logger, modules []module.Factory
 	return &Server{cfg: cfg, logger: logger, modules: modules, registry: prometheus.NewRegistry(), addrCh: make(chan net.Addr, 1)}
 }
 
-// Addr waits for the HTTP listener and returns its address.
+// Addr waits until the server has started (the database answered and
+// every part of the role runs) and returns its HTTP listener's address.
+// The listener serves /healthz and /readyz before that.
 func (s *Server) Addr(ctx context.Context) (net.Addr, error) {
 	select {
 	case a := <-s.addrCh:
@@ -101,7 +105,10 @@ func RiverConfig(cfg *config.Config, logger *slog.Logger) *river.Config {
 }
 
 // Run runs the configured role until ctx is cancelled, then stops every part
-// and returns once all goroutines have ended.
+// and returns once all goroutines have ended. The HTTP server listens from
+// the start: while the database cannot be reached, /healthz answers ok,
+// /readyz 503, and the rest waits (untilReachable); configuration the
+// database refuses stops Run at once.
 func (s *Server) Run(ctx context.Context) (err error) {
 	defer func() {
 		// Being stopped while starting is a clean stop, not a failure.
@@ -120,34 +127,99 @@ func (s *Server) Run(ctx context.Context) (err error) {
 			s.logger.WarnContext(sctx, "tracing: the last spans were not exported", slog.Any("error", err))
 		}
 	}()
-	pool, err := s.openDatabase(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	s.registerMetrics(pool)
-
-	r := &run{s: s, pool: pool, tracing: tracing,
-		events: postgres.NewEventLog(pool, &postgres.EventLogConfig{Tracer: tracing.Provider()})}
-	defer r.events.Close()
-	if err := r.buildModules(); err != nil {
-		return err
-	}
-	if s.worker() {
-		if err := r.holdLiveness(ctx); err != nil {
-			return err
-		}
-		defer r.alive.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing releases the lock either way
-	}
-	if err := r.newRiver(); err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", s.cfg.Server.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("server.listen_addr %s: %w", s.cfg.Server.ListenAddr, err)
 	}
+	r := &run{s: s, tracing: tracing, appended: sync.NewBroadcast()}
+	defer r.close(ctx)
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	g, gctx := errgroup.WithContext(runCtx)
+	r.serveHTTP(ctx, gctx, g, ln)
+	if err := r.start(ctx, gctx, g); err != nil {
+		// End what was started, so no goroutine outlives Run.
+		cancelRun()
+		if gerr := g.Wait(); gerr != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+			return gerr // the HTTP server failed, which cancelled the start
+		}
+		return err
+	}
 	s.addrCh <- ln.Addr()
-	return r.serve(ctx, ln)
+	s.logger.InfoContext(ctx, "bothy server started", slog.String("role", s.cfg.Server.Role), slog.String("addr", ln.Addr().String()),
+		slog.Int("consumers", len(r.consumers)))
+	err = g.Wait()
+	s.logger.InfoContext(context.WithoutCancel(ctx), "bothy server stopped", slog.String("role", s.cfg.Server.Role))
+	return err
+}
+
+// start waits for the database (untilReachable), then builds the role's
+// parts and starts them in g; the HTTP server serves the modules' routes
+// and judges readiness by the database from then on.
+func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
+	s := r.s
+	err := r.untilReachable(gctx, "connect and check the schema", func(ctx context.Context) (err error) {
+		r.pool, err = s.openDatabase(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.registerMetrics(r.pool)
+	r.events = postgres.NewEventLog(r.pool, &postgres.EventLogConfig{Tracer: r.tracing.Provider()})
+	if err := r.buildModules(); err != nil {
+		return err
+	}
+	if s.worker() {
+		if err := r.holdLiveness(gctx); err != nil {
+			return err
+		}
+	}
+	if err := r.newRiver(); err != nil {
+		return err
+	}
+	// Routes come before the modules' runners (module.Runner); the HTTP
+	// server serves them once the whole role has started.
+	full := r.mux()
+	for _, m := range r.mods {
+		if rm, ok := m.(module.Runner); ok {
+			g.Go(func() error { return rm.Run(gctx) })
+		}
+	}
+	if s.api() && !s.worker() {
+		// The worker's LISTEN connection wakes the API too; an api role
+		// alone needs its own.
+		listener := postgres.NewListener(r.appended.Wake, &postgres.ListenerConfig{ConnString: s.cfg.Database.URL, Logger: s.logger,
+			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", s.cfg.Server.Role, os.Getpid())})
+		g.Go(func() error { return listener.Run(gctx) })
+	}
+	if s.worker() {
+		if err := r.startWorker(ctx, gctx, g); err != nil {
+			return err
+		}
+	}
+	r.front.Store(full)
+	return nil
+}
+
+// close releases what start opened, after every goroutine of the run has
+// ended: the liveness session after River stopped, what the modules opened,
+// then the event log and the pool.
+func (r *run) close(ctx context.Context) {
+	if r.alive != nil {
+		_ = r.alive.Close(context.WithoutCancel(ctx)) // closing releases the lock either way
+	}
+	for _, m := range r.mods {
+		if c, ok := m.(module.Closer); ok {
+			c.Close()
+		}
+	}
+	if r.events != nil {
+		r.events.Close()
+	}
+	if r.pool != nil {
+		r.pool.Close()
+	}
 }
 
 func (s *Server) worker() bool { return s.cfg.Server.Role == "worker" || s.cfg.Server.Role == "all" }
@@ -168,6 +240,11 @@ type run struct {
 	appended *sync.Broadcast
 	// jobs is the modules' job inserter: the River client once built.
 	jobs lateInserter
+	// front is the mux the HTTP server serves: startingMux until start
+	// has built the role, then mux.
+	front atomic.Pointer[http.ServeMux]
+	// waiting says why the start waits, while it waits for the database.
+	waiting atomic.Pointer[string]
 }
 
 // lateInserter inserts with the River client, which is built after the
@@ -184,7 +261,6 @@ func (l *lateInserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobAr
 
 // buildModules builds every feature from its factory.
 func (r *run) buildModules() error {
-	r.appended = sync.NewBroadcast()
 	deps := &module.Deps{Pool: r.pool, Events: r.events, Source: r.events, Rounds: postgres.CursorStore{},
 		ConsumerStatus: r.events, Reader: r.events, Appended: r.appended, Logger: r.s.logger, Registry: r.s.registry,
 		Jobs: &r.jobs}
@@ -208,7 +284,7 @@ func (r *run) holdLiveness(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := alive.Acquire(ctx); err != nil {
+	if err := r.untilReachable(ctx, "take the liveness lock", alive.Acquire); err != nil {
 		return err
 	}
 	r.alive = alive
@@ -254,10 +330,7 @@ func (r *run) newRiver() error {
 // mux serves /metrics, /healthz, /readyz and, in the api role, every
 // module's routes.
 func (r *run) mux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(r.s.registry, promhttp.HandlerOpts{Registry: r.s.registry}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+	mux := r.s.baseMux(func(w http.ResponseWriter, req *http.Request) {
 		if _, err := ready(req.Context(), r.pool); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
@@ -272,21 +345,53 @@ func (r *run) mux() *http.ServeMux {
 	return mux
 }
 
-// handler is the HTTP server's handler: the mux behind the access log,
-// behind tracing (off unless configured).
+// startingMux is served while the role is being built: /readyz says what
+// the start waits for, and every path but /metrics and /healthz is 503
+// (a problem document that names no host or user).
+func (r *run) startingMux() *http.ServeMux {
+	reason := func() string {
+		if w := r.waiting.Load(); w != nil {
+			return *w
+		}
+		return "starting"
+	}
+	mux := r.s.baseMux(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not ready: "+reason(), http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "/v1/problems/unavailable", "title": http.StatusText(http.StatusServiceUnavailable),
+			"status": http.StatusServiceUnavailable, "detail": "the server is starting; retry in a few seconds", "instance": req.URL.Path})
+	})
+	return mux
+}
+
+// baseMux serves /metrics, /healthz and, with readyz, /readyz.
+func (s *Server) baseMux(readyz http.HandlerFunc) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", readyz)
+	return mux
+}
+
+// handler is the HTTP server's handler: the current front mux behind the
+// access log, behind tracing (off unless configured).
 func (r *run) handler() http.Handler {
-	return r.tracing.HTTPHandler(accesslog.Handler(r.mux(), &accesslog.Config{Logger: r.s.logger,
+	front := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.front.Load().ServeHTTP(w, req) })
+	return r.tracing.HTTPHandler(accesslog.Handler(front, &accesslog.Config{Logger: r.s.logger,
 		Quiet: []string{"GET /metrics", "GET /healthz", "GET /readyz"}}))
 }
 
-// serve runs the HTTP server, the modules' runners and, in the worker role,
-// the consumers and River until ctx ends, then waits for all of them.
-func (r *run) serve(ctx context.Context, ln net.Listener) error {
-	cfg := r.s.cfg
+// serveHTTP starts the HTTP server on ln in g, serving startingMux until
+// start swaps in the role's mux, and shuts it down (in-flight requests
+// given server.shutdown_timeout) when gctx ends.
+func (r *run) serveHTTP(ctx, gctx context.Context, g *errgroup.Group, ln net.Listener) {
+	r.front.Store(r.startingMux())
 	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second}
-	runCtx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
-	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
@@ -295,35 +400,10 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.cfg.Server.ShutdownTimeout)
 		defer cancel()
 		return httpSrv.Shutdown(sctx)
 	})
-	for _, m := range r.mods {
-		if rm, ok := m.(module.Runner); ok {
-			g.Go(func() error { return rm.Run(gctx) })
-		}
-	}
-	if r.s.api() && !r.s.worker() {
-		// The worker's LISTEN connection wakes the API too; an api role
-		// alone needs its own.
-		listener := postgres.NewListener(r.appended.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: r.s.logger,
-			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid())})
-		g.Go(func() error { return listener.Run(gctx) })
-	}
-	if r.s.worker() {
-		if err := r.startWorker(ctx, gctx, g); err != nil {
-			// End what was started, so no goroutine outlives Run.
-			cancelRun()
-			_ = g.Wait()
-			return err
-		}
-	}
-	r.s.logger.InfoContext(ctx, "bothy server started", slog.String("role", cfg.Server.Role), slog.String("addr", ln.Addr().String()),
-		slog.Int("consumers", len(r.consumers)))
-	err := g.Wait()
-	r.s.logger.InfoContext(context.WithoutCancel(ctx), "bothy server stopped", slog.String("role", cfg.Server.Role))
-	return err
 }
 
 // startWorker starts the worker role's parts in g: the consumer worker with
@@ -340,7 +420,8 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	if err != nil {
 		return err
 	}
-	if err := checkConsumers(ctx, r.pool, r.consumers); err != nil {
+	check := func(ctx context.Context) error { return checkConsumers(ctx, r.pool, r.consumers) }
+	if err := r.untilReachable(gctx, "check the consumers' cursors", check); err != nil {
 		return err
 	}
 	wake := func() { w.Wake(); r.appended.Wake() }
@@ -354,7 +435,9 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	g.Go(func() error { return listener.Run(gctx) })
 	g.Go(func() error { return r.alive.Run(gctx) })
 	g.Go(func() error { return rescuer.Run(gctx) })
-	if err := r.river.Start(gctx); err != nil {
+	// River's start pings the database, and may be tried again.
+	start := func(context.Context) error { return r.river.Start(gctx) }
+	if err := r.untilReachable(gctx, "start River", start); err != nil {
 		return fmt.Errorf("river start: %w", err)
 	}
 	g.Go(func() error {

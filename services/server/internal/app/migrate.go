@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/dburl"
 )
@@ -58,7 +59,11 @@ func createDatabase(ctx context.Context, dbURL string, logger *slog.Logger) erro
 	if name == "" || name == "postgres" {
 		return nil
 	}
-	conn, err := pgx.Connect(ctx, admin)
+	// Bounded as every connect of bothy's is: a host that does not answer
+	// must not hold a starting server before it can report and wait.
+	cctx, cancel := context.WithTimeout(ctx, dbconn.ConnectTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, admin)
 	if err != nil {
 		return nil // no maintenance database access: let the real connect report the problem
 	}

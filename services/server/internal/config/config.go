@@ -42,6 +42,9 @@ type Config struct {
 type Database struct {
 	URL      string
 	MaxConns int
+	// StartWait bounds how long a starting server waits for an unreachable
+	// database; 0 is no bound.
+	StartWait time.Duration
 	// ExpectSynchronousStandby says that the database should always have a
 	// synchronous standby in sync; the alert compares with it.
 	ExpectSynchronousStandby bool

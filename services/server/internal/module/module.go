@@ -106,5 +106,13 @@ type Runner interface {
 	Run(ctx context.Context) error
 }
 
+// Closer is an optional capability of a Module: Close releases what the
+// module opened for itself (connections of its own), after every part
+// that could use it has stopped (River, the consumers, the runners) and
+// before the process's pool closes.
+type Closer interface {
+	Close()
+}
+
 // Factory builds a module from its deps.
 type Factory func(d *Deps) (Module, error)

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -62,6 +63,10 @@ type DeliverConfig struct {
 	// PruneEvery is how often a worker deletes the records of sends that
 	// no job can need any more (older than TTL plus an hour). Default 1m.
 	PruneEvery time.Duration
+	// Records is where the send log writes push_sends: connections of its
+	// own, RecordConns of them, so that a record never queues behind the
+	// jobs' queries for one of db's (see sendLog). Default: db.
+	Records Execer
 	// Transport, if set, replaces the guarded transport (tests only).
 	Transport http.RoundTripper
 	// Logger. Default slog.Default().
@@ -99,6 +104,11 @@ func (c *DeliverConfig) validate() error {
 	return nil
 }
 
+// Execer runs a statement; *pgxpool.Pool is one.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // DeliverWorker is the River worker of push.deliver. A job is a batch of
 // messages (an event to a device); for each, it checks that the device
 // still exists and still wants the space and that its principal still may
@@ -110,18 +120,19 @@ func (c *DeliverConfig) validate() error {
 // decision at most RightsMaxAge old (rights): a revocation stops every
 // request that starts later than that after it commits.
 //
-// Every message's final answer is recorded in push_sends within
-// milliseconds of its arrival (see sendLog): a 2xx, or a refusal no retry
-// can change. A job that runs again (a retry for the batch's messages that
-// got 429, 5xx or no answer, or a rerun because its completion was lost or
-// its process died) sends only the messages without a record
-// (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
+// Every message's final answer is recorded in push_sends as it arrives
+// (see sendLog): a 2xx, or a refusal no retry can change; so is a request
+// that got no answer (noAnswer). A job that runs again (a retry for the
+// batch's messages that got 429, 5xx or no answer, or a rerun because its
+// completion was lost or its process died) sends only the messages
+// without a final record (TestDeliver_BatchRetrySendsOnlyTheFailedDevices,
 // TestDeliver_RunAgainAfterABatchSendsNothing). A message is sent again
-// only when its record is missing when another run reads the records: the
-// process died or lost the database between the 2xx and the record's
-// commit, the record's insert failed (bothy_push_sends_unrecorded_total)
-// and the job ran again, or two runs of the job overlapped because another
-// worker judged this live process dead (package liveness). The second copy
+// only when its first request got no answer (once: noAnswer), or when its
+// record is missing when another run reads the records: the process died
+// or lost the database between the 2xx and the record's commit, the
+// record's insert failed (bothy_push_sends_unrecorded_total) and the job
+// ran again, or two runs of the job overlapped because another worker
+// judged this live process dead (package liveness). The second copy
 // carries the same Topic header (derived from the event ID), so a push
 // service that still holds the first one undelivered replaces it (RFC 8030
 // section 5.4), and the same payload; clients deduplicate by its event_id.
@@ -172,6 +183,9 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Records == nil {
+		c.Records = db
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -192,7 +206,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	}
 	w := &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
 		retryMu: retryAfters{at: map[int64]time.Time{}}}
-	w.sends.w = w
+	w.sends.w, w.sends.inserts = w, make(chan struct{}, RecordConns)
 	return w, nil
 }
 
@@ -212,6 +226,23 @@ func newTransport(allowPrivate bool) *http.Transport {
 		ResponseHeaderTimeout: 10 * time.Second,
 	}
 }
+
+// errNoAnswer marks a request that went out in full and got no answer
+// (push's request timeout ran out, or the connection broke): the push
+// service may have accepted it, so it counts as a try that may have
+// delivered (see noAnswer). A request that never went out (no connection,
+// a refused dial) is not one.
+var errNoAnswer = errors.New("no answer after the request was sent")
+
+// Records in push_sends that are not a push service's answer.
+const (
+	// statusNoAnswer: a request got no answer (errNoAnswer); the message
+	// is tried once more.
+	statusNoAnswer int16 = 0
+	// statusNoAnswerAgain: the try after it got no answer either; the
+	// message is not tried again.
+	statusNoAnswerAgain int16 = 1
+)
 
 // errUnsendable marks a message that no retry can send: the stored keys or
 // endpoint cannot be used (registration checks them, so only a row changed
@@ -253,15 +284,21 @@ SELECT m.ord, r.principal, r.endpoint, r.p256dh, r.auth, r.token_id,
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) WITH ORDINALITY AS m(reg, space, seq, ord)
 CROSS JOIN LATERAL (SELECT * FROM push_registrations r WHERE r.id = m.reg LIMIT 1) r`
 
-// recordSendsSQL records final answers right after they arrive; see
-// DeliverWorker. A registration deleted meanwhile is skipped rather than
-// failing the others' records on the foreign key.
+// recordSendsSQL records answers right after they arrive; see
+// DeliverWorker. Only a statusNoAnswer record is replaced, by the answer
+// (or the silence) of the message's one more try; every other record is
+// final. One message answered twice in a batch (two runs of its job at
+// once) is written once, a 2xx rather than another status, since an
+// update may not touch a row twice in one statement. A registration
+// deleted meanwhile is skipped rather than failing the others' records on
+// the foreign key.
 const recordSendsSQL = `
-INSERT INTO push_sends (registration_id, event_seq, event_id, status)
-SELECT u.reg, u.seq, u.event, u.status
+INSERT INTO push_sends AS s (registration_id, event_seq, event_id, status)
+SELECT DISTINCT ON (u.reg, u.seq) u.reg, u.seq, u.event, u.status
 FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::smallint[]) AS u(reg, seq, event, status)
 WHERE EXISTS (SELECT 1 FROM push_registrations r WHERE r.id = u.reg)
-ON CONFLICT (registration_id, event_seq) DO NOTHING`
+ORDER BY u.reg, u.seq, u.status / 100 = 2 DESC, u.status DESC
+ON CONFLICT (registration_id, event_seq) DO UPDATE SET status = EXCLUDED.status WHERE s.status = 0`
 
 // removeGoneSQL deletes gone registrations, each only if its endpoint is
 // still the one the push service answered for.
@@ -406,7 +443,10 @@ func screenOne(t *target, m *message, dec *authz.Decision) (outcome, bool) {
 	switch {
 	case t.recorded != nil && *t.recorded/100 == 2:
 		return outcome{result: resultAlreadySent}, false
-	case t.recorded != nil:
+	case t.recorded != nil && *t.recorded == statusNoAnswerAgain:
+		// Given up in an earlier run, and counted then.
+		return outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service did not answer twice: %w", errGivenUp)}, false
+	case t.recorded != nil && *t.recorded != statusNoAnswer:
 		// Refused for good in an earlier run, and counted then.
 		return outcome{result: resultFailed, counted: true, reason: fmt.Errorf("push service answered %d", *t.recorded)}, false
 	case !t.found:
@@ -467,6 +507,8 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, s *sending, i int) outco
 	switch {
 	case errors.As(err, &denied):
 		o = outcome{result: resultDenied, reason: err}
+	case errors.Is(err, errNoAnswer):
+		o = w.noAnswer(m, t, err, recorded)
 	case err != nil:
 		if errors.Is(err, errPrivateTarget) || errors.Is(err, errUnsendable) {
 			o = outcome{result: resultFailed, reason: err}
@@ -493,6 +535,28 @@ func (w *DeliverWorker) deliverOne(ctx context.Context, s *sending, i int) outco
 	w.count(o.result)
 	o.counted = true
 	return o
+}
+
+// errGivenUp ends a message whose two tries got no answer.
+var errGivenUp = errors.New("given up; it may have been delivered")
+
+// noAnswer is the outcome of a request that got no answer (errNoAnswer).
+// It may have been delivered, as a push service that answers after push's
+// request timeout did: sending it again at every attempt of the job would
+// deliver a copy each time. So the first such try is recorded
+// (statusNoAnswer) and the message is retried, once; if that try goes
+// unanswered too (statusNoAnswerAgain), the message is given up. A message
+// is so sent at most twice for want of an answer
+// (TestDeliver_UnansweredRequestIsTriedOnceMore). A try answered with 429
+// or 5xx, or that never went out, does not count: the service did not
+// take it.
+func (w *DeliverWorker) noAnswer(m *message, t *target, err error, recorded *gosync.WaitGroup) outcome {
+	if t.recorded != nil && *t.recorded == statusNoAnswer {
+		w.sends.add(m, int(statusNoAnswerAgain), recorded)
+		return outcome{result: resultFailed, reason: fmt.Errorf("%w, the second time: %w", err, errGivenUp)}
+	}
+	w.sends.add(m, int(statusNoAnswer), recorded)
+	return outcome{result: resultRetry, reason: err}
 }
 
 // finish removes gone registrations and decides the job's end from its
@@ -607,21 +671,32 @@ func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
 // which a crash loses a record by only this much.
 const recordLinger = 5 * time.Millisecond
 
-// sendLog writes final answers to push_sends for every job of a worker as
+// RecordConns is how many inserts of the send log may run at once, and so
+// how many connections DeliverConfig.Records needs: an answer waits for an
+// earlier insert only while this many are under way.
+const RecordConns = 2
+
+// sendLog writes the answers of every job of a worker to push_sends as
 // they arrive: answers gather for recordLinger, then one insert writes all
-// that came in meanwhile, so the window between an answer and its record
-// stays a few milliseconds however large the batch
-// (TestDeliver_RecordsEachSendBeforeTheBatchEnds). It writes even when the
-// job's context ends right after the answers, since the sends happened. A
-// failed insert is logged and counted: the jobs still go on, and only a run
-// of one of them again would send those messages a second time. Its writer
-// goroutine runs while answers wait and ends when none do. A job that will
-// be retried waits for its own answers to be written (see Work).
+// that came in meanwhile, without waiting for an earlier insert unless
+// RecordConns of them are under way, on connections of its own
+// (DeliverConfig.Records) that the jobs' queries do not queue for. So the
+// window between an answer and its record is recordLinger and one insert
+// however large the batch and however busy the jobs' pool
+// (TestDeliver_RecordsEachSendBeforeTheBatchEnds,
+// TestDeliver_RecordWaitsForNoOtherWork). It writes even when the job's
+// context ends right after the answers, since the sends happened. A
+// failed insert is logged and counted: the jobs still go on, and only a
+// run of one of them again would send those messages a second time. Its
+// gathering goroutine runs while answers wait and ends when none do. A job
+// that will be retried waits for its own answers to be written (see Work).
 type sendLog struct {
-	w       *DeliverWorker
-	mu      gosync.Mutex
-	pending []sendRecord
-	writing bool
+	w         *DeliverWorker
+	mu        gosync.Mutex
+	pending   []sendRecord
+	gathering bool
+	// inserts holds a token per insert under way.
+	inserts chan struct{}
 }
 
 type sendRecord struct {
@@ -637,32 +712,39 @@ func (l *sendLog) add(m *message, status int, done *gosync.WaitGroup) {
 	done.Add(1)
 	l.mu.Lock()
 	l.pending = append(l.pending, sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
-	start := !l.writing
-	l.writing = true
+	start := !l.gathering
+	l.gathering = true
 	l.mu.Unlock()
 	if start {
-		go l.run()
+		go l.gather()
 	}
 }
 
-func (l *sendLog) run() {
+// gather hands what came in during each recordLinger to an insert of its
+// own, once one of RecordConns is free, until nothing comes in.
+func (l *sendLog) gather() {
 	t := time.NewTimer(recordLinger)
 	defer t.Stop()
 	for {
 		<-t.C
+		l.inserts <- struct{}{}
 		l.mu.Lock()
 		batch := l.pending
 		l.pending = nil
 		if len(batch) == 0 {
-			l.writing = false
+			l.gathering = false
 			l.mu.Unlock()
+			<-l.inserts
 			return
 		}
 		l.mu.Unlock()
-		l.write(batch)
-		for _, r := range batch {
-			r.done.Done()
-		}
+		go func() {
+			defer func() { <-l.inserts }()
+			l.write(batch)
+			for _, r := range batch {
+				r.done.Done()
+			}
+		}()
 		t.Reset(recordLinger)
 	}
 }
@@ -675,14 +757,15 @@ func (l *sendLog) write(batch []sendRecord) {
 	for i, s := range batch {
 		regs[i], seqs[i], events[i], statuses[i] = s.reg, s.seq, s.event, s.status
 	}
+	db := l.w.cfg.Records
 	ctx, cancel := context.WithTimeout(context.Background(), l.w.cfg.QueryTimeout)
 	defer cancel()
-	_, err := l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+	_, err := db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
 		// A registration was deleted between the statement's check and its
 		// insert; once more, without it.
-		_, err = l.w.db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
+		_, err = db.Exec(ctx, recordSendsSQL, regs, seqs, events, statuses)
 	}
 	if err != nil {
 		if l.w.cfg.Metrics != nil {
@@ -751,7 +834,13 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", errUnsendable, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.endpoint, bytes.NewReader(body))
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, t.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: push endpoint is not a valid URL", errUnsendable)
 	}
@@ -776,6 +865,9 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 		}
 		if errors.Is(err, errPrivateTarget) {
 			return 0, 0, err
+		}
+		if wrote.Load() {
+			return 0, 0, fmt.Errorf("push to %s: %w: %w", hostOf(t.endpoint), errNoAnswer, err)
 		}
 		return 0, 0, fmt.Errorf("push to %s: %w", hostOf(t.endpoint), err)
 	}

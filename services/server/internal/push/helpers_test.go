@@ -52,6 +52,11 @@ type bundle struct {
 
 type setupOpts struct {
 	respond func(device string) pushtest.Response
+	// delay holds the push service's answers (pushtest.ReceiverConfig.Delay).
+	delay func(device string) time.Duration
+	// records, if not 0, gives the send log a pool of its own of this
+	// many connections (DeliverConfig.Records), as the module does.
+	records int32
 	// deliverCfg adjusts the worker's configuration.
 	deliverCfg func(*push.DeliverConfig)
 	// consumer configures the consumer and the push.page worker.
@@ -66,7 +71,7 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 	db := dbtest.NewDB(t)
 	vapid, err := push.GenerateVAPIDKeys()
 	require.NoError(t, err)
-	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public, Respond: opts.respond})
+	rcv := pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: vapid.Public, Respond: opts.respond, Delay: opts.delay})
 	t.Cleanup(rcv.Close)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -74,6 +79,9 @@ func setup(t *testing.T, opts *setupOpts) *bundle {
 		VAPIDPublicKey: vapid.Public, VAPIDPrivateKey: vapid.Private, VAPIDSubject: "mailto:ops@bothy.invalid",
 		TTL: time.Hour, Urgency: "high", AllowPrivateTargets: true, Logger: logger,
 		Metrics: push.NewMetrics(prometheus.NewRegistry()),
+	}
+	if opts.records > 0 {
+		dc.Records = ownPool(t, db.URL, opts.records)
 	}
 	if opts.deliverCfg != nil {
 		opts.deliverCfg(dc)

@@ -8,8 +8,8 @@ const (
 	resultGone    = "gone"    // 404/410: the registration was removed
 	resultDenied  = "denied"  // authz said no, the device was removed or muted, or changed hands
 	resultExpired = "expired" // older than push.ttl
-	resultRetry   = "retry"   // 429, 5xx or a network error: tried again later
-	resultFailed  = "failed"  // another answer: the job is cancelled
+	resultRetry   = "retry"   // 429, 5xx, a network error or a first request without an answer: tried again later
+	resultFailed  = "failed"  // another answer, or a second request without one: not tried again
 	// resultAlreadySent: the job ran again (a retry for other messages of its
 	// batch, or a rerun) and found the message recorded as sent, so it sent
 	// nothing.

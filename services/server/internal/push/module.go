@@ -1,8 +1,11 @@
 package push
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -15,6 +18,8 @@ type Module struct {
 	consumer *Consumer
 	worker   *DeliverWorker
 	pages    *PageWorker
+	// records is the send log's own pool (DeliverConfig.Records).
+	records *pgxpool.Pool
 }
 
 // ModuleConfig configures the push module. Without VAPID keys push is
@@ -39,10 +44,21 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 			return m, nil
 		}
 		dc.Logger, dc.Metrics = d.Logger, NewMetrics(d.Registry)
+		// The process's pool settings, with RecordConns connections; none
+		// is opened before the first record.
+		rc := d.Pool.Config()
+		rc.MaxConns, rc.MinConns, rc.MinIdleConns = RecordConns, 0, 0
+		records, err := pgxpool.NewWithConfig(context.Background(), rc)
+		if err != nil {
+			return nil, fmt.Errorf("push: send log pool: %w", err)
+		}
+		dc.Records = records
 		w, err := NewDeliverWorker(d.Pool, &dc)
 		if err != nil {
+			records.Close()
 			return nil, err
 		}
+		m.records = records
 		m.consumer, m.worker, m.pages = NewConsumer(&cfg.Consumer), w, NewPageWorker(d.Pool, &cfg.Consumer)
 		return m, nil
 	}
@@ -64,3 +80,10 @@ func (m *Module) RegisterWorkers(w *river.Workers) []module.Queue {
 // Routes implements module.Module: push has no routes of its own; the
 // HTTP API serves its public key and registrations.
 func (*Module) Routes(*http.ServeMux) {}
+
+// Close implements module.Closer: it closes the send log's connections.
+func (m *Module) Close() {
+	if m.records != nil {
+		m.records.Close()
+	}
+}

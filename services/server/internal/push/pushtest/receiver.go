@@ -40,6 +40,10 @@ type ReceiverConfig struct {
 	// read (a gone subscription, a rate limit). Requests answered with
 	// another status than 2xx are counted but not decrypted.
 	Respond func(device string) Response
+	// Delay, if set, is how long the receiver holds its answer after it
+	// accepted a device's message, as a slow push service does. A client
+	// that gives up meanwhile ends the wait; the message stays accepted.
+	Delay func(device string) time.Duration
 }
 
 // Receiver is a local push service on 127.0.0.1: one endpoint per device,
@@ -148,6 +152,16 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.messages = append(r.messages, m)
 	r.mu.Unlock()
+	if r.cfg.Delay != nil {
+		if d := r.cfg.Delay(name); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-req.Context().Done():
+			}
+			t.Stop()
+		}
+	}
 	w.Header().Set("Location", req.URL.Path+"/msg")
 	w.WriteHeader(http.StatusCreated)
 }
