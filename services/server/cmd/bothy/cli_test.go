@@ -356,3 +356,22 @@ func TestMigrateUp_SaysWhatItApplied(t *testing.T) {
 	require.Empty(t, res.RiverApplied)
 	require.Positive(t, res.RiverVersion)
 }
+
+// TestCLI_DatabaseCommandsIgnoreTheCLIsVariables: with the variables bothy
+// dev tells the user to export (BOTHY_SERVER, BOTHY_TOKEN) and the other
+// variables of the CLI set, the commands on the database still load their
+// configuration; an unknown BOTHY_ variable is still refused.
+func TestCLI_DatabaseCommandsIgnoreTheCLIsVariables(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	environ := []string{"BOTHY_DATABASE_URL=" + db.URL, "BOTHY_LOG_LEVEL=warn", "BOTHY_SERVER=http://127.0.0.1:1",
+		"BOTHY_TOKEN=bothy_not_a_real_token", "BOTHY_CREDENTIALS=" + filepath.Join(t.TempDir(), "credentials")}
+
+	for _, args := range [][]string{{"config", "show"}, {"migrate", "status"}, {"authz", "principal", "carol"}} {
+		code, _, stderr := runCLI(t, environ, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+	}
+	code, _, stderr := runCLI(t, append(environ, "BOTHY_TOKN=x"), "config", "show")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "environment variable BOTHY_TOKN: no such configuration key")
+}

@@ -181,7 +181,7 @@ func configFlags(fs *pflag.FlagSet, e *env) func() (*config.Config, error) {
 		})
 		p := *path
 		if p == "" {
-			p = lookupEnv(e.environ, "BOTHY_CONFIG")
+			p = lookupEnv(e.environ, config.EnvConfig)
 		}
 		return config.Load(p, e.environ, flags)
 	}
