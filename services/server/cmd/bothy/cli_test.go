@@ -50,11 +50,12 @@ func TestCLI_Conventions(t *testing.T) {
 			[]string{"webhooks list", "webhooks create", "webhooks deliveries SUBSCRIPTION_ID", "webhooks rotate-secret SUBSCRIPTION_ID"}, nil},
 		{"NestedGroupListsItsCommands", []string{"authz", "token"}, 0, []string{"authz token create", "authz token revoke TOKEN_ID"}, nil},
 		{"GroupHelpListsItsCommands", []string{"help", "migrate"}, 0, []string{"migrate up", "migrate status"}, nil},
-		{"UnknownCommandIsAUsageError", []string{"serve"}, 2, nil, []string{`unknown command "serve"`, "Usage:"}},
+		{"UnknownCommandIsAUsageError", []string{"serve"}, 2, nil, []string{`unknown command "serve"`, `Run "bothy --help" for the list of commands.`}},
 		{"MistypedGroupSuggestsTheWholeCommand", []string{"webhook", "list"}, 2, nil,
 			[]string{`unknown command "webhook"`, "Did you mean this?\n\tbothy webhooks list\n"}},
 		{"MistypedCommandInAGroupSuggestsIt", []string{"webhooks", "lst"}, 2, nil, []string{"Did you mean this?\n\tbothy webhooks list\n"}},
-		{"UnknownCommandInAGroupListsTheGroup", []string{"webhooks", "bogus"}, 2, nil, []string{`unknown command "webhooks bogus"`, "webhooks list"}},
+		{"UnknownCommandInAGroupPointsAtItsHelp", []string{"webhooks", "bogus"}, 2, nil,
+			[]string{`unknown command "webhooks bogus"`, `Run "bothy webhooks --help" for the list of commands.`}},
 		{"UnknownFlagIsAUsageError", []string{"webhooks", "list", "--bogus"}, 2, nil, []string{"unknown flag --bogus", `Run "bothy webhooks list --help"`}},
 		{"UnknownFlagAfterAnArgumentIsAUsageError", []string{"webhooks", "enable", "x", "--bogus"}, 2, nil, []string{"unknown flag --bogus"}},
 		{"BadFlagValueIsAUsageError", []string{"webhooks", "deliveries", "--limit=many", "x"}, 2, nil, []string{`invalid argument "many" for "--limit" flag`}},
@@ -87,6 +88,17 @@ func TestCLI_Conventions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCLI_MistypedCommandIsShort: a mistyped command gets the error, the
+// suggestion and a pointer to --help, not the whole list of commands.
+func TestCLI_MistypedCommandIsShort(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, nil, "webhook", "list")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "bothy: unknown command \"webhook\"\n\nDid you mean this?\n\tbothy webhooks list\n\n"+
+		"Run \"bothy --help\" for the list of commands.\n", stderr)
 }
 
 func TestCLI_GroupListsOnlyItsCommands(t *testing.T) {
