@@ -305,13 +305,19 @@ func TestCLI_JSONOutputParses(t *testing.T) {
 	// Flags after the argument, as in "bothy webhooks deliveries ID --attempts".
 	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--attempts", "--limit", "10")["items"])
 	require.Empty(t, jsonOf(t, "webhooks", "deliveries", id, "--type", "nothing.*", "--until", "2000-01-01T00:00:00Z")["items"])
+	// A time flag takes a duration before now too.
+	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--since", "10m", "--until", "0s")["items"])
+	require.NotNil(t, jsonOf(t, "webhooks", "stats", id, "--since", "36h")["intervals"])
 	for flag, bad := range map[string]string{"--type": "Bad.*", "--event-id": "nope", "--since": "yesterday"} {
 		code, _, stderr := runCLI(t, environ, "webhooks", "deliveries", id, flag, bad)
 		require.Equal(t, 2, code, "%s %s is a usage error", flag, bad)
 		require.Contains(t, stderr, flag)
 	}
+	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--until", "-5m")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `--until "-5m": want an RFC 3339 time such as 2026-12-01T08:00:00Z, or a duration before now such as 10m`)
 	require.Equal(t, 900.0, jsonOf(t, "webhooks", "stats", id, "--step", "15m")["step_seconds"])
-	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
+	code, _, stderr = runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
 	require.Equal(t, 2, code, "a window the database refuses is a usage error")
 	require.Contains(t, stderr, "step")
 	rotated := jsonOf(t, "webhooks", "rotate-secret", id, "--overlap=1h")
