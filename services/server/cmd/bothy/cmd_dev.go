@@ -93,7 +93,10 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, c.stderr)
+	// The roles' records that say the database is unavailable become one
+	// line per change on out, decided by a probe of the database.
+	probe := func(ctx context.Context) error { return devPing(ctx, cfg.Database.URL) }
+	logger := slog.New(newDevLogHandler(ctx, newLogger(cfg, c.stderr).Handler(), out, probe, 500*time.Millisecond))
 
 	fmt.Fprintf(out, "bothy dev: PostgreSQL %s\n          %s\n", db.what, redactedURL(db.url))
 	if err := app.Migrate(ctx, cfg, logger); err != nil {

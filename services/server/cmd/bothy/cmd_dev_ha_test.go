@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,12 +16,16 @@ import (
 	"github.com/bothy/bothy/internal/tooltest"
 )
 
-var standbyAgainLine = regexp.MustCompile(`bothy dev: (node\d) is the synchronous standby again`)
+var (
+	standbyAgainLine = regexp.MustCompile(`bothy dev: (node\d) is the synchronous standby again`)
+	databaseBackLine = regexp.MustCompile(`bothy dev: database back after \S+`)
+)
 
 // TestDev_HALosesThePrimaryAndGoesOn runs "bothy dev --ha" as a user would:
 // a pg_auto_failover formation comes up with the demo, the SIGUSR1 that
-// the printed usage names loses the primary, the lost node comes back as
-// the standby, an event appended with the printed curl line afterwards is
+// the printed usage names loses the primary (the roles' errors meanwhile
+// become one line when the database is lost and one when it is back), the
+// lost node comes back as the standby, an event appended with the printed curl line afterwards is
 // delivered, and Ctrl-C stops everything and removes the formation.
 func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 	if testing.Short() {
@@ -51,6 +56,10 @@ func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
 	waitOutput(t, out, standbyAgainLine, 1, 2*time.Minute)
+	// The roles' errors while the primary was away are one line each way.
+	waitOutput(t, out, databaseBackLine, 1, time.Minute)
+	require.Equal(t, 1, strings.Count(out.String(), "bothy dev: database unavailable: "), out.String())
+	require.NotContains(t, errOut.String(), "failed to connect")
 
 	sendCurlLine(t, out.String())
 	waitOutput(t, out, verifiedLine, 4, time.Minute)
