@@ -21,12 +21,13 @@ var (
 	databaseBackLine = regexp.MustCompile(`bothy dev: database back after \S+`)
 )
 
-// TestDev_HALosesThePrimaryAndGoesOn runs "bothy dev --ha" as a user would:
-// a pg_auto_failover formation comes up with the demo, the SIGUSR1 that
-// the printed usage names loses the primary (the roles' errors meanwhile
-// become one line when the database is lost and one when it is back), the
-// lost node comes back as the standby, an event appended with the printed curl line afterwards is
-// delivered, and Ctrl-C stops everything and removes the formation.
+// TestDev_HALosesThePrimaryAndGoesOn runs "bothy dev --ha" as a user would,
+// as root in a fresh directory: a pg_auto_failover formation comes up with
+// the demo, the SIGUSR1 that the printed usage names loses the primary (the
+// roles' errors meanwhile become one line when the database is lost and
+// one when it is back), the lost node comes back as the standby, an event
+// appended with the printed curl line afterwards is delivered, and Ctrl-C
+// stops everything and removes the formation.
 func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a PostgreSQL formation")
