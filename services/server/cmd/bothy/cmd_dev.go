@@ -96,7 +96,8 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 	// The roles' records that say the database is unavailable become one
 	// line per change on out, decided by a probe of the database.
 	probe := func(ctx context.Context) error { return devPing(ctx, cfg.Database.URL) }
-	logger := slog.New(newDevLogHandler(ctx, newLogger(cfg, c.stderr).Handler(), out, probe, 500*time.Millisecond))
+	logger := slog.New(newDevLogHandler(ctx, newLogger(cfg, c.stderr).Handler(),
+		&devLogConfig{Out: out, Probe: probe, Interval: 500 * time.Millisecond, Grace: 30 * time.Second}))
 
 	fmt.Fprintf(out, "bothy dev: PostgreSQL %s\n          %s\n", db.what, redactedURL(db.url))
 	if err := app.Migrate(ctx, cfg, logger); err != nil {

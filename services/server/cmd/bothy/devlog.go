@@ -22,23 +22,34 @@ import (
 // unavailable: ..." and "database back after 7.2s". Every other record
 // passes through as it is.
 
-// devLogHeld bounds the records held while the first probe runs; they are
-// logged after all if the database answers at once.
+// devLogHeld bounds the records held while the first probe runs.
 const devLogHeld = 20
+
+// devLogConfig is how the dev log probes the database.
+type devLogConfig struct {
+	Out   io.Writer // where the state lines go
+	Probe func(context.Context) error
+	// Interval is the time between probes while the database is down.
+	Interval time.Duration
+	// Grace is how long after the database is back a database error is
+	// taken for an aftermath of the outage (a call that failed before it
+	// ended, a library giving up on its retries): if the database answers
+	// at once, it is not shown. Later, such an error is shown on one line.
+	Grace time.Duration
+}
 
 // devDBState is what the handler and its clones (WithAttrs, WithGroup)
 // share: whether the database is up, being checked or down.
 type devDBState struct {
-	ctx      context.Context // the probes end with it
-	out      io.Writer       // where the state lines go
-	probe    func(context.Context) error
-	interval time.Duration // between probes while the database is down
+	ctx context.Context // the probes end with it
+	cfg devLogConfig
 
 	mu      gosync.Mutex
 	state   devDBStatus
 	since   time.Time // when the first record of the outage came
+	backAt  time.Time // when the last outage ended
 	held    []heldLog // records held while the first probe runs
-	dropped int       // records not shown since then
+	dropped int       // records not shown since the outage began
 }
 
 type devDBStatus int
@@ -61,10 +72,9 @@ type devLogHandler struct {
 	st   *devDBState
 }
 
-// newDevLogHandler wraps next; the state lines go to out, probe tells
-// whether the database answers again, and the probes end with ctx.
-func newDevLogHandler(ctx context.Context, next slog.Handler, out io.Writer, probe func(context.Context) error, interval time.Duration) slog.Handler {
-	return &devLogHandler{next: next, st: &devDBState{ctx: ctx, out: out, probe: probe, interval: interval}}
+// newDevLogHandler wraps next; the probes end with ctx.
+func newDevLogHandler(ctx context.Context, next slog.Handler, cfg *devLogConfig) slog.Handler {
+	return &devLogHandler{next: next, st: &devDBState{ctx: ctx, cfg: *cfg}}
 }
 
 func (h *devLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -103,28 +113,28 @@ func (h *devLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	return nil
 }
 
-// watch probes the database: if it answers at once, the held records are
-// logged after all; else it says the database is unavailable, probes
-// until it answers and says when it is back.
+// watch probes the database. If it answers at once, the held records are
+// logged after all, each on one line, unless they came in the grace after
+// an outage. Else it says that the database is unavailable, probes until
+// it answers and says when it is back.
 func (st *devDBState) watch() {
 	err := st.probeOnce()
 	st.mu.Lock()
 	if err == nil || st.ctx.Err() != nil {
-		held := st.held
-		st.state, st.held = devDBUp, nil
-		st.mu.Unlock()
-		if st.ctx.Err() == nil {
-			for _, l := range held {
-				_ = l.next.Handle(st.ctx, l.r)
+		if st.ctx.Err() == nil && time.Since(st.backAt) >= st.cfg.Grace {
+			for _, l := range st.held {
+				_ = l.next.Handle(st.ctx, flatRecord(l.r))
 			}
 		}
+		st.state, st.held = devDBUp, nil
+		st.mu.Unlock()
 		return
 	}
 	st.state, st.dropped, st.held = devDBDown, st.dropped+len(st.held), nil
-	fmt.Fprintf(st.out, "bothy dev: database unavailable: %s\n", oneLine(err))
+	fmt.Fprintf(st.cfg.Out, "bothy dev: database unavailable: %s\n", truncate(flat(err.Error()), 200))
 	st.mu.Unlock()
 
-	tick := time.NewTicker(st.interval)
+	tick := time.NewTicker(st.cfg.Interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -136,9 +146,9 @@ func (st *devDBState) watch() {
 			continue
 		}
 		st.mu.Lock()
-		fmt.Fprintf(st.out, "bothy dev: database back after %s (%d log records about it not shown)\n",
-			time.Since(st.since).Round(100*time.Millisecond), st.dropped)
-		st.state = devDBUp
+		st.state, st.backAt = devDBUp, time.Now()
+		fmt.Fprintf(st.cfg.Out, "bothy dev: database back after %s (%d log records about it not shown)\n",
+			st.backAt.Sub(st.since).Round(100*time.Millisecond), st.dropped)
 		st.mu.Unlock()
 		return
 	}
@@ -147,7 +157,7 @@ func (st *devDBState) watch() {
 func (st *devDBState) probeOnce() error {
 	ctx, cancel := context.WithTimeout(st.ctx, 5*time.Second)
 	defer cancel()
-	return st.probe(ctx)
+	return st.cfg.Probe(ctx)
 }
 
 // unavailableRecord reports whether r's error says that the database is
@@ -156,7 +166,7 @@ func (st *devDBState) probeOnce() error {
 func unavailableRecord(r slog.Record) bool {
 	found := false
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key != "error" && a.Key != "err" {
+		if !isErrorKey(a.Key) {
 			return true
 		}
 		switch v := a.Value.Resolve().Any().(type) {
@@ -169,6 +179,8 @@ func unavailableRecord(r slog.Record) bool {
 	})
 	return found
 }
+
+func isErrorKey(k string) bool { return k == "error" || k == "err" }
 
 // unavailableTexts mark the text of a connection that failed or broke,
 // as pgx words it.
@@ -187,19 +199,35 @@ func unavailableText(s string) bool {
 	return false
 }
 
-// oneLine is err's text on one line, at most 200 characters. pgx words a
-// failed connection one line per attempt, often the same twice (with TLS
-// and without); a repeated line is left out.
-func oneLine(err error) string {
+// flatRecord is r with its errors on one line.
+func flatRecord(r slog.Record) slog.Record {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if isErrorKey(a.Key) {
+			a = slog.String(a.Key, flat(a.Value.Resolve().String()))
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return out
+}
+
+// flat is s on one line. pgx words a failed connection one line per
+// attempt, often the same twice (with TLS and without); a repeated line is
+// left out.
+func flat(s string) string {
 	var parts []string
-	for _, l := range strings.Split(err.Error(), "\n") {
+	for _, l := range strings.Split(s, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" && !slices.Contains(parts, l) {
 			parts = append(parts, l)
 		}
 	}
-	s := strings.Join(parts, " ")
-	if r := []rune(s); len(r) > 200 {
-		s = string(r[:199]) + "…"
+	return strings.Join(parts, " ")
+}
+
+func truncate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
 	}
 	return s
 }
