@@ -50,11 +50,12 @@ func TestCLI_Conventions(t *testing.T) {
 			[]string{"webhooks list", "webhooks create", "webhooks deliveries SUBSCRIPTION_ID", "webhooks rotate-secret SUBSCRIPTION_ID"}, nil},
 		{"NestedGroupListsItsCommands", []string{"authz", "token"}, 0, []string{"authz token create", "authz token revoke TOKEN_ID"}, nil},
 		{"GroupHelpListsItsCommands", []string{"help", "migrate"}, 0, []string{"migrate up", "migrate status"}, nil},
-		{"UnknownCommandIsAUsageError", []string{"serve"}, 2, nil, []string{`unknown command "serve"`, "Usage:"}},
+		{"UnknownCommandIsAUsageError", []string{"serve"}, 2, nil, []string{`unknown command "serve"`, `Run "bothy --help" for the list of commands.`}},
 		{"MistypedGroupSuggestsTheWholeCommand", []string{"webhook", "list"}, 2, nil,
 			[]string{`unknown command "webhook"`, "Did you mean this?\n\tbothy webhooks list\n"}},
 		{"MistypedCommandInAGroupSuggestsIt", []string{"webhooks", "lst"}, 2, nil, []string{"Did you mean this?\n\tbothy webhooks list\n"}},
-		{"UnknownCommandInAGroupListsTheGroup", []string{"webhooks", "bogus"}, 2, nil, []string{`unknown command "webhooks bogus"`, "webhooks list"}},
+		{"UnknownCommandInAGroupPointsAtItsHelp", []string{"webhooks", "bogus"}, 2, nil,
+			[]string{`unknown command "webhooks bogus"`, `Run "bothy webhooks --help" for the list of commands.`}},
 		{"UnknownFlagIsAUsageError", []string{"webhooks", "list", "--bogus"}, 2, nil, []string{"unknown flag --bogus", `Run "bothy webhooks list --help"`}},
 		{"UnknownFlagAfterAnArgumentIsAUsageError", []string{"webhooks", "enable", "x", "--bogus"}, 2, nil, []string{"unknown flag --bogus"}},
 		{"BadFlagValueIsAUsageError", []string{"webhooks", "deliveries", "--limit=many", "x"}, 2, nil, []string{`invalid argument "many" for "--limit" flag`}},
@@ -87,6 +88,17 @@ func TestCLI_Conventions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCLI_MistypedCommandIsShort: a mistyped command gets the error, the
+// suggestion and a pointer to --help, not the whole list of commands.
+func TestCLI_MistypedCommandIsShort(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, nil, "webhook", "list")
+	require.Equal(t, 2, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "bothy: unknown command \"webhook\"\n\nDid you mean this?\n\tbothy webhooks list\n\n"+
+		"Run \"bothy --help\" for the list of commands.\n", stderr)
 }
 
 func TestCLI_GroupListsOnlyItsCommands(t *testing.T) {
@@ -293,13 +305,19 @@ func TestCLI_JSONOutputParses(t *testing.T) {
 	// Flags after the argument, as in "bothy webhooks deliveries ID --attempts".
 	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--attempts", "--limit", "10")["items"])
 	require.Empty(t, jsonOf(t, "webhooks", "deliveries", id, "--type", "nothing.*", "--until", "2000-01-01T00:00:00Z")["items"])
+	// A time flag takes a duration before now too.
+	require.NotNil(t, jsonOf(t, "webhooks", "deliveries", id, "--since", "10m", "--until", "0s")["items"])
+	require.NotNil(t, jsonOf(t, "webhooks", "stats", id, "--since", "36h")["intervals"])
 	for flag, bad := range map[string]string{"--type": "Bad.*", "--event-id": "nope", "--since": "yesterday"} {
 		code, _, stderr := runCLI(t, environ, "webhooks", "deliveries", id, flag, bad)
 		require.Equal(t, 2, code, "%s %s is a usage error", flag, bad)
 		require.Contains(t, stderr, flag)
 	}
+	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--until", "-5m")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, `--until "-5m": want an RFC 3339 time such as 2026-12-01T08:00:00Z, or a duration before now such as 10m`)
 	require.Equal(t, 900.0, jsonOf(t, "webhooks", "stats", id, "--step", "15m")["step_seconds"])
-	code, _, stderr := runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
+	code, _, stderr = runCLI(t, environ, "webhooks", "stats", id, "--step", "1s")
 	require.Equal(t, 2, code, "a window the database refuses is a usage error")
 	require.Contains(t, stderr, "step")
 	rotated := jsonOf(t, "webhooks", "rotate-secret", id, "--overlap=1h")
@@ -355,4 +373,23 @@ func TestMigrateUp_SaysWhatItApplied(t *testing.T) {
 	require.Empty(t, res.Applied)
 	require.Empty(t, res.RiverApplied)
 	require.Positive(t, res.RiverVersion)
+}
+
+// TestCLI_DatabaseCommandsIgnoreTheCLIsVariables: with the variables bothy
+// dev tells the user to export (BOTHY_SERVER, BOTHY_TOKEN) and the other
+// variables of the CLI set, the commands on the database still load their
+// configuration; an unknown BOTHY_ variable is still refused.
+func TestCLI_DatabaseCommandsIgnoreTheCLIsVariables(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewDB(t)
+	environ := []string{"BOTHY_DATABASE_URL=" + db.URL, "BOTHY_LOG_LEVEL=warn", "BOTHY_SERVER=http://127.0.0.1:1",
+		"BOTHY_TOKEN=bothy_not_a_real_token", "BOTHY_CREDENTIALS=" + filepath.Join(t.TempDir(), "credentials")}
+
+	for _, args := range [][]string{{"config", "show"}, {"migrate", "status"}, {"authz", "principal", "carol"}} {
+		code, _, stderr := runCLI(t, environ, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+	}
+	code, _, stderr := runCLI(t, append(environ, "BOTHY_TOKN=x"), "config", "show")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "environment variable BOTHY_TOKN: no such configuration key")
 }

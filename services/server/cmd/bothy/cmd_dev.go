@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -35,6 +36,9 @@ func init() {
 const (
 	devSpace     = "demo"
 	devPrincipal = "demo"
+	// devOperator is the principal of the admin token: an operator who
+	// onboards tenants over HTTP.
+	devOperator = "operator"
 	// devLocalURL is the PostgreSQL a developer most likely runs; bothy dev
 	// uses its own database on it.
 	devLocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -89,7 +93,11 @@ func runDev(ctx context.Context, c *call, f *devFlags) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, c.stderr)
+	// The roles' records that say the database is unavailable become one
+	// line per change on out, decided by a probe of the database.
+	probe := func(ctx context.Context) error { return devPing(ctx, cfg.Database.URL) }
+	logger := slog.New(newDevLogHandler(ctx, newLogger(cfg, c.stderr).Handler(),
+		&devLogConfig{Out: out, Probe: probe, Interval: 500 * time.Millisecond, Grace: 30 * time.Second}))
 
 	fmt.Fprintf(out, "bothy dev: PostgreSQL %s\n          %s\n", db.what, redactedURL(db.url))
 	if err := app.Migrate(ctx, cfg, logger); err != nil {
@@ -225,12 +233,12 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 	}
 	base := "http://" + apiAddr
 
-	token, subID, err := devDemo(ctx, cfg, base, rcv)
+	token, operatorToken, subID, err := devDemo(ctx, cfg, base, rcv)
 	if err != nil {
 		return errors.Join(err, waitServer())
 	}
-	printDevUsage(out, &devUsage{base: base, token: token, subID: subID, receiverURL: rcv.url,
-		adminToken: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled,
+	printDevUsage(out, &devUsage{base: base, token: token, operatorToken: operatorToken, subID: subID, receiverURL: rcv.url,
+		riverPassword: cfg.Server.AdminToken, databaseURL: cfg.Database.URL, console: cfg.Console.Enabled,
 		allowPrivate: cfg.Webhooks.AllowPrivateTargets, ha: ha})
 	if events > 0 {
 		if err := appendDevEvents(ctx, base, token, events, out); err != nil {
@@ -256,14 +264,17 @@ func serveDev(ctx context.Context, cfg *config.Config, logger *slog.Logger, rcv 
 
 // devUsage is what the demo gave the user to try.
 type devUsage struct {
-	ha          string // how to watch the formation and lose its primary (--ha)
-	base        string // the API's base URL
-	token       string // the demo principal's token
-	subID       string // the demo webhook subscription
-	receiverURL string // the built-in receiver the subscription delivers to
-	adminToken  string // the River UI's password
-	databaseURL string // for the bothy CLI in another terminal
-	console     bool   // whether the web console is on
+	ha    string // how to watch the formation and lose its primary (--ha)
+	base  string // the API's base URL
+	token string // the demo principal's token
+	// operatorToken is the admin token: the operator principal's, with
+	// principals:manage and every other scope, to onboard tenants.
+	operatorToken string
+	subID         string // the demo webhook subscription
+	receiverURL   string // the built-in receiver the subscription delivers to
+	riverPassword string // the River UI's password (server.admin_token)
+	databaseURL   string // for the bothy CLI in another terminal
+	console       bool   // whether the web console is on
 	// allowPrivate is webhooks.allow_private_targets, which the CLI on the
 	// database must share to decide as the server does.
 	allowPrivate bool
@@ -275,7 +286,7 @@ func printDevUsage(out io.Writer, u *devUsage) {
 		u.base, devSpace, u.token)
 	var console string
 	if u.console {
-		console = fmt.Sprintf("  console     %s/console/   (sign in with the token below)\n", u.base)
+		console = fmt.Sprintf("  console     %s/console/   (sign in with a token below)\n", u.base)
 	}
 	fmt.Fprintf(out, `
 bothy dev is running; Ctrl-C stops everything.
@@ -284,8 +295,12 @@ bothy dev is running; Ctrl-C stops everything.
   metrics     %[1]s/metrics
   River UI    %[1]s/admin/river/   (user admin, password %[2]s)
 %[10]s  space       %[3]s, principal %[4]s (admin of the space)
-  token       %[5]s
+  demo token  %[5]s
+              the demo principal's, as a tenant's app holds one
               (scopes events:read events:write webhooks:manage push:manage ops:read)
+  admin token %[12]s
+              principal %[13]s's, to onboard tenants over HTTP: principals, their tokens, members of spaces
+              (scopes %[14]s; admin of %[3]s)
   webhook     subscription %[6]s
               to the built-in receiver %[7]s, which checks every signature
 
@@ -302,12 +317,20 @@ Use the bothy CLI with this server, as the demo principal (in another terminal):
   export BOTHY_SERVER=%[1]s BOTHY_TOKEN=%[5]s
   bothy webhooks deliveries %[6]s --attempts
 
-or on its database, as an operator, with the server's setting for private targets:
+Onboard a tenant over HTTP with the admin token: a principal, admin of its own space, and its token:
+
+  export BOTHY_SERVER=%[1]s BOTHY_TOKEN=%[12]s
+  bothy principals create acme
+  bothy members set --space acme --principal acme --right admin
+  bothy tokens create --principal acme --scopes events:read,events:write,webhooks:manage
+
+or use the CLI on the database, as an operator, with the server's setting for private targets:
 
   export BOTHY_DATABASE_URL='%[9]s' BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=%[11]t
   bothy consumers status
 
-`, u.base, u.adminToken, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console, u.allowPrivate)
+`, u.base, u.riverPassword, devSpace, devPrincipal, u.token, u.subID, u.receiverURL, curl, u.databaseURL, console, u.allowPrivate,
+		u.operatorToken, devOperator, strings.Join(tokenScopes, " "))
 	fmt.Fprint(out, u.ha)
 }
 
@@ -351,46 +374,59 @@ func devServerAddr(ctx context.Context, srv *app.Server, runErr <-chan error) (s
 
 // devDemo creates the demo principal, its admin right on the demo space, a
 // token, and (through the API, as a client would) a webhook subscription
-// to the receiver. Subscriptions of earlier runs, whose receivers are
-// gone, are disabled first.
-func devDemo(ctx context.Context, cfg *config.Config, base string, rcv *devReceiver) (token, subID string, err error) {
+// to the receiver; and the operator principal with its admin token.
+// Subscriptions of earlier runs, whose receivers are gone, are disabled
+// first.
+func devDemo(ctx context.Context, cfg *config.Config, base string, rcv *devReceiver) (token, operatorToken, subID string, err error) {
 	pool, err := app.OpenPool(ctx, cfg)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	defer pool.Close()
-	if err := authz.CreatePrincipal(ctx, pool, devPrincipal, authz.KindUser); err != nil {
-		return "", "", err
-	}
-	if err := authz.Grant(ctx, pool, &authz.GrantParams{Space: devSpace, Principal: devPrincipal, Right: authz.RightAdmin}); err != nil {
-		return "", "", err
-	}
-	_, token, err = authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: devPrincipal, Name: "bothy dev",
-		Scopes: []string{authz.ScopeEventsRead, authz.ScopeEventsWrite, authz.ScopeWebhooksManage, authz.ScopePushManage,
-			authz.ScopeOpsRead}})
+	token, err = devPrincipalToken(ctx, pool, devPrincipal, "bothy dev", []string{authz.ScopeEventsRead, authz.ScopeEventsWrite,
+		authz.ScopeWebhooksManage, authz.ScopePushManage, authz.ScopeOpsRead})
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
+	}
+	operatorToken, err = devPrincipalToken(ctx, pool, devOperator, "bothy dev admin", tokenScopes)
+	if err != nil {
+		return "", "", "", err
 	}
 	old, err := webhooks.List(ctx, pool, &webhooks.ListParams{Owner: devPrincipal, Space: devSpace})
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	for _, s := range old {
 		if s.Status == webhooks.StatusActive {
 			if err := webhooks.Disable(ctx, pool, s.ID, "replaced by a later bothy dev run"); err != nil {
-				return "", "", err
+				return "", "", "", err
 			}
 		}
 	}
 	var sub webhooks.SubscriptionView
 	req := &webhooks.CreateRequest{Space: devSpace, URL: rcv.url}
 	if err := newAPIClient(base, token).do(ctx, http.MethodPost, "/v1/webhooks", nil, req, &sub); err != nil {
-		return "", "", fmt.Errorf("create demo webhook: %w", err)
+		return "", "", "", fmt.Errorf("create demo webhook: %w", err)
 	}
 	if err := rcv.setSecret(sub.Secret); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	return token, sub.ID.String(), nil
+	return token, operatorToken, sub.ID.String(), nil
+}
+
+// devPrincipalToken creates principal if it is new, makes it admin of the
+// demo space and returns a new token of it with scopes. The admin token
+// has every scope, principals:manage among them: a token hands out only
+// scopes it carries, and the operator mints the tenants' tokens with it.
+func devPrincipalToken(ctx context.Context, pool *pgxpool.Pool, principal, name string, scopes []string) (string, error) {
+	if err := authz.CreatePrincipal(ctx, pool, principal, authz.KindUser); err != nil {
+		return "", err
+	}
+	if err := authz.Grant(ctx, pool, &authz.GrantParams{Space: devSpace, Principal: principal, Right: authz.RightAdmin}); err != nil {
+		return "", err
+	}
+	_, token, err := authz.CreateToken(ctx, pool, &authz.CreateTokenParams{Principal: principal, Name: name, Scopes: scopes})
+	return token, err
 }
 
 // devReceiver is the built-in webhook receiver: it verifies each request

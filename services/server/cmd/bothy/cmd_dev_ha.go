@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,12 +28,20 @@ func startDevFormation(ctx context.Context, dir string, out io.Writer) (*devData
 	if err != nil {
 		return nil, err
 	}
+	if os.Geteuid() == 0 {
+		if err := openDevDir(filepath.Dir(haDir), out); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.RemoveAll(haDir); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "bothy dev: starting a pg_auto_failover formation (monitor, primary, synchronous standby) in %s ...\n", haDir)
 	f, err := pgformation.New(ctx, &pgformation.Config{Dir: haDir, FastFailover: true, DBName: devDBName})
 	if err != nil {
+		if ue := new(pgformation.UnreachableError); errors.As(err, &ue) {
+			return nil, fmt.Errorf("--ha: %w (--dir DIR)", err)
+		}
 		return nil, fmt.Errorf("--ha: %w", err)
 	}
 	url, err := f.URL(ctx)
@@ -53,6 +63,41 @@ func startDevFormation(ctx context.Context, dir string, out io.Writer) (*devData
 	}
 	return &devDatabase{url: url, stop: stop, ha: devFormationUsage(f),
 		what: fmt.Sprintf("pg_auto_failover formation in %s (logs: %s)", haDir, filepath.Join(haDir, "*.log"))}, nil
+}
+
+// devDirEntries are what bothy dev puts in its directory: the formation
+// (--ha) and the private cluster's data and log.
+var devDirEntries = []string{"ha", "pgdata", "postgres.log"}
+
+// openDevDir lets others search dir, bothy dev's directory, when it is
+// private to root and holds nothing but what bothy dev puts there (an
+// earlier run made it so): PostgreSQL runs as the postgres user, which
+// must pass through it. Any other directory is left as it is; if it is
+// out of the postgres user's reach, pgformation refuses it saying what to
+// do. A missing dir is pgformation's to create.
+func openDevDir(dir string, out io.Writer) error {
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm()&0o001 != 0 {
+		return nil
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	for _, e := range entries {
+		if !slices.Contains(devDirEntries, e.Name()) {
+			return nil
+		}
+	}
+	mode := st.Mode().Perm() | 0o011
+	if err := os.Chmod(dir, mode); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "bothy dev: %s: mode %04o, so that PostgreSQL, which runs as the postgres user, can pass through it\n", dir, mode)
+	return nil
 }
 
 // devFormationUsage tells how to watch the formation and lose its primary.

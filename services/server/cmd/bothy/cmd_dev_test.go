@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -53,6 +54,7 @@ var (
 	consoleLine  = regexp.MustCompile(`console +(http://\S+/console/)`)
 	serverLine   = regexp.MustCompile(`export BOTHY_SERVER=(\S+) BOTHY_TOKEN=(\S+)`)
 	databaseLine = regexp.MustCompile(`export BOTHY_DATABASE_URL='(\S+)' BOTHY_WEBHOOKS_ALLOW_PRIVATE_TARGETS=(\S+)`)
+	adminLine    = regexp.MustCompile(`admin token (\S+)`)
 	curlLine     = regexp.MustCompile(`curl -sS -X POST (\S+) -H 'Authorization: Bearer (\S+)' -H 'Content-Type: application/json' -d '(.*)'`)
 )
 
@@ -95,6 +97,7 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
 	requireCLIAgreesWithDev(t, out.String())
+	requireAdminTokenOnboards(t, out.String())
 
 	cancel()
 	select {
@@ -145,4 +148,41 @@ func requireCLIAgreesWithDev(t *testing.T, out string) {
 	code, _, stderr = runCLI(t, dbEnv[:1], append(create, "--owner", devPrincipal)...)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "webhooks.allow_private_targets = true")
+}
+
+// requireAdminTokenOnboards onboards a tenant over HTTP as bothy dev's
+// output says, with the admin token it printed: a principal, its admin
+// right on a space of its own and a token, which then appends to that
+// space. The demo token may not create principals.
+func requireAdminTokenOnboards(t *testing.T, out string) {
+	t.Helper()
+	sm, am := serverLine.FindStringSubmatch(out), adminLine.FindStringSubmatch(out)
+	require.NotNil(t, am, "no admin token line in:\n%s", out)
+	base, demo, admin := sm[1], sm[2], am[1]
+	call := func(token, method, path, body string, want int) []byte {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.Equal(t, want, res.StatusCode, "%s %s: %s", method, path, raw)
+		return raw
+	}
+
+	call(demo, "POST", "/v1/principals", `{"id":"acme"}`, http.StatusForbidden)
+	call(admin, "POST", "/v1/principals", `{"id":"acme"}`, http.StatusCreated)
+	call(admin, "PUT", "/v1/spaces/acme/members/acme", `{"right":"admin"}`, http.StatusOK)
+	var tok struct {
+		Secret string `json:"secret"`
+	}
+	raw := call(admin, "POST", "/v1/principals/acme/tokens", `{"scopes":["events:read","events:write","webhooks:manage"]}`, http.StatusCreated)
+	require.NoError(t, json.Unmarshal(raw, &tok))
+	require.NotEmpty(t, tok.Secret)
+	call(tok.Secret, "POST", "/v1/spaces/acme/events", `{"events":[{"type":"item.created","data":{}}]}`, http.StatusCreated)
+	call(tok.Secret, "POST", "/v1/spaces/demo/events", `{"events":[{"type":"item.created","data":{}}]}`, http.StatusForbidden)
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+
+	"github.com/bothy/bothy/services/server/internal/config"
 )
 
 func init() {
@@ -38,7 +40,7 @@ type savedToken struct {
 // credentialsPath is $BOTHY_CREDENTIALS, else bothy/credentials in the
 // user's configuration directory (os.UserConfigDir).
 func credentialsPath(environ []string) (string, error) {
-	if p := lookupEnv(environ, "BOTHY_CREDENTIALS"); p != "" {
+	if p := lookupEnv(environ, config.EnvCredentials); p != "" {
 		return p, nil
 	}
 	dir, err := os.UserConfigDir()
@@ -113,7 +115,7 @@ func setupLogin(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		token := cmp.Or(c.remote.token, lookupEnv(c.environ, "BOTHY_TOKEN"))
+		token := cmp.Or(c.remote.token, lookupEnv(c.environ, config.EnvToken))
 		if token == "" {
 			if token, err = readToken(c, base); err != nil {
 				return err

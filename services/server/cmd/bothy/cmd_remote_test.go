@@ -185,6 +185,15 @@ func TestCLI_WebhooksStatsThroughTheServer(t *testing.T) {
 	require.Equal(t, since.Format(time.RFC3339), strings.Fields(lines[1])[0])
 	require.Equal(t, []string{"total", "3", "0", "100.0%"}, strings.Fields(lines[5]))
 
+	// A duration before now, resolved by the CLI: the API takes RFC 3339.
+	b.jsonOf(t, &v, "webhooks", "stats", id, "--since", "2h", "--step", "30m")
+	require.EqualValues(t, 3, v.OK)
+	var ds []webhooks.DeliveryView
+	b.jsonOf(t, &ds, "webhooks", "deliveries", id, "--since", "10m")
+	require.Len(t, ds, 3)
+	b.jsonOf(t, &ds, "webhooks", "deliveries", id, "--until", "10m")
+	require.Empty(t, ds)
+
 	_, stderr := b.cli(t, 1, "webhooks", "stats", id, "--step", "soon")
 	require.Contains(t, stderr, "step")
 }

@@ -266,8 +266,8 @@ func setupWebhooksDeliveries(fs *pflag.FlagSet) func(context.Context, *call) err
 	fs.StringVar(&q.Cursor, "cursor", "", "start after the page that announced this cursor (older deliveries)")
 	fs.StringVar(&q.Type, "type", "", "only deliveries of events of this type: item.created, item.* or *")
 	fs.StringVar(&q.EventID, "event-id", "", "only the delivery of this event")
-	fs.StringVar(&q.Since, "since", "", "only deliveries created at or after this RFC 3339 time")
-	fs.StringVar(&q.Until, "until", "", "only deliveries created before this RFC 3339 time")
+	fs.StringVar(&q.Since, "since", "", "only deliveries created at or after this time: RFC 3339, or a duration before now such as 10m")
+	fs.StringVar(&q.Until, "until", "", "only deliveries created before this time: RFC 3339, or a duration before now such as 10m")
 	attempts := fs.Bool("attempts", false, "also list every attempt of each delivery")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -277,6 +277,9 @@ func setupWebhooksDeliveries(fs *pflag.FlagSet) func(context.Context, *call) err
 		}
 		if q.Limit < 1 {
 			return fmt.Errorf("%w: --limit %d: want 1 or more", errUsage, q.Limit)
+		}
+		if err := resolveTimes(time.Now(), timeFlag{"--since", &q.Since}, timeFlag{"--until", &q.Until}); err != nil {
+			return err
 		}
 		svc, done, err := c.webhooks(ctx)
 		if err != nil {

@@ -58,8 +58,8 @@ type recoverJSON struct {
 func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error {
 	fromSeq := fs.Int64("from-seq", 0, "first seq of the range (default: the first committed at or after the subscription's creation)")
 	toSeq := fs.Int64("to-seq", 0, "last seq of the range, included (default: the head)")
-	since := fs.String("since", "", "RFC 3339 time: events committed at or after it, instead of --from-seq")
-	until := fs.String("until", "", "RFC 3339 time: events committed before it (default: up to the head)")
+	since := fs.String("since", "", "events committed at or after this time (RFC 3339, or a duration before now such as 10m), instead of --from-seq")
+	until := fs.String("until", "", "events committed before this time (RFC 3339, or a duration before now; default: up to the head)")
 	beforeCreation := fs.Bool("before-creation", false, "allow a range that starts before the subscription was created")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -67,7 +67,7 @@ func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error 
 		if err != nil {
 			return err
 		}
-		req, err := recoverRange(*fromSeq, *toSeq, *since, *until)
+		req, err := recoverRange(*fromSeq, *toSeq, *since, *until, time.Now())
 		if err != nil {
 			return err
 		}
@@ -92,8 +92,9 @@ func setupWebhooksRecover(fs *pflag.FlagSet) func(context.Context, *call) error 
 }
 
 // recoverRange returns the request the range flags make: a seq range or a
-// time range, not both; neither starts at the subscription's creation.
-func recoverRange(fromSeq, toSeq int64, since, until string) (*webhooks.RecoverRequest, error) {
+// time range (a duration counts back from now), not both; neither starts
+// at the subscription's creation.
+func recoverRange(fromSeq, toSeq int64, since, until string, now time.Time) (*webhooks.RecoverRequest, error) {
 	req := &webhooks.RecoverRequest{}
 	if fromSeq != 0 {
 		req.FromSeq = &fromSeq
@@ -108,9 +109,9 @@ func recoverRange(fromSeq, toSeq int64, since, until string) (*webhooks.RecoverR
 		if f.v == "" {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339Nano, f.v)
+		t, err := parseTime(f.name, f.v, now)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %q: want an RFC 3339 time such as 2026-12-01T08:00:00Z", errUsage, f.name, f.v)
+			return nil, err
 		}
 		*f.to = &t
 	}

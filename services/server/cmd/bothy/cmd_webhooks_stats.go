@@ -18,8 +18,8 @@ func init() {
 		Summary: "a subscription's attempts by interval: ok, failed, latency p50/p95, success rate"})
 }
 
-// statsQuery is the window of webhooks stats as typed: the API's since,
-// until (RFC 3339) and step (a duration such as 15m, or seconds); empty
+// statsQuery is the window of webhooks stats: the API's since, until
+// (RFC 3339, once resolveTimes read what was typed) and step (a duration such as 15m, or seconds); empty
 // for the server's defaults.
 type statsQuery struct {
 	Since, Until, Step string
@@ -27,13 +27,16 @@ type statsQuery struct {
 
 func setupWebhooksStats(fs *pflag.FlagSet) func(context.Context, *call) error {
 	q := &statsQuery{}
-	fs.StringVar(&q.Since, "since", "", "start of the first interval, an RFC 3339 time (default: 24 hours before --until)")
-	fs.StringVar(&q.Until, "until", "", "end of the last interval, an RFC 3339 time (default: the end of the current interval)")
+	fs.StringVar(&q.Since, "since", "", "start of the first interval: an RFC 3339 time, or a duration before now such as 6h (default: 24 hours before --until)")
+	fs.StringVar(&q.Until, "until", "", "end of the last interval: an RFC 3339 time, or a duration before now (default: the end of the current interval)")
 	fs.StringVar(&q.Step, "step", "", "each interval's length, such as 15m or 1h, or seconds (default 1h)")
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
 		id, err := subscriptionID(c)
 		if err != nil {
+			return err
+		}
+		if err := resolveTimes(time.Now(), timeFlag{"--since", &q.Since}, timeFlag{"--until", &q.Until}); err != nil {
 			return err
 		}
 		svc, done, err := c.webhooks(ctx)
@@ -87,13 +90,13 @@ func (q *statsQuery) params() (*webhooks.StatsParams, error) {
 	for _, f := range []struct {
 		name, v string
 		to      *time.Time
-	}{{"since", q.Since, &p.Since}, {"until", q.Until, &p.Until}} {
+	}{{"--since", q.Since, &p.Since}, {"--until", q.Until, &p.Until}} {
 		if f.v == "" {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339Nano, f.v)
+		t, err := parseTime(f.name, f.v, time.Now())
 		if err != nil {
-			return nil, fmt.Errorf("%w: --%s %q: want an RFC 3339 time such as 2026-12-01T08:00:00Z", errUsage, f.name, f.v)
+			return nil, err
 		}
 		*f.to = t
 	}

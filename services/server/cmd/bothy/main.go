@@ -147,8 +147,7 @@ func run(ctx context.Context, args []string, e *env) int {
 	var unknown *unknownCommandError
 	switch {
 	case errors.As(err, &unknown):
-		fmt.Fprintf(e.stderr, "bothy: %v\n\n", err)
-		writeGroupUsage(e.stderr, cmd)
+		fmt.Fprintf(e.stderr, "bothy: %v\n\nRun \"%s --help\" for the list of commands.\n", err, cmd.CommandPath())
 		return 2
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(e.stderr, "%s: %v\nRun \"%s --help\" for its usage.\n", cmd.CommandPath(), err, cmd.CommandPath())
@@ -181,7 +180,7 @@ func configFlags(fs *pflag.FlagSet, e *env) func() (*config.Config, error) {
 		})
 		p := *path
 		if p == "" {
-			p = lookupEnv(e.environ, "BOTHY_CONFIG")
+			p = lookupEnv(e.environ, config.EnvConfig)
 		}
 		return config.Load(p, e.environ, flags)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/bothy/bothy/services/server/internal/config"
 )
 
 // remoteFlags are --server and --token, which every command accepts (those
@@ -41,7 +43,7 @@ func (r *remoteFlags) serverURL() string {
 	if r.server != "" {
 		return r.server
 	}
-	return lookupEnv(r.environ, "BOTHY_SERVER")
+	return lookupEnv(r.environ, config.EnvServer)
 }
 
 // client returns the API client when a server is named, nil when the
@@ -57,7 +59,7 @@ func (r *remoteFlags) client() (*apiClient, error) {
 	}
 	token := r.token
 	if token == "" {
-		token = lookupEnv(r.environ, "BOTHY_TOKEN")
+		token = lookupEnv(r.environ, config.EnvToken)
 	}
 	if token == "" {
 		creds, err := loadCredentials(r.environ)

@@ -76,8 +76,8 @@ func (q *deliveriesQuery) params(id uuid.UUID, before int64, limit int) (*webhoo
 		if f.value == "" {
 			continue
 		}
-		if *f.into, err = time.Parse(time.RFC3339, f.value); err != nil {
-			return nil, fmt.Errorf("%w: %s: want an RFC 3339 time: %v", errUsage, f.flag, err)
+		if *f.into, err = parseTime(f.flag, f.value, time.Now()); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil

@@ -147,6 +147,19 @@ const (
 	SourceFlag    = "flag"
 )
 
+// The environment variables of the bothy CLI itself: they say where the
+// configuration is and which server a command runs through, and are no
+// configuration keys, so Load passes over them.
+const (
+	EnvConfig      = "BOTHY_CONFIG"      // the configuration file
+	EnvServer      = "BOTHY_SERVER"      // the server commands run through
+	EnvToken       = "BOTHY_TOKEN"       // the bearer token for that server
+	EnvCredentials = "BOTHY_CREDENTIALS" // the file "bothy login" saves tokens in
+)
+
+// CLIEnv lists the CLI's own environment variables.
+var CLIEnv = []string{EnvConfig, EnvServer, EnvToken, EnvCredentials}
+
 // EnvName is the environment variable of a key: BOTHY_ plus the key in
 // upper case with dots as underscores (consumer.batch_size →
 // BOTHY_CONSUMER_BATCH_SIZE).
@@ -157,7 +170,8 @@ func EnvName(key string) string {
 // Load builds the configuration: defaults, then the file (if path is not
 // empty), then environment variables from environ, then flags (key=value
 // pairs, already split). Unknown keys in any source are an error, so a typo
-// never silently falls back to a default.
+// never silently falls back to a default; the CLI's own variables (CLIEnv)
+// and BOTHY_TEST_* are not keys and are passed over.
 func Load(path string, environ []string, flags map[string]string) (*Config, error) {
 	vals := map[string]string{}
 	src := map[string]string{}
@@ -184,7 +198,7 @@ func Load(path string, environ []string, flags map[string]string) (*Config, erro
 	}
 	for _, kv := range environ {
 		name, v, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, "BOTHY_") || name == "BOTHY_CONFIG" || strings.HasPrefix(name, "BOTHY_TEST_") {
+		if !ok || !strings.HasPrefix(name, "BOTHY_") || slices.Contains(CLIEnv, name) || strings.HasPrefix(name, "BOTHY_TEST_") {
 			continue
 		}
 		key, known := envIndex[name]

@@ -76,6 +76,26 @@ func TestLoad(t *testing.T) {
 		require.ErrorContains(t, err, "line 1: no such configuration key \"consumer.batchsize\"")
 	})
 
+	t.Run("TheCLIsOwnVariablesAreNotKeys", func(t *testing.T) {
+		t.Parallel()
+		environ := []string{"BOTHY_LOG_LEVEL=error"}
+		for _, name := range config.CLIEnv {
+			environ = append(environ, name+"=set by the user")
+		}
+		cfg, err := config.Load("", environ, nil)
+		require.NoError(t, err)
+		require.Equal(t, "error", cfg.Log.Level)
+		_, err = config.Load("", append(environ, "BOTHY_TOKENS=x"), nil)
+		require.ErrorContains(t, err, "BOTHY_TOKENS: no such configuration key")
+	})
+
+	t.Run("NoKeyTakesACLIVariable", func(t *testing.T) {
+		t.Parallel()
+		for _, k := range config.Keys {
+			require.NotContains(t, config.CLIEnv, config.EnvName(k.Name), k.Name)
+		}
+	})
+
 	t.Run("AlertMustFireBeforeRetention", func(t *testing.T) {
 		t.Parallel()
 		_, err := config.Load("", nil, map[string]string{"consumer.pending_alert_after": "168h", "sync.event_retention": "168h"})

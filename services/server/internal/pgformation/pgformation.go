@@ -159,25 +159,30 @@ func (f *Formation) choosePorts() error {
 // prepareDir creates the directory and pg_autoctl's XDG folders, owned by
 // the postgres user when running as root, and the keepers' environment.
 func (f *Formation) prepareDir() error {
+	root := os.Geteuid() == 0
+	var uid, gid int
+	if root {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return errors.New("pgformation: running as root, and there is no postgres user to run PostgreSQL as")
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+		f.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := reachable(f.cfg.Dir); err != nil {
+			return err
+		}
+	}
+	if err := mkdirReachable(f.cfg.Dir, root); err != nil {
+		return err
+	}
 	xdg := filepath.Join(f.cfg.Dir, "xdg")
 	dirs := []string{f.cfg.Dir, xdg, filepath.Join(xdg, "config"), filepath.Join(xdg, "data"), filepath.Join(xdg, "run")}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
-	}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return errors.New("pgformation: running as root, and there is no postgres user to run PostgreSQL as")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		f.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := reachable(f.cfg.Dir); err != nil {
-			return err
-		}
-		for _, d := range dirs {
+		if root {
 			if err := os.Chown(d, uid, gid); err != nil {
 				return err
 			}
@@ -189,12 +194,51 @@ func (f *Formation) prepareDir() error {
 	return nil
 }
 
-// reachable fails when a folder above dir may not be searched by others:
-// the postgres user could not reach the nodes' directories.
+// UnreachableError is the error of New when, running as root, a folder
+// above Config.Dir may not be searched by others, so the postgres user that
+// runs PostgreSQL could not reach the nodes' directories.
+type UnreachableError struct {
+	Folder string      // the folder others may not search
+	Mode   os.FileMode // its permissions
+	Dir    string      // the formation's directory
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("pgformation: %s (mode %04o) is private to its owner, so PostgreSQL, which runs as the postgres user, "+
+		"cannot reach %s; let others pass through it (chmod o+x %s) or choose a directory elsewhere", e.Folder, e.Mode, e.Dir, e.Folder)
+}
+
+// mkdirReachable creates dir and the folders above it that are missing.
+// Those folders are for the postgres user to pass through when running as
+// root: they get mode 0711 (others may search them, not list them).
+func mkdirReachable(dir string, root bool) error {
+	var missing []string
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if !root {
+		return nil
+	}
+	for _, d := range missing {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reachable returns an *UnreachableError when a folder above dir may not
+// be searched by others.
 func reachable(dir string) error {
 	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
 		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("pgformation: %s is private to its owner, so the postgres user cannot reach %s; choose a directory elsewhere", d, dir)
+			return &UnreachableError{Folder: d, Mode: st.Mode().Perm(), Dir: dir}
 		}
 		if d == filepath.Dir(d) {
 			return nil
