@@ -320,6 +320,14 @@ func TestCheck_Push(t *testing.T) {
 			[]string{checkPushArrived, checkArrived}, nil},
 		{"FinalRefusalRecorded", func(hi *history) { hi.pushSends[hi.reg("pu-1-phone")][5] = 410 },
 			[]string{checkPushRefused, checkPushRecorded}, nil},
+		// A request that got no answer is recorded 0 (1 after its one more
+		// try): the message may have arrived, and did.
+		{"UnansweredRequestThatArrived", func(hi *history) { hi.pushSends[hi.reg("pu-1-phone")][5] = 0 }, nil, nil},
+		{"UnansweredTwiceThatArrived", func(hi *history) { hi.pushSends[hi.reg("pu-1-phone")][5] = 1 }, nil, nil},
+		{"UnansweredRequestThatNeverArrived", func(hi *history) {
+			hi.pushSends[hi.reg("pu-1-phone")][5] = 1
+			hi.device("pu-1-phone").dropMessage(5)
+		}, []string{checkPushArrived, checkArrived}, nil},
 		{"JobNotEnded", func(hi *history) { hi.pushJobs[hi.reg("pu-1-phone")][5][0].state = "available" },
 			[]string{checkPushDone}, nil},
 		{"MessageForAnEventAfterTheRevocation", func(hi *history) {
