@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/spf13/pflag"
 
 	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/logbuf"
 )
 
 func init() {
@@ -30,6 +32,11 @@ func setupServer(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if err != nil {
 			return err
 		}
-		return app.NewServer(cfg, newLogger(cfg, c.stderr), app.Features(cfg)).Run(ctx)
+		// A server logs a line per request: its records go out in batches,
+		// warnings and errors at once (package logbuf).
+		out := logbuf.New(c.stderr, nil)
+		defer func() { _ = out.Flush() }()
+		logger := slog.New(logbuf.Handler(newLogger(cfg, out).Handler(), out, slog.LevelWarn))
+		return app.NewServer(cfg, logger, app.Features(cfg)).Run(ctx)
 	}
 }
