@@ -143,16 +143,13 @@ func MaskHeaders(h map[string]string) map[string]string {
 	return out
 }
 
-// MaskHeaderValue shows at most the first three characters of a value and
-// "…" for the rest, enough to tell two credentials apart: a quarter of the
-// value at most, so short values show nothing.
-func MaskHeaderValue(v string) string {
-	cut := min(3, len(v)/4)
-	for cut > 0 && !utf8.RuneStart(v[cut]) { // values written by hand may not be ASCII
-		cut--
-	}
-	return v[:cut] + "…"
-}
+// MaskedValue is what every custom header value is shown as.
+const MaskedValue = "********"
+
+// MaskHeaderValue returns MaskedValue whatever the value: no character of a
+// value, nor its length, is shown, as values are often credentials and a
+// few characters of one help whoever guesses the rest.
+func MaskHeaderValue(string) string { return MaskedValue }
 
 // ShownHeaders returns the headers every request of a delivery of the
 // event with id eventID to sub carries, as the API may show them: the
