@@ -109,7 +109,8 @@
 //     li[data-testid=attempt] (attempt-status, attempt-latency,
 //     details[data-testid=attempt-request] holding
 //     table[data-testid=request-headers] with
-//     tr[data-testid=request-header][data-name=NAME],
+//     tr[data-testid=request-header][data-name=NAME], or
+//     p[data-testid=attempt-no-request] when none was sent;
 //     pre[data-testid=response-excerpt]); p#empty-attempts.
 //   - create and edit (/console/subscriptions/new,
 //     /console/subscriptions/ID/edit): form#subscription-form with

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -151,16 +149,17 @@ const MaskedValue = "********"
 // few characters of one help whoever guesses the rest.
 func MaskHeaderValue(string) string { return MaskedValue }
 
-// ShownHeaders returns the headers every request of a delivery of the
-// event with id eventID to sub carries, as the API may show them: the
-// custom headers with their values masked (MaskHeaderValue), and
-// webhook-id unless the subscription sends batches, whose id covers the
-// batch. webhook-timestamp and webhook-signature differ at every attempt
-// and are not kept.
-func ShownHeaders(sub *Subscription, eventID uuid.UUID) map[string]string {
-	msgID := eventID.String()
-	if sub.Policy.MaxBatch > 0 {
-		msgID = ""
+// ShownHeaders returns the headers of delivery d's requests to sub, as the
+// API may show them: the custom headers with their values masked
+// (MaskHeaderValue), and webhook-id: the one d's newest request was signed
+// under, as recorded; before its first request, the event's id, unless the
+// subscription sends batches, whose id covers the batch (then none).
+// webhook-timestamp and webhook-signature differ at every attempt and are
+// not kept.
+func ShownHeaders(sub *Subscription, d *DeliveryView) map[string]string {
+	msgID := d.SentWebhookID()
+	if msgID == "" && sub.Policy.MaxBatch == 0 {
+		msgID = d.EventID.String()
 	}
 	h := http.Header{}
 	outbound.SetHeaders(h, sub.Headers, msgID)

@@ -558,6 +558,10 @@ type Attempt struct {
 	Duration     time.Duration
 	Error        string
 	ResponseHead string
+	// MessageID is the webhook-id the request was signed under when it is
+	// not the event's own (a batch's), "" when no request was sent (a
+	// refusal), nil for a request of the event alone.
+	MessageID *string
 }
 
 // DeliveriesParams selects deliveries of one subscription.
@@ -636,7 +640,7 @@ func nullTime(t time.Time) *time.Time {
 // Attempts lists the recorded attempts of one delivery, oldest first.
 func Attempts(ctx context.Context, q authz.Querier, id uuid.UUID, seq int64) ([]Attempt, error) {
 	rows, err := q.Query(ctx, `
-SELECT event_seq, attempted_at, status_code, duration_seconds, coalesce(error, ''), coalesce(response_excerpt, '')
+SELECT event_seq, attempted_at, status_code, duration_seconds, coalesce(error, ''), coalesce(response_excerpt, ''), message_id
 FROM webhook_attempts WHERE subscription_id = $1 AND event_seq = $2 ORDER BY id`, id, seq)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %s/%d: %w", id, seq, err)
@@ -644,7 +648,7 @@ FROM webhook_attempts WHERE subscription_id = $1 AND event_seq = $2 ORDER BY id`
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
 		var secs float64
-		err := row.Scan(&a.Seq, &a.At, &a.StatusCode, &secs, &a.Error, &a.ResponseHead)
+		err := row.Scan(&a.Seq, &a.At, &a.StatusCode, &secs, &a.Error, &a.ResponseHead, &a.MessageID)
 		a.Duration = time.Duration(secs * float64(time.Second))
 		return a, err
 	})

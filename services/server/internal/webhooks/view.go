@@ -28,6 +28,24 @@ type AttemptView struct {
 	DurationSeconds float64   `json:"duration_seconds"`
 	Error           string    `json:"error,omitempty"`
 	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
+	// WebhookID is the webhook-id the request was signed under: the
+	// event's id, or a batch's; absent when no request was sent.
+	WebhookID string `json:"webhook_id,omitempty"`
+}
+
+// SentWebhookID is the webhook-id of the newest attempt that sent a
+// request, "" if none did (or attempts were left out).
+func (v *DeliveryView) SentWebhookID() string {
+	if v.AttemptList == nil {
+		return ""
+	}
+	list := *v.AttemptList
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].WebhookID != "" {
+			return list[i].WebhookID
+		}
+	}
+	return ""
 }
 
 // NewDeliveryView returns d with its attempts. With withAttempts false the
@@ -40,8 +58,12 @@ func NewDeliveryView(d *Delivery, attempts []Attempt, withAttempts bool) Deliver
 	}
 	list := make([]AttemptView, 0, len(attempts))
 	for _, a := range attempts {
+		id := d.EventID.String()
+		if a.MessageID != nil {
+			id = *a.MessageID
+		}
 		list = append(list, AttemptView{At: a.At, StatusCode: a.StatusCode,
-			DurationSeconds: a.Duration.Seconds(), Error: a.Error, ResponseExcerpt: a.ResponseHead})
+			DurationSeconds: a.Duration.Seconds(), Error: a.Error, ResponseExcerpt: a.ResponseHead, WebhookID: id})
 	}
 	v.AttemptList = &list
 	return v

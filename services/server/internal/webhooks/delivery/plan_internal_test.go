@@ -53,10 +53,10 @@ SELECT s, g, gen_random_uuid() FROM unnest($1::uuid[]) s, generate_series(1, 5) 
 		first bool
 	}{
 		{name: "Delivered", sql: deliveredSQL,
-			args: sub + `, '{2,3}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
+			args: sub + `, '{2,3}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL, '{"",""}'`},
 		{name: "DeliveredMany", sql: deliveredManySQL,
-			args: both + `, '{2,2}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000`},
-		{name: "Failed", sql: failedSQL, args: sub + `, '{2,3}', now(), 500, 0.1, 'error', ''`},
+			args: both + `, '{2,2}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000, '{"",""}'`},
+		{name: "Failed", sql: failedSQL, args: sub + `, '{2,3}', now(), 500, 0.1, 'error', '', ''`},
 		{name: "Dead", sql: deadSQL, args: sub + `, '{2}', 'error'`},
 		{name: "Refuse", sql: refuseSQL, args: sub + `, '{2,3}', 'not allowed'`},
 		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
