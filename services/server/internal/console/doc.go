@@ -104,7 +104,8 @@
 //     p#empty-deliveries; nav#pager as above.
 //   - a delivery (/console/subscriptions/ID/deliveries/SEQ):
 //     h1#delivery-title; dd#delivery-status, #delivery-event-id,
-//     #delivery-event-type, #delivery-attempts; pre#message-body (the
+//     #delivery-event-type, #delivery-attempts, #delivery-resent (after
+//     a resend); pre#message-body (the
 //     event's data) or p#message-missing; ol#attempts with
 //     li[data-testid=attempt] (attempt-status, attempt-latency,
 //     details[data-testid=attempt-request] holding

@@ -64,6 +64,7 @@ type deliveryView struct {
 	FinishedAt    *time.Time    `json:"finished_at"`
 	NextAttemptAt *time.Time    `json:"next_attempt_at"`
 	LastError     string        `json:"last_error"`
+	ResentAt      *time.Time    `json:"resent_at"`
 	AttemptList   []attemptView `json:"attempt_list"`
 }
 

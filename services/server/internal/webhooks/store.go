@@ -548,6 +548,8 @@ type Delivery struct {
 	FinishedAt     *time.Time
 	NextAttemptAt  *time.Time
 	LastError      string
+	// ResentAt is when a resend last made it pending again; nil if never.
+	ResentAt *time.Time
 }
 
 // Attempt is one recorded request (or refusal before a request).
@@ -596,7 +598,7 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 		limit = 50
 	}
 	rows, err := q.Query(ctx, `
-SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
+SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, ''), resent_at
 FROM webhook_deliveries d WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4 = 0 OR event_seq < $4)
 AND ($5::uuid IS NULL OR event_id = $5) AND ($6::timestamptz IS NULL OR created_at >= $6) AND ($7::timestamptz IS NULL OR created_at < $7)
 AND ($8::text IS NULL OR EXISTS (
@@ -609,7 +611,8 @@ ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSe
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
-		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError)
+		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError,
+			&d.ResentAt)
 		return d, err
 	})
 }

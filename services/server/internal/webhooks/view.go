@@ -16,6 +16,8 @@ type DeliveryView struct {
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	LastError     string     `json:"last_error,omitempty"`
+	// ResentAt is when a resend last made it pending again.
+	ResentAt *time.Time `json:"resent_at,omitempty"`
 	// AttemptList is nil when attempts were not asked for (omitted), else
 	// the list, possibly empty.
 	AttemptList *[]AttemptView `json:"attempt_list,omitempty"`
@@ -52,7 +54,7 @@ func (v *DeliveryView) SentWebhookID() string {
 // attempt list is left out; with it true the list is present even if empty.
 func NewDeliveryView(d *Delivery, attempts []Attempt, withAttempts bool) DeliveryView {
 	v := DeliveryView{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
-		FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError}
+		FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, ResentAt: d.ResentAt}
 	if !withAttempts {
 		return v
 	}
