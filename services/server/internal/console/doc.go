@@ -20,7 +20,9 @@
 // endpoint the same way: a viewer sees and does exactly what the API lets
 // their token see and do. The one narrowing on top is the portal's: a
 // portal session shows only its principal's own subscriptions on its one
-// space, and its subject's scopes are cut down to webhooks:manage there.
+// space, and its subject's scopes are cut down to webhooks:manage there
+// (and events:read there, if its token has it: a delivery's page then
+// shows the message sent).
 //
 // # Sessions
 //
