@@ -194,6 +194,16 @@ func TestConsole_HealthAtAGlance(t *testing.T) {
 	require.Contains(t, cell(sub.ID, "last-attempt"), "HTTP 503")
 	require.Equal(t, "disabled", badge(disabled))
 	require.Contains(t, cell(disabled, "last-attempt"), "none yet")
+	// Only the badge says how deliveries go: an active subscription's
+	// status has no colour of its own, so a failing badge never stands
+	// beside a green "active".
+	color := func(id, testid string) string {
+		return Run(b, chromedp.Evaluate[string](fmt.Sprintf(
+			`getComputedStyle(document.querySelector('[data-testid="subscription-row"][data-id=%q] [data-testid=%q]')).color`, id, testid)))
+	}
+	require.Equal(t, "active", cell(sub.ID, "subscription-status"))
+	require.Equal(t, color(sub.ID, "subscription-policy"), color(sub.ID, "subscription-status"), "the failing row's status is plain text")
+	require.NotEqual(t, color(f.aliceSub, "health-badge"), color(sub.ID, "subscription-status"), "not the healthy badge's green")
 	// Success rates of the last 24 hours, from the API's statistics.
 	require.Equal(t, "100.0%", cell(f.aliceSub, "success-rate"))
 	require.Equal(t, "0.0%", cell(sub.ID, "success-rate"))
