@@ -92,8 +92,9 @@
 //     #subscription-last-delivered; ul#actions with a#action-edit and
 //     a[data-testid=action-NAME] for NAME in enable or disable, test,
 //     rotate-secret, recover, delete; div#charts with
-//     figure#chart-attempts (an svg[role=img], span[data-testid=
-//     chart-summary]) or p#empty-charts; form#delivery-filter with
+//     figure#chart-attempts (span[data-testid=chart-summary],
+//     div.chart-wide and div.chart-narrow, each with an svg[role=img], one
+//     of them shown) or p#empty-charts; form#delivery-filter with
 //     select#status, input#event-id, input#event-type (a type pattern),
 //     input#since and input#until (datetime-local, UTC), select#limit,
 //     button#delivery-filter-submit,

@@ -220,44 +220,14 @@ func TestConsole_HealthAtAGlance(t *testing.T) {
 	require.Equal(t, http.StatusOK, f.api(t, http.MethodGet, "/v1/webhooks/"+flakySub.ID+"/stats", f.aliceToken, nil, &st))
 	require.Positive(t, st.Failed)
 	openSubscription(f, b, flakySub.ID)
-	require.Equal(t, 1, count(b, `#chart-attempts svg[role="img"]`))
+	// Drawn wide and narrow; at this width the wide one is shown.
+	require.Equal(t, 1, count(b, `#chart-attempts .chart-wide svg[role="img"]`))
+	require.Equal(t, 1, count(b, `#chart-attempts .chart-narrow svg[role="img"]`))
+	require.Equal(t, 1, Run(b, chromedp.Evaluate[int](`Array.from(document.querySelectorAll('#chart-attempts svg'))
+		.filter(s => s.getBoundingClientRect().width > 0).length`)), "one chart is shown")
 	require.Contains(t, text(b, `[data-testid="chart-summary"]`), fmt.Sprintf("%d answered 2xx, %d failed", st.OK, st.Failed))
 	require.Positive(t, count(b, `#chart-attempts svg rect`), "bars are drawn")
 	require.Zero(t, count(b, `#chart-attempts script`))
 	b.Screenshot("subscription-charts")
 	b.DocScreenshot("subscription-charts", 1000, false)
-}
-
-// TestConsole_PhoneWidth shows the console's pages at a phone's width
-// (375 CSS pixels): none is wider than the screen.
-func TestConsole_PhoneWidth(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	b := New(t)
-	b.Do(chromedp.EmulateViewport(375, 740, chromedp.EmulateMobile))
-	signIn(f, b, f.aliceToken)
-	fits := func(name string) {
-		t.Helper()
-		w := Run(b, chromedp.Evaluate[[]int](`[document.documentElement.scrollWidth, window.innerWidth]`))
-		require.LessOrEqual(t, w[0], w[1], "%s: the page is wider than the screen", name)
-		require.Equal(t, 375, w[1])
-	}
-	b.Do(chromedp.Navigate(f.base+"/console/subscriptions"), shows(`[data-testid="subscriptions"]`))
-	fits("subscriptions")
-	b.Screenshot("phone-subscriptions")
-	b.DocScreenshot("phone-subscriptions", 375, true)
-	openSubscription(f, b, f.aliceSub)
-	fits("subscription")
-	b.Screenshot("phone-subscription")
-	b.DocScreenshot("phone-subscription", 375, true)
-	b.Do(chromedp.Click(testID("delivery-link")), shows("#message-body"),
-		chromedp.Click(chromedp.CSS(`[data-testid="attempt-request"] summary`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid="request-headers"]`)))
-	fits("delivery")
-	b.Screenshot("phone-delivery")
-	b.Do(chromedp.Navigate(f.base+"/console/subscriptions/new"), shows("#subscription-form"))
-	fits("create form")
-	b.Do(chromedp.Navigate(f.base+"/console/lag"), shows("main h1"))
-	fits("lag")
-	b.Do(chromedp.Navigate(f.base+"/console/push?space=acme"), shows("main h1"))
-	fits("push")
 }
