@@ -291,7 +291,7 @@ func printDevUsage(out io.Writer, u *devUsage) {
 	fmt.Fprintf(out, `
 bothy dev is running; Ctrl-C stops everything.
 
-  API         %[1]s/v1/   (OpenAPI: %[1]s/v1/openapi.json)
+  API         %[1]s/v1/openapi.json   (the OpenAPI document of every /v1 endpoint)
   metrics     %[1]s/metrics
   River UI    %[1]s/admin/river/   (user admin, password %[2]s)
 %[10]s  space       %[3]s, principal %[4]s (admin of the space)

@@ -96,6 +96,7 @@ func TestDev_ComesUpDeliversSignedWebhooksAndStopsCleanly(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
+	requireBannerLinksExist(t, out.String())
 	requireCLIAgreesWithDev(t, out.String())
 	requireAdminTokenOnboards(t, out.String())
 
@@ -127,6 +128,30 @@ func sendCurlLine(t *testing.T, out string) {
 	res.Body.Close()
 	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", body)
 }
+
+// requireBannerLinksExist GETs every URL of the server that bothy dev's
+// list of where everything is names, and requires none to be a 404.
+func requireBannerLinksExist(t *testing.T, out string) {
+	t.Helper()
+	sm := serverLine.FindStringSubmatch(out)
+	require.NotNil(t, sm, "no server line in:\n%s", out)
+	head, _, ok := strings.Cut(out, "Append an event")
+	require.True(t, ok, "no list in:\n%s", out)
+	links := 0
+	for _, u := range bannerURL.FindAllString(head, -1) {
+		if !strings.HasPrefix(u, sm[1]+"/") {
+			continue // the built-in receiver takes POST requests only
+		}
+		res, err := http.Get(u)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.NotEqual(t, http.StatusNotFound, res.StatusCode, "%s is printed but answers 404", u)
+		links++
+	}
+	require.GreaterOrEqual(t, links, 4, "the API, metrics, River UI and console are listed")
+}
+
+var bannerURL = regexp.MustCompile(`http://[^\s)]+`)
 
 // requireCLIAgreesWithDev runs the CLI as bothy dev's output says, through
 // the server and on the database: both accept a loopback target, as bothy

@@ -93,7 +93,7 @@ func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 	require.NotNil(t, sub.TokenID, "the calling token bounds the deliveries")
 	require.NotEmpty(t, sub.Secret)
 	require.Equal(t, rv.URL+"/hook?…", sub.URL)
-	require.Equal(t, map[string]string{"X-Tenant": "ac…"}, sub.Headers)
+	require.Equal(t, map[string]string{"X-Tenant": "********"}, sub.Headers)
 	id := sub.ID.String()
 
 	var list []webhooks.SubscriptionView

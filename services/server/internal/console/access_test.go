@@ -75,7 +75,7 @@ func TestConsole_ViewersSeeWhatTheAPILetsThem(t *testing.T) {
 	for _, path := range []string{"/console/subscriptions/" + theirs, "/console/subscriptions/" + theirs + "/confirm/delete"} {
 		p := br.get(path)
 		require.Equal(t, http.StatusNotFound, p.status, path)
-		require.NotContains(t, p.body, rcv.URL+"/bob", path)
+		require.NotContains(t, p.text(), rcv.URL+"/bob", path)
 	}
 	csrf := br.csrf("/console/subscriptions")
 	for _, action := range []string{"disable", "delete"} {

@@ -34,7 +34,7 @@ func TestConsole_SignIn(t *testing.T) {
 		p := br.get("/console/subscriptions")
 		require.Equal(t, http.StatusOK, p.status, p.body)
 		require.Contains(t, p.body, `data-id="`+id+`"`)
-		require.Contains(t, p.body, rcv.URL+"/hook")
+		require.Contains(t, p.text(), rcv.URL+"/hook")
 	})
 	t.Run("RefusesABadToken", func(t *testing.T) {
 		br := b.browser(t)

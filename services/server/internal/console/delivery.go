@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 type deliveryData struct {
@@ -14,17 +15,26 @@ type deliveryData struct {
 	Delivery *deliveryDetail
 	// Body is the event's data, indented; "" without the event.
 	Body string
-	// Headers are the request's headers in name order, secrets masked by
-	// the API.
+	// Attempts are the delivery's attempts, oldest first, each with the
+	// headers of its request.
+	Attempts []attemptRequest
+}
+
+// attemptRequest is one attempt with the headers its request carried in
+// name order, secrets masked by the API: the delivery's request headers
+// with the attempt's own webhook-id (a batch's, for a batched delivery).
+// Headers is nil when the attempt sent no request.
+type attemptRequest struct {
+	attemptView
 	Headers []header
 }
 
 type header struct{ Name, Value string }
 
-// delivery shows one delivery: its event (the message's data), the
-// request every attempt sent (secrets masked by the API) and each attempt
-// with the receiver's answer. The subscription is read first, so a portal
-// session sees only deliveries of its own subscriptions.
+// delivery shows one delivery: its event (the message's data) and each
+// attempt with the request it sent (secrets masked by the API) and the
+// receiver's answer. The subscription is read first, so a portal session
+// sees only deliveries of its own subscriptions.
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request, s *session) error {
 	sub, err := c.getSubscription(r, s)
 	if err != nil {
@@ -47,18 +57,26 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request, s *session) e
 			out.Body = string(d.Event.Data)
 		}
 	}
-	for name, v := range d.Request.Headers {
-		out.Headers = append(out.Headers, header{Name: name, Value: v})
+	for _, a := range d.AttemptList {
+		out.Attempts = append(out.Attempts, attemptRequest{attemptView: a, Headers: requestHeaders(d.Request.Headers, a.WebhookID)})
 	}
-	slices.SortFunc(out.Headers, func(a, b header) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
 	c.render(w, r, s, http.StatusOK, "delivery", out)
 	return nil
+}
+
+// requestHeaders are the headers of a request signed under webhook-id
+// msgID, in name order: shown with webhook-id msgID; nil when msgID is ""
+// (no request was sent).
+func requestHeaders(shown map[string]string, msgID string) []header {
+	if msgID == "" {
+		return nil
+	}
+	out := []header{{Name: http.CanonicalHeaderKey("webhook-id"), Value: msgID}}
+	for name, v := range shown {
+		if http.CanonicalHeaderKey(name) != out[0].Name {
+			out = append(out, header{Name: name, Value: v})
+		}
+	}
+	slices.SortFunc(out, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

@@ -20,7 +20,9 @@
 // endpoint the same way: a viewer sees and does exactly what the API lets
 // their token see and do. The one narrowing on top is the portal's: a
 // portal session shows only its principal's own subscriptions on its one
-// space, and its subject's scopes are cut down to webhooks:manage there.
+// space, and its subject's scopes are cut down to webhooks:manage there
+// (and events:read there, if its token has it: a delivery's page then
+// shows the message sent).
 //
 // # Sessions
 //
@@ -90,8 +92,9 @@
 //     #subscription-last-delivered; ul#actions with a#action-edit and
 //     a[data-testid=action-NAME] for NAME in enable or disable, test,
 //     rotate-secret, recover, delete; div#charts with
-//     figure#chart-attempts (an svg[role=img], span[data-testid=
-//     chart-summary]) or p#empty-charts; form#delivery-filter with
+//     figure#chart-attempts (span[data-testid=chart-summary],
+//     div.chart-wide and div.chart-narrow, each with an svg[role=img], one
+//     of them shown) or p#empty-charts; form#delivery-filter with
 //     select#status, input#event-id, input#event-type (a type pattern),
 //     input#since and input#until (datetime-local, UTC), select#limit,
 //     button#delivery-filter-submit,
@@ -104,12 +107,14 @@
 //     p#empty-deliveries; nav#pager as above.
 //   - a delivery (/console/subscriptions/ID/deliveries/SEQ):
 //     h1#delivery-title; dd#delivery-status, #delivery-event-id,
-//     #delivery-event-type, #delivery-attempts; pre#message-body (the
+//     #delivery-event-type, #delivery-attempts, #delivery-resent (after
+//     a resend); pre#message-body (the
 //     event's data) or p#message-missing; ol#attempts with
 //     li[data-testid=attempt] (attempt-status, attempt-latency,
 //     details[data-testid=attempt-request] holding
 //     table[data-testid=request-headers] with
-//     tr[data-testid=request-header][data-name=NAME],
+//     tr[data-testid=request-header][data-name=NAME], or
+//     p[data-testid=attempt-no-request] when none was sent;
 //     pre[data-testid=response-excerpt]); p#empty-attempts.
 //   - create and edit (/console/subscriptions/new,
 //     /console/subscriptions/ID/edit): form#subscription-form with

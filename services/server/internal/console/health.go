@@ -10,8 +10,9 @@ import (
 // (healthy, failing or disabled), its last attempt and its success rate
 // over the last 24 hours.
 type health struct {
-	// Badge is "healthy", "failing" or "disabled".
-	Badge string
+	// Badge is "healthy", "failing" or "disabled"; Meaning says it in a
+	// sentence (the badge's title).
+	Badge, Meaning string
 	// Last is the newest recorded attempt, nil before the first.
 	Last *attemptView
 	// SuccessRate is the share of the last 24 hours' attempts answered
@@ -56,9 +57,11 @@ func (c *Console) healthOf(r *http.Request, s *session, sub *subscriptionView) (
 	}
 	switch {
 	case sub.Status != "active":
-		h.Badge = "disabled"
+		h.Badge, h.Meaning = "disabled", "Not sending: the subscription is disabled."
 	case sub.Probing || (h.Last != nil && !h.Last.ok()) || recentlyFailing:
-		h.Badge = "failing"
+		h.Badge, h.Meaning = "failing", "Sending, but the receiver's recent answers failed; failed deliveries are retried."
+	default:
+		h.Meaning = "Sending, and the receiver answers."
 	}
 	return h, nil
 }

@@ -118,6 +118,10 @@ type page struct {
 	body   string
 }
 
+// text is the page's markup without the <wbr> that URLs carry (where
+// they may wrap), so a test finds a URL whole.
+func (p *page) text() string { return strings.ReplaceAll(p.body, "<wbr>", "") }
+
 func (br *browser) get(path string) *page {
 	br.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, br.base+path, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +191,41 @@ func TestConsole_UsedLinkOutlivesDatabaseClock(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, b.browser(t).get(b.portalLink(t, token, "alice", "acme")).status,
 		"another link opens (and prunes the used links)")
 	require.Equal(t, http.StatusForbidden, b.browser(t).get(link).status, "the used link opened again")
+}
+
+// TestConsole_PortalShowsTheMessageToThoseWhoMayReadIt: a portal
+// session shows a delivery's message (the event's data) when the token
+// that issued its link may read the space's events (events:read) and the
+// portal's principal may too; issued by a token without events:read, the
+// page says the message is not shown and shows nothing of it.
+func TestConsole_PortalShowsTheMessageToThoseWhoMayReadIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "server.role", "all")
+	carol := b.principal(t, "carol", authz.RightWrite, "acme")
+	reader := b.principal(t, "alice", authz.RightAdmin, "acme", authz.ScopeWebhooksManage, authz.ScopeEventsRead)
+	manager := b.principal(t, "dave", authz.RightAdmin, "acme", authz.ScopeWebhooksManage)
+	rcv := newReceiver(t, http.StatusNoContent, "")
+	id := b.createSubscription(t, carol, "acme", rcv.URL)
+	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/spaces/acme/events", carol,
+		map[string]any{"events": []map[string]any{{"type": "item.created", "data": map[string]any{"order": "tenant-order-4711"}}}}, nil))
+	path := "/console/subscriptions/" + id + "/deliveries/1"
+
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.get(b.portalLink(t, reader, "carol", "acme")).status)
+	var p *page
+	require.Eventually(t, func() bool {
+		p = br.get(path)
+		return p.status == http.StatusOK && strings.Contains(p.body, `data-testid="attempt"`)
+	}, 30*time.Second, 50*time.Millisecond, "waiting for the delivery's attempt")
+	require.Contains(t, p.body, `id="portal-banner"`)
+	require.Contains(t, p.body, `id="message-body"`)
+	require.Contains(t, p.body, "tenant-order-4711")
+
+	br = b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.get(b.portalLink(t, manager, "carol", "acme")).status)
+	p = br.get(path)
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	require.Contains(t, p.body, `id="message-missing"`)
+	require.Contains(t, p.body, "events:read")
+	require.NotContains(t, p.body, "tenant-order-4711")
 }

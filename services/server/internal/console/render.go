@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -29,7 +30,8 @@ var funcs = template.FuncMap{
 		}
 		return *t
 	},
-	"ms": func(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) },
+	"ms":  func(s float64) string { return fmt.Sprintf("%.0f ms", s*1000) },
+	"url": breakableURL,
 	// percent renders a share (0..1) as a percentage, "–" for none.
 	"percent": func(r *float64) string {
 		if r == nil {
@@ -37,6 +39,25 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f%%", *r*100)
 	},
+}
+
+// breakableURL renders u as text that a narrow screen wraps where a
+// reader expects a URL to wrap: after a slash (not inside "//") or a
+// hyphen, before a dot, "?", "&" or "#". A browser finds no such
+// place in a URL on its own and, told it may break anywhere, cuts a word
+// in two.
+func breakableURL(u string) template.HTML {
+	var b strings.Builder
+	for i, r := range u {
+		if i > 0 && strings.ContainsRune(".?&#", r) {
+			b.WriteString("<wbr>")
+		}
+		b.WriteString(template.HTMLEscapeString(string(r)))
+		if r == '-' || r == '/' && (i+1 >= len(u) || u[i+1] != '/') {
+			b.WriteString("<wbr>")
+		}
+	}
+	return template.HTML(b.String()) //nolint:gosec // every character of u is escaped
 }
 
 func parsePages() (*pages, error) {

@@ -29,7 +29,7 @@ func TestConsole_TokenWithoutManageScopeSeesNoSubscription(t *testing.T) {
 	for _, path := range []string{"/console/subscriptions/" + mine, "/console/subscriptions/" + mine + "/confirm/delete"} {
 		p := br.get(path)
 		require.Equal(t, http.StatusForbidden, p.status, path)
-		require.NotContains(t, p.body, rcv.URL+"/alice", path)
+		require.NotContains(t, p.text(), rcv.URL+"/alice", path)
 	}
 	require.NotContains(t, br.get("/console/subscriptions").body, mine, "not listed")
 	csrf := br.csrf("/console/subscriptions")

@@ -29,7 +29,8 @@ var errNoSession = errors.New("no console session")
 type session struct {
 	idHash []byte
 	// subject is what the API answers for; for a portal session its
-	// scopes are narrowed to webhooks:manage on portalSpace.
+	// scopes are narrowed to webhooks:manage on portalSpace, and
+	// events:read there if its token has that.
 	subject *authz.Subject
 	// portalSpace is set for portal sessions: only the subject's own
 	// subscriptions on this space are shown.
@@ -125,11 +126,17 @@ func (c *Console) loadSession(r *http.Request) (*session, error) {
 	if s.portalSpace != "" {
 		// A portal session rests on the token that issued the link: it
 		// lasts while that token still manages webhooks on the space, and
-		// can do nothing else there or anywhere.
+		// can do nothing else there or anywhere, but read the space's
+		// events if the token may: a tenant debugging its receiver sees
+		// the message each delivery sent. The API still decides each read
+		// by the portal principal's own right on the space.
 		if !authz.Covers(tokenScopes, authz.ScopeWebhooksManage, s.portalSpace) {
 			return nil, errNoSession
 		}
 		s.subject.Scopes = []string{authz.ScopeWebhooksManage + "@" + s.portalSpace}
+		if authz.Covers(tokenScopes, authz.ScopeEventsRead, s.portalSpace) {
+			s.subject.Scopes = append(s.subject.Scopes, authz.ScopeEventsRead+"@"+s.portalSpace)
+		}
 		s.subject.Portal = true
 	}
 	return s, nil

@@ -31,13 +31,21 @@ func (c *Console) stats(r *http.Request, s *session, id string) (*statsView, err
 
 // chart is the chart of a subscription's page: an inline SVG drawn on the
 // server from the statistics (package charts: every text in it escaped,
-// no script), with the window's totals as text.
+// no script), with the window's totals as text. It is drawn twice, wide
+// and narrow; the style sheet shows the one that fits the screen, so that
+// scaled to fit, its text keeps about its size.
 type chart struct {
 	ID      string
 	Title   string
 	Summary string
 	SVG     template.HTML
+	// NarrowSVG is the drawing for a phone's width.
+	NarrowSVG template.HTML
 }
+
+// narrowChartWidth is the narrow drawing's width: a 375-pixel screen's
+// width less the page's and the figure's margins.
+const narrowChartWidth = 340
 
 // charts are the subscription page's charts of st: attempts per interval
 // (2xx and failed), their latency (p50 and p95) and the success rate.
@@ -51,5 +59,7 @@ func charts(st *statsView) []chart {
 		rate = fmt.Sprintf("success rate %.1f%%", *st.SuccessRate*100)
 	}
 	return []chart{{ID: id, Title: title, Summary: fmt.Sprintf("%d answered 2xx, %d failed, %s", st.OK, st.Failed, rate),
-		SVG: statscharts.Attempts(st, &statscharts.Options{ID: id + "-svg", Title: title})}}
+		SVG:       statscharts.Attempts(st, &statscharts.Options{ID: id + "-svg", Title: title}),
+		NarrowSVG: statscharts.Attempts(st, &statscharts.Options{ID: id + "-narrow-svg", Title: title, Width: narrowChartWidth, Height: 260}),
+	}}
 }

@@ -50,6 +50,9 @@ type attemptView struct {
 	DurationSeconds float64   `json:"duration_seconds"`
 	Error           string    `json:"error"`
 	ResponseExcerpt string    `json:"response_excerpt"`
+	// WebhookID is the webhook-id the request was signed under; "" when
+	// no request was sent.
+	WebhookID string `json:"webhook_id"`
 }
 
 type deliveryView struct {
@@ -61,13 +64,14 @@ type deliveryView struct {
 	FinishedAt    *time.Time    `json:"finished_at"`
 	NextAttemptAt *time.Time    `json:"next_attempt_at"`
 	LastError     string        `json:"last_error"`
+	ResentAt      *time.Time    `json:"resent_at"`
 	AttemptList   []attemptView `json:"attempt_list"`
 }
 
 // deliveryDetail is GET /v1/webhooks/{id}/deliveries/{seq}: the delivery
 // with its event (null when retention removed it or the subject may not
-// read the space's events) and the request every attempt sends, its
-// secrets masked by the API.
+// read the space's events) and its request's headers, their secrets masked
+// by the API.
 type deliveryDetail struct {
 	deliveryView
 	Event   *sync.Envelope `json:"event"`

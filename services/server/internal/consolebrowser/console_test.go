@@ -222,6 +222,7 @@ func TestConsole_Actions(t *testing.T) {
 		require.Equal(t, "Delivery "+seq+" is queued to be sent again.", msg)
 		require.Eventually(t, func() bool { return f.receiver.requests("/acme") > before }, 60*time.Second, 20*time.Millisecond,
 			"the delivery is sent again")
+		b.Do(chromedp.Navigate(f.base+"/console/subscriptions/"+f.aliceSub+"/deliveries/"+seq), shows("#delivery-resent"))
 	})
 
 	t.Run("TestSend", func(t *testing.T) {

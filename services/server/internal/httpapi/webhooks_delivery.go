@@ -20,8 +20,8 @@ type deliveryDetail struct {
 	Request requestView    `json:"request"`
 }
 
-// requestView is the request every attempt of a delivery sends, as far as
-// it may be shown (webhooks.ShownHeaders).
+// requestView is the request of a delivery, as far as it may be shown:
+// its headers as the newest attempt sent them (webhooks.ShownHeaders).
 type requestView struct {
 	Method  string            `json:"method"`
 	URL     string            `json:"url"`
@@ -60,8 +60,8 @@ func (a *API) getDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	if err != nil {
 		return err
 	}
-	out := deliveryDetail{DeliveryView: webhooks.NewDeliveryView(&ds[0], atts, true),
-		Request: requestView{Method: http.MethodPost, URL: sub.URL, Headers: webhooks.ShownHeaders(sub, ds[0].EventID)}}
+	out := deliveryDetail{DeliveryView: webhooks.NewDeliveryView(&ds[0], atts, true)}
+	out.Request = requestView{Method: http.MethodPost, URL: sub.URL, Headers: webhooks.ShownHeaders(sub, &out.DeliveryView)}
 	d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: authz.ActionEventsRead, Principal: s.Principal,
 		Scopes: scopesOf(s), Space: sub.Space})
 	if err != nil {

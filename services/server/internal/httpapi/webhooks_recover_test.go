@@ -152,15 +152,23 @@ func TestAPI_WebhookResendRecoverEnable(t *testing.T) {
 
 		// The receiver's answer comes before the sender records it, and a
 		// pending delivery is not resent: wait for the record.
+		var created any
 		require.Eventually(t, func() bool {
 			r := b.do(t, "GET", fmt.Sprintf("%s/deliveries/%d", sp, seqs[0]), owner, "")
-			return r.status == http.StatusOK && r.json(t)["status"] == "delivered"
+			if r.status != http.StatusOK {
+				return false
+			}
+			d := r.json(t)
+			created = d["created_at"]
+			return d["status"] == "delivered"
 		}, 30*time.Second, 10*time.Millisecond)
 		r := b.do(t, "POST", fmt.Sprintf("%s/deliveries/%d/resend", sp, seqs[0]), owner, "")
 		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 		d := r.json(t)
 		require.Equal(t, "pending", d["status"])
 		require.EqualValues(t, seqs[0], d["seq"])
+		require.Equal(t, created, d["created_at"], "a resend keeps the delivery's creation time")
+		require.NotEmpty(t, d["resent_at"], "and records its own")
 		// The live sender may send it again before the answer is read, so
 		// the answer lists the first attempt and perhaps the new one.
 		atts := d["attempt_list"].([]any)

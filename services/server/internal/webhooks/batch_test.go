@@ -122,12 +122,30 @@ func TestBatch_AFailedBatchIsRetriedFromItsHeadAlone(t *testing.T) {
 	b.start(t)
 	b.waitDelivered(t, s.ID, seqs...)
 
-	got, _, codes := rv.requests()
+	got, ids, codes := rv.requests()
 	require.Equal(t, [][]int64{seqs[:10], seqs[:1], seqs[1:11], seqs[11:]}, got)
 	require.Equal(t, []int{500, 204, 204, 204}, codes)
 	atts, err := webhooks.Attempts(context.Background(), b.db.Pool, s.ID, seqs[5])
 	require.NoError(t, err)
 	require.Len(t, atts, 2, "an event of the failed batch has its failed attempt and its delivery")
+	// Each attempt keeps the webhook-id its request was signed under, the
+	// failed one's as the delivered one's.
+	require.Equal(t, []string{ids[0], ids[2]}, messageIDs(atts))
+	atts, err = webhooks.Attempts(context.Background(), b.db.Pool, s.ID, seqs[0])
+	require.NoError(t, err)
+	require.Equal(t, []string{ids[0], ids[1]}, messageIDs(atts), "the head's batch of one has an id of its own")
+}
+
+// messageIDs are the attempts' recorded webhook-ids, "<nil>" for none.
+func messageIDs(atts []webhooks.Attempt) []string {
+	out := make([]string, len(atts))
+	for i, a := range atts {
+		out[i] = "<nil>"
+		if a.MessageID != nil {
+			out[i] = *a.MessageID
+		}
+	}
+	return out
 }
 
 // TestBatch_OnlyWithTheOrderedPolicies: max_batch is refused for an

@@ -88,6 +88,8 @@ func TestDelivery_OrderUnderRetries(t *testing.T) {
 		require.NotNil(t, atts[i].StatusCode)
 		require.Equal(t, code, *atts[i].StatusCode)
 	}
+	require.Equal(t, []string{"<nil>", "<nil>", "<nil>", "<nil>"}, messageIDs(atts),
+		"a request of one event is signed under the event's id, which its attempts need not store")
 	require.Contains(t, atts[0].Error, "500")
 	eventually(t, 5*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[9].Seq }, "all delivered")
 	b.waitCounter(t, "retry", 3)

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -143,27 +141,25 @@ func MaskHeaders(h map[string]string) map[string]string {
 	return out
 }
 
-// MaskHeaderValue shows at most the first three characters of a value and
-// "…" for the rest, enough to tell two credentials apart: a quarter of the
-// value at most, so short values show nothing.
-func MaskHeaderValue(v string) string {
-	cut := min(3, len(v)/4)
-	for cut > 0 && !utf8.RuneStart(v[cut]) { // values written by hand may not be ASCII
-		cut--
-	}
-	return v[:cut] + "…"
-}
+// MaskedValue is what every custom header value is shown as.
+const MaskedValue = "********"
 
-// ShownHeaders returns the headers every request of a delivery of the
-// event with id eventID to sub carries, as the API may show them: the
-// custom headers with their values masked (MaskHeaderValue), and
-// webhook-id unless the subscription sends batches, whose id covers the
-// batch. webhook-timestamp and webhook-signature differ at every attempt
-// and are not kept.
-func ShownHeaders(sub *Subscription, eventID uuid.UUID) map[string]string {
-	msgID := eventID.String()
-	if sub.Policy.MaxBatch > 0 {
-		msgID = ""
+// MaskHeaderValue returns MaskedValue whatever the value: no character of a
+// value, nor its length, is shown, as values are often credentials and a
+// few characters of one help whoever guesses the rest.
+func MaskHeaderValue(string) string { return MaskedValue }
+
+// ShownHeaders returns the headers of delivery d's requests to sub, as the
+// API may show them: the custom headers with their values masked
+// (MaskHeaderValue), and webhook-id: the one d's newest request was signed
+// under, as recorded; before its first request, the event's id, unless the
+// subscription sends batches, whose id covers the batch (then none).
+// webhook-timestamp and webhook-signature differ at every attempt and are
+// not kept.
+func ShownHeaders(sub *Subscription, d *DeliveryView) map[string]string {
+	msgID := d.SentWebhookID()
+	if msgID == "" && sub.Policy.MaxBatch == 0 {
+		msgID = d.EventID.String()
 	}
 	h := http.Header{}
 	outbound.SetHeaders(h, sub.Headers, msgID)

@@ -110,17 +110,14 @@ func TestCreate_RefusesHeaders(t *testing.T) {
 	})
 }
 
+// TestMaskHeaderValue: a masked value shows none of the value, not even
+// its length.
 func TestMaskHeaderValue(t *testing.T) {
 	t.Parallel()
-	for v, want := range map[string]string{
-		"Bearer 0123456789abcdef": "Bea…",
-		"12345678":                "12…",
-		"abc":                     "…",
-		"":                        "…",
-		"ééééééé":                 "é…", // never cut inside a character
-	} {
-		require.Equal(t, want, webhooks.MaskHeaderValue(v), v)
+	for _, v := range []string{"Bearer 0123456789abcdef", "12345678", "abc", "", "ééééééé"} {
+		require.Equal(t, webhooks.MaskedValue, webhooks.MaskHeaderValue(v), v)
 	}
+	require.Equal(t, webhooks.MaskedValue, webhooks.MaskHeaders(map[string]string{"Authorization": "Bearer 0123456789"})["Authorization"])
 }
 
 // manyHeaders returns n headers with values of size bytes.

@@ -169,6 +169,27 @@ func TestMetrics_DeliveryStallCountsDueDeliveriesOnly(t *testing.T) {
 	require.InDelta(t, 180, gauges(t, reg)["bothy_webhook_delivery_stall_seconds"], 5)
 }
 
+// TestMetrics_ResentDeliveryCountsFromItsResend: a resend keeps a
+// delivery's creation time; the gauges count the resent delivery from the
+// resend, when it became pending and due again, not from its creation.
+func TestMetrics_ResentDeliveryCountsFromItsResend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, reg := metricsOn(t)
+	written := time.Now()
+	// Created three hours ago; the head was resent ten minutes ago, as
+	// Resend does it, and no sender took it since.
+	id := addSubscription(t, db.Pool, "3 hours", "NULL")
+	_, err := db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET resent_at = now() - interval '10 minutes',
+    next_attempt_at = now() - interval '10 minutes' WHERE subscription_id = $1 AND event_seq = 10`, id)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE subscription_id = $1 AND event_seq = 11`, id)
+	require.NoError(t, err)
+	g := gauges(t, reg)
+	requireAge(t, 600, g["bothy_webhook_oldest_pending_delivery_age_seconds"], written)
+	requireAge(t, 600, g["bothy_webhook_delivery_stall_seconds"], written)
+}
+
 // TestMetrics_ShowsOnlyDurableState: the gauges count deliveries that
 // rounds commit asynchronously; a scrape must not show a pending delivery
 // that a crash then takes back.

@@ -249,22 +249,23 @@ type ResendParams struct {
 	Jobs JobInserter
 }
 
-// resendSQL makes one finished delivery pending and due now, without a
-// sender's claim. A resend is a new delivery of the same event: its retry
-// budget and its age (the pending-age gauge, an unordered sender's due
-// order) start again; its attempts and their records are kept.
+// resendSQL makes one finished delivery pending and due now (its next
+// attempt), without a sender's claim, and records when (resent_at). Its
+// retry budget starts again, and the pending-age gauge counts it from the
+// resend; its creation time, its attempts and their records are kept.
 const resendSQL = `
 UPDATE webhook_deliveries
-SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL,
+SET status = 'pending', resent_at = now(), first_attempt_at = NULL, next_attempt_at = now(), finished_at = NULL, last_error = NULL,
     claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
 WHERE subscription_id = $1 AND event_seq = $2 AND status IN ('delivered', 'dead', 'skipped')
-RETURNING subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')`
+RETURNING subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, ''), resent_at`
 
 // Resend makes a delivered, dead or skipped delivery pending again, due
 // now, and returns it. The subscription must be active, its owner still
 // allowed to receive the space's events, and the event still in the log
 // (ErrConflict otherwise). The request it leads to carries the same
-// webhook-id as the first: the event's id.
+// webhook-id as the first, the event's id, unless the subscription sends
+// batches (a batch's id covers its events).
 func Resend(ctx context.Context, q authz.Querier, p *ResendParams) (*Delivery, error) {
 	var d Delivery
 	err := inTx(ctx, q, func(tx pgx.Tx) error {
@@ -291,7 +292,7 @@ func Resend(ctx context.Context, q authz.Querier, p *ResendParams) (*Delivery, e
 			return fmt.Errorf("%w: event %d left the log (retention); it cannot be sent again", ErrConflict, p.Seq)
 		}
 		err = tx.QueryRow(ctx, resendSQL, p.SubscriptionID, p.Seq).Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status,
-			&d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError)
+			&d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError, &d.ResentAt)
 		if err != nil {
 			return fmt.Errorf("make delivery %d pending: %w", p.Seq, err)
 		}

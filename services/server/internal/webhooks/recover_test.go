@@ -137,11 +137,20 @@ func TestResend(t *testing.T) {
 		evs := b.emit(t, "s1", 2)
 		b.round(t)
 		b.waitDelivered(t, s.ID, seqs(evs...)...)
+		before, err := webhooks.Deliveries(ctx, b.db.Pool, &webhooks.DeliveriesParams{SubscriptionID: s.ID, EventID: evs[0].ID})
+		require.NoError(t, err)
+		require.Len(t, before, 1)
+		require.Nil(t, before[0].ResentAt)
 
 		d, err := b.resend(s.ID, evs[0].Seq)
 		require.NoError(t, err)
 		require.Equal(t, webhooks.DeliveryPending, d.Status)
 		require.Equal(t, evs[0].ID, d.EventID)
+		// The resend keeps the delivery's creation time and is recorded
+		// on its own.
+		require.True(t, before[0].CreatedAt.Equal(d.CreatedAt), "created_at %s, then %s", before[0].CreatedAt, d.CreatedAt)
+		require.NotNil(t, d.ResentAt)
+		require.True(t, d.ResentAt.After(before[0].CreatedAt))
 		eventually(t, 10*time.Second, func() bool { return rv.count() == 3 }, "the resent request arrives")
 		b.waitDelivered(t, s.ID, evs[0].Seq)
 
@@ -158,6 +167,9 @@ func TestResend(t *testing.T) {
 		ds, err := webhooks.Deliveries(ctx, b.db.Pool, &webhooks.DeliveriesParams{SubscriptionID: s.ID})
 		require.NoError(t, err)
 		require.Equal(t, 2, ds[1].Attempts, "attempts count both sends")
+		require.True(t, before[0].CreatedAt.Equal(ds[1].CreatedAt), "delivered again, it keeps its creation time")
+		require.NotNil(t, ds[1].ResentAt)
+		require.True(t, d.ResentAt.Equal(*ds[1].ResentAt))
 	})
 
 	// An ordered subscription sends its pending deliveries in seq order, so

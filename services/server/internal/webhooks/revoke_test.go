@@ -57,6 +57,7 @@ func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, atts, 1)
 	require.Contains(t, atts[0].Error, "not allowed")
+	require.Equal(t, []string{""}, messageIDs(atts), "no request, so no webhook-id")
 }
 
 // TestUnordered_RevokedRightIsDeadWithoutRequest: an unordered

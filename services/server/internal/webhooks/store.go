@@ -549,6 +549,8 @@ type Delivery struct {
 	FinishedAt     *time.Time
 	NextAttemptAt  *time.Time
 	LastError      string
+	// ResentAt is when a resend last made it pending again; nil if never.
+	ResentAt *time.Time
 }
 
 // Attempt is one recorded request (or refusal before a request).
@@ -559,6 +561,10 @@ type Attempt struct {
 	Duration     time.Duration
 	Error        string
 	ResponseHead string
+	// MessageID is the webhook-id the request was signed under when it is
+	// not the event's own (a batch's), "" when no request was sent (a
+	// refusal), nil for a request of the event alone.
+	MessageID *string
 }
 
 // DeliveriesParams selects deliveries of one subscription.
@@ -597,7 +603,7 @@ func Deliveries(ctx context.Context, q authz.Querier, p *DeliveriesParams) ([]De
 		limit = 50
 	}
 	rows, err := q.Query(ctx, `
-SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, '')
+SELECT subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, ''), resent_at
 FROM webhook_deliveries d WHERE subscription_id = $1 AND ($2 = '' OR status = $2) AND ($4::bigint = 0 OR event_seq < $4::bigint)
 AND ($5::uuid IS NULL OR event_id = $5) AND ($6::timestamptz IS NULL OR created_at >= $6) AND ($7::timestamptz IS NULL OR created_at < $7)
 AND ($8::text IS NULL OR EXISTS (
@@ -611,7 +617,8 @@ ORDER BY event_seq DESC LIMIT $3`, p.SubscriptionID, p.Status, limit, p.BeforeSe
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
-		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError)
+		err := row.Scan(&d.SubscriptionID, &d.Seq, &d.EventID, &d.Status, &d.Attempts, &d.CreatedAt, &d.FinishedAt, &d.NextAttemptAt, &d.LastError,
+			&d.ResentAt)
 		return d, err
 	})
 }
@@ -642,7 +649,7 @@ func nullTime(t time.Time) *time.Time {
 // Attempts lists the recorded attempts of one delivery, oldest first.
 func Attempts(ctx context.Context, q authz.Querier, id uuid.UUID, seq int64) ([]Attempt, error) {
 	rows, err := q.Query(ctx, `
-SELECT event_seq, attempted_at, status_code, duration_seconds, coalesce(error, ''), coalesce(response_excerpt, '')
+SELECT event_seq, attempted_at, status_code, duration_seconds, coalesce(error, ''), coalesce(response_excerpt, ''), message_id
 FROM webhook_attempts WHERE subscription_id = $1 AND event_seq = $2 ORDER BY id`, id, seq)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %s/%d: %w", id, seq, err)
@@ -650,7 +657,7 @@ FROM webhook_attempts WHERE subscription_id = $1 AND event_seq = $2 ORDER BY id`
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
 		var secs float64
-		err := row.Scan(&a.Seq, &a.At, &a.StatusCode, &secs, &a.Error, &a.ResponseHead)
+		err := row.Scan(&a.Seq, &a.At, &a.StatusCode, &secs, &a.Error, &a.ResponseHead, &a.MessageID)
 		a.Duration = time.Duration(secs * float64(time.Second))
 		return a, err
 	})

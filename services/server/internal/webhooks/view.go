@@ -16,6 +16,8 @@ type DeliveryView struct {
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	LastError     string     `json:"last_error,omitempty"`
+	// ResentAt is when a resend last made it pending again.
+	ResentAt *time.Time `json:"resent_at,omitempty"`
 	// AttemptList is nil when attempts were not asked for (omitted), else
 	// the list, possibly empty.
 	AttemptList *[]AttemptView `json:"attempt_list,omitempty"`
@@ -28,20 +30,42 @@ type AttemptView struct {
 	DurationSeconds float64   `json:"duration_seconds"`
 	Error           string    `json:"error,omitempty"`
 	ResponseExcerpt string    `json:"response_excerpt,omitempty"`
+	// WebhookID is the webhook-id the request was signed under: the
+	// event's id, or a batch's; absent when no request was sent.
+	WebhookID string `json:"webhook_id,omitempty"`
+}
+
+// SentWebhookID is the webhook-id of the newest attempt that sent a
+// request, "" if none did (or attempts were left out).
+func (v *DeliveryView) SentWebhookID() string {
+	if v.AttemptList == nil {
+		return ""
+	}
+	list := *v.AttemptList
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].WebhookID != "" {
+			return list[i].WebhookID
+		}
+	}
+	return ""
 }
 
 // NewDeliveryView returns d with its attempts. With withAttempts false the
 // attempt list is left out; with it true the list is present even if empty.
 func NewDeliveryView(d *Delivery, attempts []Attempt, withAttempts bool) DeliveryView {
 	v := DeliveryView{Seq: d.Seq, EventID: d.EventID, Status: d.Status, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
-		FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError}
+		FinishedAt: d.FinishedAt, NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, ResentAt: d.ResentAt}
 	if !withAttempts {
 		return v
 	}
 	list := make([]AttemptView, 0, len(attempts))
 	for _, a := range attempts {
+		id := d.EventID.String()
+		if a.MessageID != nil {
+			id = *a.MessageID
+		}
 		list = append(list, AttemptView{At: a.At, StatusCode: a.StatusCode,
-			DurationSeconds: a.Duration.Seconds(), Error: a.Error, ResponseExcerpt: a.ResponseHead})
+			DurationSeconds: a.Duration.Seconds(), Error: a.Error, ResponseExcerpt: a.ResponseHead, WebhookID: id})
 	}
 	v.AttemptList = &list
 	return v

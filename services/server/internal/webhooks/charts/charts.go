@@ -3,10 +3,13 @@
 // them without JavaScript and without fetching anything. The drawing is
 // plain markup: one bar per interval, its attempts answered 2xx stacked
 // under the failed ones, a line for the median and one for the 95th
-// percentile latency on a second scale, and the window's success rate as
-// text. It is accessible (role img, a title and a description that say in
-// words what the bars show, a title on each bar for its numbers) and
-// deterministic: the same view and options give the same bytes.
+// percentile latency on a second scale (a dot where an interval with
+// requests has no neighbour with requests), and the window's success rate
+// as text. The legend names only what is drawn, and wraps onto more rows
+// in a narrow drawing, which also writes shorter times. It is accessible
+// (role img, a title and a description that say in words what the bars
+// show, a title on each bar for its numbers) and deterministic: the same
+// view and options give the same bytes.
 package charts
 
 import (
@@ -17,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
@@ -29,7 +33,9 @@ type Options struct {
 	// Title is the chart's title. Default "Delivery attempts".
 	Title string
 	// Width and Height are the image's size in CSS pixels. Default 720
-	// and 240.
+	// and 240. A page that scales the image to fit should draw it at about
+	// the size it is shown (a narrow one for a phone), so that its text
+	// keeps its size.
 	Width, Height int
 	// Location is the time zone of the time labels. Default UTC.
 	Location *time.Location
@@ -47,13 +53,19 @@ const (
 )
 
 // Margins of the plot inside the image: room for the scales' labels left
-// and right, the legend above and the time labels below.
+// and right, the legend's first row above (each further row adds
+// legendRow) and the time labels below.
 const (
 	marginLeft   = 48
 	marginRight  = 56
 	marginTop    = 28
 	marginBottom = 24
+	legendRow    = 18
 )
+
+// charWidth is a generous width of one character of the chart's 11 px
+// sans-serif text, to lay out text that must not overlap.
+const charWidth = 7
 
 // Attempts returns v as an SVG image, ready to embed in an HTML page or to
 // serve as image/svg+xml: every text in it is escaped.
@@ -70,6 +82,7 @@ func Attempts(v *webhooks.StatsView, o *Options) template.HTML {
 		opts.Location = time.UTC
 	}
 	c := &chart{v: v, o: &opts}
+	c.layoutLegend()
 	return template.HTML(c.draw()) //nolint:gosec // every text is escaped by esc
 }
 
@@ -77,6 +90,17 @@ type chart struct {
 	v *webhooks.StatsView
 	o *Options
 	b strings.Builder
+	// legend is what the legend names, placed; top is the plot's top
+	// edge, below the legend's rows.
+	legend []legendItem
+	top    float64
+}
+
+// legendItem is one entry of the legend at x in row (from 0).
+type legendItem struct {
+	class, color, label string
+	x                   float64
+	row                 int
 }
 
 func (c *chart) printf(format string, args ...any) { fmt.Fprintf(&c.b, format, args...) }
@@ -88,7 +112,7 @@ func (c *chart) draw() string {
 		o.Width, o.Height, o.Width, o.Height, esc(titleID), esc(descID))
 	c.printf(`<title id="%s">%s</title>`+"\n", esc(titleID), esc(o.Title))
 	c.printf(`<desc id="%s">%s</desc>`+"\n", esc(descID), esc(c.describe()))
-	c.legend()
+	c.drawLegend()
 	c.frame()
 	c.bars()
 	c.latency()
@@ -98,7 +122,7 @@ func (c *chart) draw() string {
 
 // plot is the area of the bars.
 func (c *chart) plot() (x0, y0, w, h float64) {
-	return marginLeft, marginTop, float64(c.o.Width - marginLeft - marginRight), float64(c.o.Height - marginTop - marginBottom)
+	return marginLeft, c.top, float64(c.o.Width - marginLeft - marginRight), math.Max(float64(c.o.Height)-c.top-marginBottom, 20)
 }
 
 // describe says in words what the chart shows, for screen readers.
@@ -111,9 +135,8 @@ func (c *chart) describe() string {
 		fmt.Fprintf(&s, ", success rate %s", percent(*v.SuccessRate))
 	}
 	s.WriteString(".")
-	if p50, p95 := c.maxLatency(func(i *webhooks.StatsInterval) *float64 { return i.LatencyP50Seconds }),
-		c.maxLatency(func(i *webhooks.StatsInterval) *float64 { return i.LatencyP95Seconds }); p95 > 0 {
-		fmt.Fprintf(&s, " Highest median latency %s, highest 95th percentile %s.", secs(p50), secs(p95))
+	if median, high := c.maxLatency(p50), c.maxLatency(p95); high > 0 {
+		fmt.Fprintf(&s, " Highest median latency %s, highest 95th percentile %s.", secs(median), secs(high))
 	}
 	if worst := c.worst(); worst != nil {
 		fmt.Fprintf(&s, " Most failures: %d in the interval from %s.", worst.Failed, c.when(worst.Start))
@@ -133,21 +156,85 @@ func (c *chart) worst() *webhooks.StatsInterval {
 	return w
 }
 
-func (c *chart) legend() {
-	x := float64(marginLeft)
-	for _, e := range []struct{ class, color, label string }{
-		{"ok", colorOK, "2xx"}, {"failed", colorFailed, "failed"}, {"p50", colorP50, "p50 latency"}, {"p95", colorP95, "p95 latency"},
+// layoutLegend places the legend's entries, each of a part the chart
+// draws: left to right after the plot's left edge, onto a new row where
+// the next would run into the success rate (first row) or past the plot's
+// right edge.
+func (c *chart) layoutLegend() {
+	right := float64(c.o.Width-marginRight) - textWidth(c.rateText()) - 12
+	x, row := float64(marginLeft), 0
+	for _, e := range []struct {
+		class, color, label string
+		drawn               bool
+	}{
+		{"ok", colorOK, "2xx", c.drawsBars(func(i *webhooks.StatsInterval) int64 { return i.OK })},
+		{"failed", colorFailed, "failed", c.drawsBars(func(i *webhooks.StatsInterval) int64 { return i.Failed })},
+		{"p50", colorP50, "p50 latency", c.drawsLatency(p50)},
+		{"p95", colorP95, "p95 latency", c.drawsLatency(p95)},
 	} {
-		c.printf(`<rect class="legend-%s" x="%s" y="8" width="10" height="10" fill="%s"/>`, e.class, num(x), e.color)
-		c.printf(`<text x="%s" y="17" fill="%s">%s</text>`+"\n", num(x+14), colorText, esc(e.label))
-		x += 14 + 7*float64(len(e.label)) + 16
+		if !e.drawn {
+			continue
+		}
+		w := 14 + textWidth(e.label)
+		if x > marginLeft && x+w > right {
+			x, row, right = marginLeft, row+1, float64(c.o.Width-marginRight)
+		}
+		c.legend = append(c.legend, legendItem{class: e.class, color: e.color, label: e.label, x: x, row: row})
+		x += w + 16
 	}
-	rate := "no attempts"
-	if c.v.SuccessRate != nil {
-		rate = "success rate " + percent(*c.v.SuccessRate)
+	rows := 1
+	if n := len(c.legend); n > 0 {
+		rows = c.legend[n-1].row + 1
+	}
+	c.top = float64(marginTop + (rows-1)*legendRow)
+}
+
+// drawsBars says whether some interval has a bar part of n attempts.
+func (c *chart) drawsBars(n func(*webhooks.StatsInterval) int64) bool {
+	for i := range c.v.Intervals {
+		if n(&c.v.Intervals[i]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// drawsLatency says whether latency draws a line or a dot of of: some
+// interval has a value, and the scale is not zero.
+func (c *chart) drawsLatency(of func(*webhooks.StatsInterval) *float64) bool {
+	if c.latencyScale() == 0 {
+		return false
+	}
+	for i := range c.v.Intervals {
+		if of(&c.v.Intervals[i]) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func p50(i *webhooks.StatsInterval) *float64 { return i.LatencyP50Seconds }
+func p95(i *webhooks.StatsInterval) *float64 { return i.LatencyP95Seconds }
+
+// rateText is the window's success rate as the legend's row shows it.
+func (c *chart) rateText() string {
+	if c.v.SuccessRate == nil {
+		return "no attempts"
+	}
+	return "success rate " + percent(*c.v.SuccessRate)
+}
+
+// textWidth is a generous width of s in the chart's text.
+func textWidth(s string) float64 { return charWidth * float64(utf8.RuneCountInString(s)) }
+
+func (c *chart) drawLegend() {
+	for _, e := range c.legend {
+		y := 8 + float64(e.row*legendRow)
+		c.printf(`<rect class="legend-%s" x="%s" y="%s" width="10" height="10" fill="%s"/>`, e.class, num(e.x), num(y), e.color)
+		c.printf(`<text class="legend" x="%s" y="%s" fill="%s">%s</text>`+"\n", num(e.x+14), num(y+9), colorText, esc(e.label))
 	}
 	c.printf(`<text class="rate" x="%d" y="17" text-anchor="end" fill="%s" font-weight="bold">%s</text>`+"\n",
-		c.o.Width-marginRight, colorText, esc(rate))
+		c.o.Width-marginRight, colorText, esc(c.rateText()))
 }
 
 // frame draws the axes, the scales' top values and the window's ends.
@@ -161,8 +248,12 @@ func (c *chart) frame() {
 	if l := c.latencyScale(); l > 0 {
 		c.printf(`<text class="scale-latency" x="%s" y="%s" fill="%s">%s</text>`+"\n", num(x0+w+4), num(y0+4), colorText, esc(secs(l)))
 	}
-	c.printf(`<text class="time-start" x="%s" y="%s" fill="%s">%s</text>`+"\n", num(x0), num(y0+h+16), colorText, esc(c.when(c.v.Since)))
-	c.printf(`<text class="time-end" x="%s" y="%s" text-anchor="end" fill="%s">%s</text>`+"\n", num(x0+w), num(y0+h+16), colorText, esc(c.when(c.v.Until)))
+	when := c.when
+	if textWidth(when(c.v.Since))+textWidth(when(c.v.Until))+16 > w {
+		when = c.shortWhen // the two ends would run into each other
+	}
+	c.printf(`<text class="time-start" x="%s" y="%s" fill="%s">%s</text>`+"\n", num(x0), num(y0+h+16), colorText, esc(when(c.v.Since)))
+	c.printf(`<text class="time-end" x="%s" y="%s" text-anchor="end" fill="%s">%s</text>`+"\n", num(x0+w), num(y0+h+16), colorText, esc(when(c.v.Until)))
 }
 
 // slot returns the left edge and width of interval i's bar.
@@ -219,7 +310,8 @@ func (c *chart) intervalLabel(it *webhooks.StatsInterval) string {
 
 // latency draws the p50 and p95 lines through the middle of each
 // interval's slot on the latency scale; an interval without requests
-// breaks the line.
+// breaks the line, and an interval with requests between two without is a
+// dot, as a line needs two points.
 func (c *chart) latency() {
 	scale := c.latencyScale()
 	if scale == 0 {
@@ -230,28 +322,34 @@ func (c *chart) latency() {
 		class, color, dash string
 		of                 func(*webhooks.StatsInterval) *float64
 	}{
-		{"p50", colorP50, "", func(i *webhooks.StatsInterval) *float64 { return i.LatencyP50Seconds }},
-		{"p95", colorP95, ` stroke-dasharray="4 3"`, func(i *webhooks.StatsInterval) *float64 { return i.LatencyP95Seconds }},
+		{"p50", colorP50, "", p50},
+		{"p95", colorP95, ` stroke-dasharray="4 3"`, p95},
 	} {
 		var d strings.Builder
-		move := true
+		var run []string // the points of the line being drawn
+		end := func() {
+			switch {
+			case len(run) == 1:
+				x, y, _ := strings.Cut(run[0], " ")
+				c.printf(`<circle class="%s" cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", l.class, x, y, l.color)
+			case len(run) > 1:
+				if d.Len() > 0 {
+					d.WriteByte(' ')
+				}
+				d.WriteString("M" + strings.Join(run, " L"))
+			}
+			run = run[:0]
+		}
 		for i := range c.v.Intervals {
 			s := l.of(&c.v.Intervals[i])
 			if s == nil {
-				move = true
+				end()
 				continue
 			}
 			x, w := c.slot(i)
-			cmd := "L"
-			if move {
-				cmd = "M"
-			}
-			if d.Len() > 0 {
-				d.WriteByte(' ')
-			}
-			fmt.Fprintf(&d, "%s%s %s", cmd, num(x+w/2), num(y0+h-*s/scale*h))
-			move = false
+			run = append(run, num(x+w/2)+" "+num(y0+h-*s/scale*h))
 		}
+		end()
 		if d.Len() == 0 {
 			continue
 		}
@@ -281,12 +379,16 @@ func (c *chart) maxLatency(of func(*webhooks.StatsInterval) *float64) float64 {
 // latencyScale is the latency scale's top: the highest p95 (or p50),
 // 0 when no interval had a request.
 func (c *chart) latencyScale() float64 {
-	return math.Max(c.maxLatency(func(i *webhooks.StatsInterval) *float64 { return i.LatencyP95Seconds }),
-		c.maxLatency(func(i *webhooks.StatsInterval) *float64 { return i.LatencyP50Seconds }))
+	return math.Max(c.maxLatency(p95), c.maxLatency(p50))
 }
 
 func (c *chart) when(t time.Time) string {
 	return t.In(c.o.Location).Format("2006-01-02 15:04 MST")
+}
+
+// shortWhen is when without the year: Dec 4 13:00 UTC.
+func (c *chart) shortWhen(t time.Time) string {
+	return t.In(c.o.Location).Format("Jan 2 15:04 MST")
 }
 
 // num formats a coordinate with at most two decimals, the same way every

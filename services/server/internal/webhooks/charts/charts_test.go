@@ -3,6 +3,7 @@ package charts_test
 import (
 	"encoding/xml"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,19 +53,38 @@ func elements(t *testing.T, svg string) map[string]int {
 	}
 }
 
+var (
+	legendText = regexp.MustCompile(`<text class="legend"[^>]*>([^<]*)</text>`)
+	legendY    = regexp.MustCompile(`<text class="legend"[^>]*y="([0-9.]+)"`)
+)
+
+// legend returns the labels of svg's legend, in order.
+func legend(t *testing.T, svg string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range legendText.FindAllStringSubmatch(svg, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
 func TestAttempts(t *testing.T) {
 	t.Parallel()
 
-	t.Run("DrawsStackedBarsLinesAndRate", func(t *testing.T) {
+	t.Run("DrawsStackedBarsLatencyAndRate", func(t *testing.T) {
 		t.Parallel()
 		svg := string(charts.Attempts(view(), nil))
 		n := elements(t, svg)
 		require.Equal(t, 1, n["svg"])
 		require.Equal(t, 1, n["rect.ok"])
 		require.Equal(t, 2, n["rect.failed"])
-		require.Equal(t, 1, n["path.p50"])
-		require.Equal(t, 1, n["path.p95"])
+		// One interval with requests: its latencies are dots, as a line
+		// needs two points.
+		require.Equal(t, 1, n["circle.p50"])
+		require.Equal(t, 1, n["circle.p95"])
+		require.Zero(t, n["path"])
 		require.Equal(t, 1, n["text.rate"])
+		require.Equal(t, []string{"2xx", "failed", "p50 latency", "p95 latency"}, legend(t, svg))
 		require.Contains(t, svg, "success rate 75%")
 		require.Contains(t, svg, `role="img"`)
 		require.Contains(t, svg, `aria-labelledby="stats-chart-title stats-chart-desc"`)
@@ -99,21 +119,58 @@ func TestAttempts(t *testing.T) {
 		svg := string(charts.Attempts(v, nil))
 		n := elements(t, svg)
 		require.Zero(t, n["rect.ok"]+n["rect.failed"])
-		require.Zero(t, n["path"])
+		require.Zero(t, n["path"]+n["circle"])
 		require.Contains(t, svg, "no attempts")
 	})
 
-	t.Run("GapBreaksTheLatencyLine", func(t *testing.T) {
+	t.Run("ConsecutiveIntervalsMakeALineAndAGapBreaksIt", func(t *testing.T) {
 		t.Parallel()
 		v := view()
+		v.Intervals = append(v.Intervals, v.Intervals[0], v.Intervals[0])
 		v.Intervals[2].LatencyP50Seconds, v.Intervals[2].LatencyP95Seconds = f(0.2), f(0.4)
 		svg := string(charts.Attempts(v, nil))
+		// Intervals 0, 2, 3 and 4 have requests: a dot, then a line.
+		n := elements(t, svg)
+		require.Equal(t, 1, n["circle.p50"])
+		require.Equal(t, 1, n["path.p50"])
 		i := strings.Index(svg, `class="p50" d="`)
 		require.Positive(t, i)
 		d := svg[i+len(`class="p50" d="`):]
 		d = d[:strings.IndexByte(d, '"')]
-		require.Equal(t, 2, strings.Count(d, "M"), "d=%s", d)
-		require.Zero(t, strings.Count(d, "L"), "d=%s", d)
+		require.Equal(t, 1, strings.Count(d, "M"), "d=%s", d)
+		require.Equal(t, 2, strings.Count(d, "L"), "d=%s", d)
+	})
+
+	t.Run("LegendNamesOnlyWhatIsDrawn", func(t *testing.T) {
+		t.Parallel()
+		v := view()
+		v.Intervals = v.Intervals[:1]
+		v.Intervals[0].Failed, v.Intervals[0].LatencyP50Seconds, v.Intervals[0].LatencyP95Seconds = 0, nil, nil
+		svg := string(charts.Attempts(v, nil))
+		require.Equal(t, []string{"2xx"}, legend(t, svg))
+		require.Zero(t, elements(t, svg)["rect.failed"])
+
+		// A median of 0 ms is drawn (on the axis), and named.
+		v.Intervals[0].LatencyP50Seconds, v.Intervals[0].LatencyP95Seconds = f(0), f(0.004)
+		svg = string(charts.Attempts(v, nil))
+		require.Equal(t, []string{"2xx", "p50 latency", "p95 latency"}, legend(t, svg))
+		require.Equal(t, 1, elements(t, svg)["circle.p50"])
+
+		v.Intervals[0].OK, v.Intervals[0].LatencyP50Seconds, v.Intervals[0].LatencyP95Seconds = 0, nil, nil
+		require.Empty(t, legend(t, string(charts.Attempts(v, nil))), "nothing drawn, nothing named")
+	})
+
+	t.Run("NarrowWrapsTheLegendAndShortensTimes", func(t *testing.T) {
+		t.Parallel()
+		svg := string(charts.Attempts(view(), &charts.Options{Width: 340}))
+		rows := map[string]bool{}
+		for _, m := range legendY.FindAllStringSubmatch(svg, -1) {
+			rows[m[1]] = true
+		}
+		require.Len(t, rows, 2, "the legend takes two rows:\n%s", svg)
+		require.Contains(t, svg, ">Dec 1 08:00 UTC<")
+		require.Contains(t, svg, ">Dec 1 11:00 UTC<")
+		require.Contains(t, string(charts.Attempts(view(), nil)), ">2026-12-01 08:00 UTC<", "wide, the times are whole")
 	})
 
 	t.Run("TimesInTheGivenZone", func(t *testing.T) {

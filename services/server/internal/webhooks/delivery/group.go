@@ -236,7 +236,8 @@ func (s *subRow) groupable() bool {
 }
 
 // deliveredManySQL is deliveredSQL for many subscriptions: the 2xx answers
-// $1-$6 (subscription, seq, code, seconds, excerpt, start), and the lease
+// $1-$6 and $11 (subscription, seq, code, seconds, excerpt, start,
+// webhook-id as messageID gives it), and the lease
 // of subscriptions $7 taken by jobs $8 of processes $9 for $10 ms. Its
 // deliveries are found as in pendingAtSQL, by their subscriptions and the
 // range of their seqs; without that bound, a plan made while a few
@@ -246,11 +247,11 @@ func (s *subRow) groupable() bool {
 // so in that range each subscription has its batch and what came since.
 const deliveredManySQL = `
 WITH o AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[])
-        AS o(sub, seq, code, secs, excerpt, started)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $11::text[])
+        AS o(sub, seq, code, secs, excerpt, started, msg)
 ), a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt)
-    SELECT sub, seq, started, code, secs, NULLIF(excerpt, '') FROM o
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
+    SELECT sub, seq, started, code, secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 ), d AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
@@ -290,7 +291,7 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 	}
 	b := &pgx.Batch{}
 	b.Queue(deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
-		subs, jobs, owners, g.d.cfg.lease().Milliseconds())
+		subs, jobs, owners, g.d.cfg.lease().Milliseconds(), o.msgs)
 	b.Queue(claimManySQL, subs, wants).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var n int
@@ -320,6 +321,7 @@ type outcomes struct {
 	secs     []float64
 	excerpts []string
 	started  []time.Time
+	msgs     []string
 }
 
 // add adds last's answers (all 2xx, see groupable) for t's subscription
@@ -335,6 +337,7 @@ func (o *outcomes) add(t *stepTx, last *batch) {
 		for _, d := range r.items {
 			o.subs, o.seqs, o.codes = append(o.subs, t.s.subID), append(o.seqs, d.seq), append(o.codes, int32(r.StatusCode))
 			o.secs, o.excerpts, o.started = append(o.secs, r.Duration.Seconds()), append(o.excerpts, r.Excerpt), append(o.started, r.started)
+			o.msgs = append(o.msgs, messageID(r))
 			t.results = append(t.results, "delivered")
 		}
 	}

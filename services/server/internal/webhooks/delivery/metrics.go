@@ -105,24 +105,25 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // gaugesSQL reads the subscription counts by status, the age of the oldest
-// pending delivery of an active subscription and the longest stall, in one
-// statement. Each active subscription costs two index probes: its head
-// (lowest pending seq; a round writes its deliveries in seq order, so the
-// head is also the oldest) and its first due delivery (a retry by its next
-// attempt, a new one by its creation). The backlog behind a failing receiver
-// is never read. A subscription's claim (pump_until) is live while a sender
-// sends, and while an ordered sender waits for its head's retry (the claim
-// runs to the retry's time plus an attempt). An unordered pump lets go of
-// the claim when every pending delivery waits for its retry, and a job
-// comes back at the first one's time. So a subscription stalls only when a
-// delivery is due and no claim is live, counted from the later of the due
-// time and the claim's end.
+// pending delivery of an active subscription (a resent one counts from its
+// resend) and the longest stall, in one statement. Each active subscription
+// costs two index probes: its head (lowest pending seq; a round writes its
+// deliveries in seq order, so the head is also the oldest) and its first
+// due delivery (a retry or a resend by its next attempt, a new one by its
+// creation). The backlog behind a failing receiver is never read. A
+// subscription's claim (pump_until) is live while a sender sends, and while
+// an ordered sender waits for its head's retry (the claim runs to the
+// retry's time plus an attempt). An unordered pump lets go of the claim
+// when every pending delivery waits for its retry, and a job comes back at
+// the first one's time. So a subscription stalls only when a delivery is
+// due and no claim is live, counted from the later of the due time and the
+// claim's end.
 const gaugesSQL = `
 WITH heads AS (
     SELECT h.created_at, n.due, s.pump_until
     FROM webhook_subscriptions s
     CROSS JOIN LATERAL (
-        SELECT d.created_at FROM webhook_deliveries d
+        SELECT greatest(d.created_at, d.resent_at) AS created_at FROM webhook_deliveries d
         WHERE d.subscription_id = s.id AND d.status = 'pending'
         ORDER BY d.event_seq LIMIT 1) h
     CROSS JOIN LATERAL (

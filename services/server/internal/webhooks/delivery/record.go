@@ -14,17 +14,19 @@ import (
 )
 
 // deliveredSQL records the 2xx answers of subscription $1 — their attempts
-// ($2-$6), their deliveries finished — and moves the subscription in the
+// ($2-$6, and $13: each one's webhook-id, empty for the event's own; see
+// messageID), their deliveries finished — and moves the subscription in the
 // same statement: its highest delivered seq, its failing mark cleared ($7),
 // its lease taken for $11 ms ($8: by job $9 of process $10) and its
 // throttle's next slot ($12). It is the one update of the subscription row
 // on a batch's usual path. Its deliveries are found as in pendingAtSQL.
 const deliveredSQL = `
 WITH o AS (
-    SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[]) AS o(seq, code, secs, excerpt, started)
+    SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $13::text[])
+        AS o(seq, code, secs, excerpt, started, msg)
 ), a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt)
-    SELECT $1, seq, started, code, secs, NULLIF(excerpt, '') FROM o
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
+    SELECT $1, seq, started, code, secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 ), d AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
@@ -81,7 +83,7 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 	var seqs []int64
 	var codes []int32
 	var secs []float64
-	var excerpts []string
+	var excerpts, msgs []string
 	var started []time.Time
 	var firstPlain *delivery // the first delivered non-operational event
 	probed := false
@@ -93,7 +95,7 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 			probed = probed || r.probe
 			for _, d := range r.items {
 				seqs, codes, secs = append(seqs, d.seq), append(codes, int32(r.StatusCode)), append(secs, r.Duration.Seconds())
-				excerpts, started = append(excerpts, r.Excerpt), append(started, r.started)
+				excerpts, started, msgs = append(excerpts, r.Excerpt), append(started, r.started), append(msgs, messageID(r))
 				if firstPlain == nil && !webhooks.IsOperational(d.ev.Type) {
 					firstPlain = d
 				}
@@ -109,7 +111,7 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 		throttled = last.throttled
 	}
 	if _, err := t.tx.Exec(ctx, deliveredSQL, t.s.subID, seqs, codes, secs, excerpts, started, clear,
-		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled); err != nil {
+		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled, msgs); err != nil {
 		return fmt.Errorf("deliver %s: record %d delivered: %w", t.s.subID, len(seqs), err)
 	}
 	for range seqs {
@@ -146,13 +148,14 @@ const pendingAtSQL = `FROM unnest($2::bigint[]) AS k(seq)
     WHERE w.subscription_id = $1 AND w.event_seq = k.seq AND w.status = 'pending'
       AND w.event_seq BETWEEN (SELECT min(s) FROM unnest($2::bigint[]) s) AND (SELECT max(s) FROM unnest($2::bigint[]) s)`
 
-// failedSQL records a failed request carrying deliveries $2: an attempt of
+// failedSQL records a failed request carrying deliveries $2, signed under
+// webhook-id $8 (empty for the event's own; see messageID): an attempt of
 // each, counted, and returns the first one's count, first attempt and the
 // time now.
 const failedSQL = `
 WITH a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, error, response_excerpt)
-    SELECT $1, seq, $3, $4, $5, NULLIF($6, ''), NULLIF($7, '') FROM unnest($2::bigint[]) AS seq
+    INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, error, response_excerpt, message_id)
+    SELECT $1, seq, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), NULLIF($8, '') FROM unnest($2::bigint[]) AS seq
 ), d AS (
     UPDATE webhook_deliveries w SET attempts = w.attempts + 1, last_error = $6, first_attempt_at = coalesce(w.first_attempt_at, $3)
     ` + pendingAtSQL + `
@@ -206,7 +209,8 @@ func (t *stepTx) recordFailure(ctx context.Context, r *request) (string, error) 
 	var attempts int
 	var first *time.Time
 	var now time.Time
-	err := t.tx.QueryRow(ctx, failedSQL, t.s.subID, f.seqs, r.started, code, r.Duration.Seconds(), r.Err, r.Excerpt).Scan(&attempts, &first, &now)
+	err := t.tx.QueryRow(ctx, failedSQL, t.s.subID, f.seqs, r.started, code, r.Duration.Seconds(), r.Err, r.Excerpt, messageID(r)).
+		Scan(&attempts, &first, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "retry", nil // no longer pending: skipped or resent meanwhile
 	}
@@ -315,11 +319,12 @@ func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, at
 }
 
 // refuseSQL makes deliveries $2 dead without a request, each with an
-// attempt that says why ($3).
+// attempt that says why ($3) and, as no request was signed, an empty
+// webhook-id.
 const refuseSQL = `
 WITH a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error)
-    SELECT $1, seq, NULL, 0, $3 FROM unnest($2::bigint[]) AS seq
+    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error, message_id)
+    SELECT $1, seq, NULL, 0, $3, '' FROM unnest($2::bigint[]) AS seq
 )
 UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
     ` + pendingAtSQL
@@ -372,4 +377,15 @@ func (t *stepTx) readEvents(ctx context.Context, items []*delivery) error {
 		d.ev = bySeq[d.seq]
 	}
 	return nil
+}
+
+// messageID is what an attempt of r records as its webhook-id
+// (webhook_attempts.message_id): "" for a request of one event signed
+// under that event's id, which the attempt's delivery already names, and
+// the id otherwise: a batch's.
+func messageID(r *request) string {
+	if len(r.items) == 1 && r.msg.ID == r.head().eventID.String() {
+		return ""
+	}
+	return r.msg.ID
 }
