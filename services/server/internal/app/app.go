@@ -32,6 +32,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/httpconn"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -163,9 +164,11 @@ type run struct {
 	consumers []sync.Consumer
 	alive     *liveness.Holder
 	river     *river.Client[pgx.Tx]
-	// appended is woken by every NOTIFY event_log the process hears, for
-	// the API's long polls and streams.
-	appended *sync.Broadcast
+	// appended holds the API's long polls and streams by space; in the
+	// roles that serve the API, waker wakes those of the spaces that got
+	// events after every NOTIFY event_log the process hears.
+	appended *sync.SpaceBroadcast
+	waker    *sync.SpaceWaker
 	// jobs is the modules' job inserter: the River client once built.
 	jobs lateInserter
 }
@@ -184,7 +187,7 @@ func (l *lateInserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobAr
 
 // buildModules builds every feature from its factory.
 func (r *run) buildModules() error {
-	r.appended = sync.NewBroadcast()
+	r.appended = sync.NewSpaceBroadcast()
 	deps := &module.Deps{Pool: r.pool, Events: r.events, Source: r.events, Rounds: postgres.CursorStore{},
 		ConsumerStatus: r.events, Reader: r.events, Appended: r.appended, Logger: r.s.logger, Registry: r.s.registry,
 		Jobs: &r.jobs}
@@ -283,7 +286,7 @@ func (r *run) handler() http.Handler {
 // the consumers and River until ctx ends, then waits for all of them.
 func (r *run) serve(ctx context.Context, ln net.Listener) error {
 	cfg := r.s.cfg
-	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: httpconn.Context}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	g, gctx := errgroup.WithContext(runCtx)
@@ -304,10 +307,14 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 			g.Go(func() error { return rm.Run(gctx) })
 		}
 	}
+	if r.s.api() {
+		r.waker = sync.NewSpaceWaker(r.events, r.appended, &sync.SpaceWakerConfig{Registerer: r.s.registry, Logger: r.s.logger})
+		g.Go(func() error { return r.waker.Run(gctx) })
+	}
 	if r.s.api() && !r.s.worker() {
 		// The worker's LISTEN connection wakes the API too; an api role
 		// alone needs its own.
-		listener := postgres.NewListener(r.appended.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: r.s.logger,
+		listener := postgres.NewListener(r.waker.Wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: r.s.logger,
 			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid())})
 		g.Go(func() error { return listener.Run(gctx) })
 	}
@@ -343,7 +350,10 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	if err := checkConsumers(ctx, r.pool, r.consumers); err != nil {
 		return err
 	}
-	wake := func() { w.Wake(); r.appended.Wake() }
+	wake := w.Wake
+	if r.waker != nil {
+		wake = func() { w.Wake(); r.waker.Wake() }
+	}
 	listener := postgres.NewListener(wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: logger,
 		ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid()), Channels: r.notifications()})
 	rescuer, err := liveness.NewRescuer(r.pool, r.alive, &liveness.RescuerConfig{Registerer: r.s.registry, Logger: logger})

@@ -114,7 +114,8 @@ func newEventsPage(pg *sync.SpaceEventsPage) eventsPage {
 // listEvents answers a page of the space's events in seq order, waits for
 // one with wait, or streams them to a client that accepts
 // text/event-stream (events_stream.go). Read on the space and scope
-// events:read.
+// events:read. A long poll or a stream beyond the limits of waiters.go is
+// answered 429.
 func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	space, err := pathSpace(r)
 	if err != nil {
@@ -134,7 +135,19 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 		if err := streamStart(r, q); err != nil {
 			return err
 		}
+		leave, err := a.waiters.enter(s, waiterStream)
+		if err != nil {
+			return err
+		}
+		defer leave()
 		return a.streamEvents(w, r, s, q)
+	}
+	if q.wait > 0 {
+		leave, err := a.waiters.enter(s, waiterPoll)
+		if err != nil {
+			return err
+		}
+		defer leave()
 	}
 	pg, err := a.pollEvents(r, s, q)
 	if err != nil {
@@ -147,8 +160,8 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 }
 
 // pollEvents reads the page after q.after; with q.wait, it reads again on
-// every notice (and every EventsPollInterval) until an event comes, the
-// wait ends or the server stops. A scan window with nothing of the space
+// every notice for the space (and every EventsPollInterval) until an event
+// comes, the wait ends or the server stops. A scan window with nothing of the space
 // in it is passed over at once. Events found after the rights were read
 // more than EventsRightsMaxAge ago are answered only if the rights, read
 // again, still allow them.
@@ -156,9 +169,14 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 	ctx := r.Context()
 	deadline := time.Now().Add(q.wait)
 	after, lost, checked := q.after, sync.SeqRange{}, time.Now()
+	changed, unwatch := noWatch, func() {}
+	if q.wait > 0 {
+		changed, unwatch = a.watch(q.space)
+	}
+	defer unwatch()
 	var tick *time.Ticker
 	for {
-		changed := a.changed()
+		notice := changed()
 		pg, err := a.reader.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: q.space, AfterSeq: after, Types: q.types, Limit: q.limit})
 		if err != nil {
 			return nil, err
@@ -183,7 +201,7 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 		}
 		timer := time.NewTimer(time.Until(deadline))
 		select {
-		case <-changed:
+		case <-notice:
 		case <-tick.C:
 		case <-timer.C:
 		case <-a.stopping:
@@ -196,14 +214,18 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 	}
 }
 
-// changed returns the channel the next notice closes; nil (never) without
-// a watcher, where polls rely on the poll interval.
-func (a *API) changed() <-chan struct{} {
+// watch watches space for notices (sync.AppendWatcher.Watch); without a
+// watcher, changed returns nil (never closed), and waits rely on the poll
+// interval.
+func (a *API) watch(space string) (changed func() <-chan struct{}, unwatch func()) {
 	if a.appended == nil {
-		return nil
+		return noWatch, func() {}
 	}
-	return a.appended.Changed()
+	return a.appended.Watch(space)
 }
+
+// noWatch is changed for a wait that watches nothing.
+func noWatch() <-chan struct{} { return nil }
 
 // stillAllowed decides events.read on space again, with the token's
 // scopes and the principal's rights as they are now: a long poll or a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
@@ -78,6 +79,21 @@ type Config struct {
 	// rights it read before it reads them again, so a revoke ends it
 	// within about this long. Default 1s.
 	EventsRightsMaxAge time.Duration
+	// MaxEventWaitersPerToken bounds the long polls and event streams one
+	// token has open in the process (server.max_event_waiters_per_token);
+	// one more is answered 429. Default 100.
+	MaxEventWaitersPerToken int
+	// MaxEventWaiters bounds the long polls and event streams open in the
+	// process (server.max_event_waiters). Default 10,000.
+	MaxEventWaiters int
+	// EventsStreamWriteTimeout ends an event stream whose write does not
+	// progress for this long: a client that stopped reading
+	// (server.event_stream_write_timeout). Default 30s.
+	EventsStreamWriteTimeout time.Duration
+	// EventsStreamSendBuffer is the kernel send buffer, in bytes, of an
+	// event stream's connection, where the stream's unread output queues.
+	// Default 128 KiB.
+	EventsStreamSendBuffer int
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -104,6 +120,8 @@ type API struct {
 	// reader and appended serve the event pull and stream.
 	reader   sync.SpaceEventReader
 	appended sync.AppendWatcher
+	// waiters counts the open long polls and streams against their limits.
+	waiters *waiters
 	// stopping is closed when the server stops (Run's context ends): long
 	// polls answer at once and streams end, so shutdown does not wait for
 	// them.
@@ -135,8 +153,16 @@ func New(d *module.Deps, cfg *Config) *API {
 	c.EventsPollInterval = cmp.Or(c.EventsPollInterval, time.Second)
 	c.EventsHeartbeat = cmp.Or(c.EventsHeartbeat, 15*time.Second)
 	c.EventsRightsMaxAge = cmp.Or(c.EventsRightsMaxAge, time.Second)
+	c.MaxEventWaitersPerToken = cmp.Or(c.MaxEventWaitersPerToken, 100)
+	c.MaxEventWaiters = cmp.Or(c.MaxEventWaiters, 10_000)
+	c.EventsStreamWriteTimeout = cmp.Or(c.EventsStreamWriteTimeout, 30*time.Second)
+	c.EventsStreamSendBuffer = cmp.Or(c.EventsStreamSendBuffer, 128<<10)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	var reg prometheus.Registerer = prometheus.NewRegistry() // kept by nobody
+	if d.Registry != nil {
+		reg = d.Registry
 	}
 	var barrier *sharedBarrier
 	if d.Events != nil {
@@ -148,7 +174,7 @@ func New(d *module.Deps, cfg *Config) *API {
 		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
 		tester:   tester, testerErr: testerErr, reader: d.Reader, appended: d.Appended, stopping: make(chan struct{}),
-		barrier: barrier}
+		barrier: barrier, waiters: newWaiters(c.MaxEventWaitersPerToken, c.MaxEventWaiters, reg)}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
@@ -403,8 +429,11 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("path", r.URL.Path), slog.Any("error", err))
 		ae = errorf(http.StatusInternalServerError, kindInternal, "internal error; the server log has the cause")
 	}
-	if ae.status == http.StatusUnauthorized {
+	switch ae.status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfterBusy)
 	}
 	writeProblem(w, r, ae)
 }

@@ -26,3 +26,6 @@ const EventsAtSQL = eventsAtSQL
 // LoggedEventsSQL is the statement that finds the logged events of
 // repeated ids.
 const LoggedEventsSQL = loggedEventsSQL
+
+// ChangedSpacesSQL is ChangedSpaces's statement.
+const ChangedSpacesSQL = changedSpacesSQL
