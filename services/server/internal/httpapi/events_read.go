@@ -121,33 +121,32 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	if err != nil {
 		return err
 	}
-	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
-		return err
-	}
 	q, err := parseEventsQuery(r, space)
 	if err != nil {
 		return err
 	}
-	if acceptsEventStream(r) {
+	stream := acceptsEventStream(r)
+	if stream {
 		if q.wait > 0 {
 			return errorf(http.StatusBadRequest, kindBadRequest, "wait: a stream waits by itself; send wait only without Accept: text/event-stream")
 		}
 		if err := streamStart(r, q); err != nil {
 			return err
 		}
-		leave, err := a.waiters.enter(s, waiterStream)
-		if err != nil {
-			return err
-		}
-		defer leave()
-		return a.streamEvents(w, r, s, q)
 	}
-	if q.wait > 0 {
-		leave, err := a.waiters.enter(s, waiterPoll)
+	// The limits come before the rights, so that refusing costs no query.
+	if kind := waiterKind(stream, q); kind != "" {
+		leave, err := a.waiters.enter(s, kind)
 		if err != nil {
 			return err
 		}
 		defer leave()
+	}
+	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
+		return err
+	}
+	if stream {
+		return a.streamEvents(w, r, s, q)
 	}
 	pg, err := a.pollEvents(r, s, q)
 	if err != nil {
@@ -157,6 +156,18 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	writeJSON(bw, http.StatusOK, newEventsPage(pg))
 	a.answerDurably(w, r, bw)
 	return nil
+}
+
+// waiterKind is what the request counts as against the limits of
+// waiters.go: a stream, a long poll, or nothing ("") for a page.
+func waiterKind(stream bool, q *eventsQuery) string {
+	switch {
+	case stream:
+		return waiterStream
+	case q.wait > 0:
+		return waiterPoll
+	}
+	return ""
 }
 
 // pollEvents reads the page after q.after; with q.wait, it reads again on
