@@ -308,7 +308,8 @@ func (r *run) serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	if r.s.api() {
-		r.waker = sync.NewSpaceWaker(r.events, r.appended, &sync.SpaceWakerConfig{Registerer: r.s.registry, Logger: r.s.logger})
+		r.waker = sync.NewSpaceWaker(r.events, r.appended, &sync.SpaceWakerConfig{PollInterval: cfg.Consumer.PollInterval,
+			Registerer: r.s.registry, Logger: r.s.logger})
 		g.Go(func() error { return r.waker.Run(gctx) })
 	}
 	if r.s.api() && !r.s.worker() {

@@ -171,8 +171,8 @@ func waiterKind(stream bool, q *eventsQuery) string {
 }
 
 // pollEvents reads the page after q.after; with q.wait, it reads again on
-// every notice for the space (and every EventsPollInterval) until an event
-// comes, the wait ends or the server stops. A scan window with nothing of the space
+// every notice for the space (without a watcher, every EventsPollInterval)
+// until an event comes, the wait ends or the server stops. A scan window with nothing of the space
 // in it is passed over at once. Events found after the rights were read
 // more than EventsRightsMaxAge ago are answered only if the rights, read
 // again, still allow them.
@@ -207,7 +207,7 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 			continue
 		}
 		if tick == nil {
-			tick = time.NewTicker(a.cfg.EventsPollInterval)
+			tick = a.pollTicker()
 			defer tick.Stop()
 		}
 		timer := time.NewTimer(time.Until(deadline))
@@ -237,6 +237,17 @@ func (a *API) watch(space string) (changed func() <-chan struct{}, unwatch func(
 
 // noWatch is changed for a wait that watches nothing.
 func noWatch() <-chan struct{} { return nil }
+
+// pollTicker ticks every EventsPollInterval without a watcher, when waits
+// must read by themselves; with one, whose notices come also for events
+// whose NOTIFY was lost, never.
+func (a *API) pollTicker() *time.Ticker {
+	t := time.NewTicker(a.cfg.EventsPollInterval)
+	if a.appended != nil {
+		t.Stop()
+	}
+	return t
+}
 
 // stillAllowed decides events.read on space again, with the token's
 // scopes and the principal's rights as they are now: a long poll or a

@@ -21,7 +21,8 @@ import (
 // text/event-stream. Each event is a server-sent event whose id is its seq
 // and whose data is its envelope; a reconnecting client sends the last id
 // it got as Last-Event-ID and continues after it. The stream reads the log
-// when a notice says its space got events (and every EventsPollInterval),
+// when a notice says its space got events (without a watcher, every
+// EventsPollInterval),
 // sends a comment every EventsHeartbeat, and ends when the client leaves,
 // the server stops, the caller's rights no longer allow it or a write
 // makes no progress for EventsStreamWriteTimeout. What a client has not
@@ -94,7 +95,7 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 
 func (st *eventStream) run() error {
 	a, ctx := st.a, st.r.Context()
-	poll := time.NewTicker(a.cfg.EventsPollInterval)
+	poll := a.pollTicker()
 	defer poll.Stop()
 	beat := time.NewTicker(a.cfg.EventsHeartbeat)
 	defer beat.Stop()

@@ -64,8 +64,8 @@ func (r signalingReader) SpaceEvents(ctx context.Context, p *sync.SpaceEventsPar
 
 // setupPull serves the API with cfg (its poll interval an hour unless
 // set, so only a notice wakes a wait) and, with notify, a LISTEN
-// connection waking it through a SpaceWaker, as app does; it returns once
-// that listens and the waker made its first read.
+// connection waking it through a SpaceWaker that also reads every poll
+// interval, as app does; it returns once the waker made its first read.
 func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
@@ -75,6 +75,10 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	t.Cleanup(quiet.Close)
 	b := &pullBundle{log: log, quiet: quiet, reads: make(chan int, 1000), reg: prometheus.NewRegistry()}
 	deps := &module.Deps{Pool: db.Pool, Events: log, Rounds: postgres.CursorStore{}, Reader: signalingReader{log, b.reads}, Registry: b.reg}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.EventsPollInterval == 0 {
+		cfg.EventsPollInterval = time.Hour
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ended []chan struct{}
 	goUntilEnd := func(f func()) {
@@ -85,16 +89,13 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	if notify {
 		bc := sync.NewSpaceBroadcast()
 		deps.Appended = bc
-		waker := sync.NewSpaceWaker(log, bc, &sync.SpaceWakerConfig{Registerer: b.reg})
+		waker := sync.NewSpaceWaker(log, bc, &sync.SpaceWakerConfig{PollInterval: cfg.EventsPollInterval, Registerer: b.reg})
 		goUntilEnd(func() { _ = waker.Run(ctx) })
 		l := postgres.NewListener(waker.Wake, &postgres.ListenerConfig{ConnString: db.URL})
 		goUntilEnd(func() { _ = l.Run(ctx) })
 		b.waitMetric(t, "bothy_event_wake_reads_total", "", 1)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if cfg.EventsPollInterval == 0 {
-		cfg.EventsPollInterval = time.Hour
-	}
+
 	api := httpapi.New(deps, &cfg)
 	apiCtx, stopAPI := context.WithCancel(ctx)
 	goUntilEnd(func() { _ = api.Run(apiCtx) })

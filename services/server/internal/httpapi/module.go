@@ -67,9 +67,9 @@ type Config struct {
 	// the request's Host.
 	ConsolePublicURL string
 	// EventsPollInterval is how often a long poll or an event stream reads
-	// the log again when no notice woke it (a NOTIFY can be lost, and a
-	// role without a LISTEN connection gets none): consumer.poll_interval.
-	// Default 1s.
+	// the log again by itself when the API has no watcher
+	// (module.Deps.Appended), whose notices would wake it:
+	// consumer.poll_interval. Default 1s.
 	EventsPollInterval time.Duration
 	// EventsHeartbeat is how often a quiet event stream sends a comment
 	// line, so that proxies keep it open and a client notices a dead
@@ -433,7 +433,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
 	case http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", retryAfterBusy)
+		w.Header().Set("Retry-After", retryAfterBusy())
 	}
 	writeProblem(w, r, ae)
 }

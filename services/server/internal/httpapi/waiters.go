@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	gosync "sync"
 
 	"github.com/google/uuid"
@@ -31,9 +33,11 @@ const (
 )
 
 // retryAfterBusy is the Retry-After, in seconds, of a 429 for too many
-// waiters: a long poll ends within a minute, so slots free up within
-// seconds on a busy server, and a client retrying sooner only adds load.
-const retryAfterBusy = "5"
+// waiters: 3 to 7, at random, so that clients refused together (a flood
+// that opened its long polls at once) do not come back together; a long
+// poll ends within a minute, so slots free up within seconds on a busy
+// server, and a client retrying sooner only adds load.
+func retryAfterBusy() string { return strconv.Itoa(3 + rand.IntN(5)) }
 
 // waiters counts the open long polls and streams, per token and in all.
 // It is safe for concurrent use.

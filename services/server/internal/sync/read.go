@@ -96,8 +96,10 @@ type AppendWatcher interface {
 	// Watch registers a reader of space until stop is called. changed
 	// returns a channel that is closed at the first notice for space after
 	// the call: a reader takes it before it reads and waits on it after
-	// finding nothing, so a commit between the two is not missed. Notices
-	// may be lost (a NOTIFY that failed): readers also poll. Safe for
-	// concurrent use; changed must not be called after stop.
+	// finding nothing, so a commit between the two is not missed. Every
+	// commit of an event of space is followed by a notice, late when its
+	// NOTIFY was lost (SpaceWaker also reads every poll interval), so
+	// readers need not poll. Safe for concurrent use; changed must not be
+	// called after stop.
 	Watch(space string) (changed func() <-chan struct{}, stop func())
 }

@@ -133,6 +133,10 @@ type SpaceWakerConfig struct {
 	// ScanLimit is the most new seqs one read examines; when more came
 	// since the last read, every reader is woken. Default 10,000.
 	ScanLimit int64
+	// PollInterval is the longest Run goes without a read: an event whose
+	// notification was lost wakes its readers within it
+	// (consumer.poll_interval). Default 1s.
+	PollInterval time.Duration
 	// ReadTimeout bounds one read. Default 5s.
 	ReadTimeout time.Duration
 	// Registerer takes the waker's metrics. Default: none kept.
@@ -150,15 +154,16 @@ const (
 
 // SpaceWaker wakes the readers of a SpaceBroadcast whose spaces got
 // events. On each Wake (a NOTIFY event_log heard, or the LISTEN connection
-// back after a loss) it reads the spaces of the events committed after the
-// head of its previous read, and wakes the readers of those spaces; Wakes
-// that come during a read merge into one more read. A reader that finds
-// nothing and waits did read before its event's commit, whose notification
-// comes after that commit: the read it causes sees the event, so the
-// reader is woken. Its first read covers the log from its start. Where the
+// back after a loss), and PollInterval after its last read, it reads the
+// spaces of the events committed after the head of its previous read and
+// wakes the readers of those spaces; Wakes that come during a read merge
+// into one more read. A reader that finds nothing and waits did read
+// before its event's commit, so any read that begins after that commit
+// sees the event and wakes the reader: the one its notification causes,
+// or, when the notification is lost, the next one. Readers need not poll
+// themselves. Its first read covers the log from its start. Where the
 // waker cannot tell (a read that fails, more than ScanLimit new seqs) it
-// wakes every reader, which then read for themselves. A notification that is lost delays a wake to
-// the next one; readers poll for that.
+// wakes every reader, which then read for themselves.
 type SpaceWaker struct {
 	reader ChangedSpacesReader
 	bc     *SpaceBroadcast
@@ -177,6 +182,7 @@ func NewSpaceWaker(reader ChangedSpacesReader, bc *SpaceBroadcast, cfg *SpaceWak
 		c = *cfg
 	}
 	c.ScanLimit = cmp.Or(c.ScanLimit, 10_000)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -184,7 +190,7 @@ func NewSpaceWaker(reader ChangedSpacesReader, bc *SpaceBroadcast, cfg *SpaceWak
 	w := &SpaceWaker{reader: reader, bc: bc, cfg: c, notice: make(chan struct{}, 1),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bothy_event_wake_reads_total",
-			Help: "Reads of the spaces of new events, one per notification the process hears, by what they woke: spaces (the long polls and streams of those spaces), all (every one: more new seqs than one read examines), error (the read failed: every one).",
+			Help: "Reads of the spaces of new events, one per notification the process hears (and one per consumer.poll_interval without any), by what they woke: spaces (the long polls and streams of those spaces), all (every one: more new seqs than one read examines), error (the read failed: every one).",
 		}, []string{"result"}),
 		woken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bothy_event_waiters_woken_total",
@@ -208,16 +214,20 @@ func (w *SpaceWaker) Wake() {
 	}
 }
 
-// Run reads and wakes after every Wake until ctx is cancelled, and returns
-// nil then.
+// Run reads and wakes after every Wake, and PollInterval after the last
+// read, until ctx is cancelled, and returns nil then.
 func (w *SpaceWaker) Run(ctx context.Context) error {
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-w.notice:
+		case <-poll.C:
 		}
 		w.read(ctx)
+		poll.Reset(w.cfg.PollInterval)
 	}
 }
 

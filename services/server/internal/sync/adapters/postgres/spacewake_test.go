@@ -28,9 +28,10 @@ type wakeBundle struct {
 }
 
 // setupWaker runs a waker reading through reader (the quiet log if nil)
-// with scanLimit and, with listen, a LISTEN connection waking it, until the
-// test ends. It returns once the waker's first read is done.
-func setupWaker(t *testing.T, scanLimit int64, listen bool, reader func(db *dbtest.DB) sync.ChangedSpacesReader) *wakeBundle {
+// with cfg (its poll interval an hour unless set) and, with listen, a
+// LISTEN connection waking it, until the test ends. It returns once the
+// waker's first read is done.
+func setupWaker(t *testing.T, cfg sync.SpaceWakerConfig, listen bool, reader func(db *dbtest.DB) sync.ChangedSpacesReader) *wakeBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
 	b := &wakeBundle{db: db, notify: postgres.NewEventLog(db.Pool, nil), reg: prometheus.NewRegistry(), bc: sync.NewSpaceBroadcast(),
@@ -41,7 +42,11 @@ func setupWaker(t *testing.T, scanLimit int64, listen bool, reader func(db *dbte
 	if reader != nil {
 		r = reader(db)
 	}
-	b.waker = sync.NewSpaceWaker(r, b.bc, &sync.SpaceWakerConfig{ScanLimit: scanLimit, Registerer: b.reg})
+	cfg.Registerer = b.reg
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Hour
+	}
+	b.waker = sync.NewSpaceWaker(r, b.bc, &cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	t.Cleanup(func() { cancel(); <-done; <-done })
@@ -132,7 +137,7 @@ func TestSpaceWaker(t *testing.T) {
 
 	t.Run("WakesOnlyTheReadersOfTheSpaceThatChanged", func(t *testing.T) {
 		t.Parallel()
-		b := setupWaker(t, 0, true, nil)
+		b := setupWaker(t, sync.SpaceWakerConfig{}, true, nil)
 		a, other := b.watch(t, "a"), b.watch(t, "b")
 		appendTo(t, b.notify, "a", 1)
 		requireWoken(t, a, "a")
@@ -142,7 +147,7 @@ func TestSpaceWaker(t *testing.T) {
 	})
 	t.Run("ALostNotificationIsCoveredByTheNextRead", func(t *testing.T) {
 		t.Parallel()
-		b := setupWaker(t, 0, true, nil)
+		b := setupWaker(t, sync.SpaceWakerConfig{}, true, nil)
 		a, other, idle := b.watch(t, "a"), b.watch(t, "b"), b.watch(t, "c")
 		appendTo(t, b.quiet, "a", 1) // committed, its notification lost
 		appendTo(t, b.notify, "b", 1)
@@ -150,9 +155,16 @@ func TestSpaceWaker(t *testing.T) {
 		requireWoken(t, a, "a")
 		b.requireAsleep(t, idle, "c")
 	})
+	t.Run("ItsPollCoversALostNotification", func(t *testing.T) {
+		t.Parallel()
+		b := setupWaker(t, sync.SpaceWakerConfig{PollInterval: 20 * time.Millisecond}, true, nil)
+		a := b.watch(t, "a")
+		appendTo(t, b.quiet, "a", 1) // committed, its notification lost, and no other comes
+		requireWoken(t, a, "a")
+	})
 	t.Run("MoreNewSeqsThanTheScanLimitWakeEveryReader", func(t *testing.T) {
 		t.Parallel()
-		b := setupWaker(t, 2, false, nil)
+		b := setupWaker(t, sync.SpaceWakerConfig{ScanLimit: 2}, false, nil)
 		other := b.watch(t, "b")
 		appendTo(t, b.quiet, "a", 3)
 		b.waker.Wake()
@@ -162,7 +174,7 @@ func TestSpaceWaker(t *testing.T) {
 	t.Run("AFailedReadWakesEveryReader", func(t *testing.T) {
 		t.Parallel()
 		var pool *pgxpool.Pool
-		b := setupWaker(t, 0, false, func(db *dbtest.DB) sync.ChangedSpacesReader {
+		b := setupWaker(t, sync.SpaceWakerConfig{}, false, func(db *dbtest.DB) sync.ChangedSpacesReader {
 			var err error
 			pool, err = pgxpool.New(context.Background(), db.URL)
 			require.NoError(t, err)
