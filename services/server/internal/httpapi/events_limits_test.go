@@ -32,6 +32,7 @@ func TestAPI_EventWaitersAreLimited(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b := setupPull(t, httpapi.Config{MaxEventWaitersPerToken: 2, MaxEventWaiters: 3}, true)
+	t.Cleanup(b.stop) // long polls left answer at once
 	one := b.principal(t, "one", authz.RightRead, "s1", authz.ScopeEventsRead)
 	other := b.principal(t, "other", authz.RightRead, "s1", authz.ScopeEventsRead)
 	open := func(kind string) float64 { return b.metric(t, "bothy_http_event_waiters", kind) }
@@ -86,6 +87,32 @@ func TestAPI_EventWaitersAreLimited(t *testing.T) {
 		r := answer(t, b.longPoll(t, one, "wait=50ms&after=0"))
 		require.Len(t, r.json(t)["events"], 1)
 	})
+}
+
+// TestAPI_ATokenAtItsLimitIsRefusedWithoutAQuery: once a token has the
+// most long polls and streams open, more of them are refused before they
+// are authenticated, so a client retrying in a loop costs the database
+// nothing; the same request with another secret is authenticated (401).
+func TestAPI_ATokenAtItsLimitIsRefusedWithoutAQuery(t *testing.T) {
+	t.Parallel()
+	b := setupPull(t, httpapi.Config{MaxEventWaitersPerToken: 1}, true)
+	t.Cleanup(b.stop) // the long poll answers at once
+	reader := b.principal(t, "reader", authz.RightRead, "s1", authz.ScopeEventsRead)
+	b.longPoll(t, reader, "wait=20s")
+	b.waitMetric(t, "bothy_http_event_waiters", "poll", 1)
+
+	before := b.queries.Load()
+	r := b.do(t, http.MethodGet, "/v1/spaces/s1/events?wait=1s", reader, "")
+	r.problem(t, http.StatusTooManyRequests)
+	requireRetryAfter(t, r)
+	require.Equal(t, before, b.queries.Load(), "statements sent for a refused long poll")
+	other := reader[:len(reader)-1] + "x"
+	if other == reader {
+		other = reader[:len(reader)-1] + "y"
+	}
+	r = b.do(t, http.MethodGet, "/v1/spaces/s1/events?wait=1s", other, "")
+	r.problem(t, http.StatusUnauthorized)
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/spaces/s1/events", reader, "").status, "a page is not refused")
 }
 
 // requireRetryAfter checks that r says to retry after 3 to 7 seconds.

@@ -136,7 +136,7 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	}
 	// The limits come before the rights, so that refusing costs no query.
 	if kind := waiterKind(stream, q); kind != "" {
-		leave, err := a.waiters.enter(s, kind)
+		leave, err := a.waiters.enter(s, bearerOf(r), kind)
 		if err != nil {
 			return err
 		}
@@ -158,6 +158,26 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	return nil
 }
 
+// shedWaiter refuses, before authentication, a long poll or stream sent
+// with the bearer secret of a token that has the most open already.
+func (a *API) shedWaiter(r *http.Request) error {
+	q, err := parseEventsQuery(r, r.PathValue("space"))
+	if err != nil || waiterKind(acceptsEventStream(r), q) == "" {
+		return nil // the handler answers it
+	}
+	return a.waiters.shed(bearerOf(r))
+}
+
+// bearerOf is the bearer secret r sends, as authenticate reads it; "" if
+// none.
+func bearerOf(r *http.Request) string {
+	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(cred)
+}
+
 // waiterKind is what the request counts as against the limits of
 // waiters.go: a stream, a long poll, or nothing ("") for a page.
 func waiterKind(stream bool, q *eventsQuery) string {
@@ -172,8 +192,8 @@ func waiterKind(stream bool, q *eventsQuery) string {
 
 // pollEvents reads the page after q.after; with q.wait, it reads again on
 // every notice for the space (without a watcher, every EventsPollInterval)
-// until an event comes, the wait ends or the server stops. A scan window with nothing of the space
-// in it is passed over at once. Events found after the rights were read
+// until an event comes, the wait ends or the server stops. A scan window
+// with nothing of the space in it is passed over at once. Events found after the rights were read
 // more than EventsRightsMaxAge ago are answered only if the rights, read
 // again, still allow them.
 func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sync.SpaceEventsPage, error) {
@@ -185,7 +205,8 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 		changed, unwatch = a.watch(q.space)
 	}
 	defer unwatch()
-	var tick *time.Ticker
+	ticks, stopTicks := a.pollTicks()
+	defer stopTicks()
 	for {
 		notice := changed()
 		pg, err := a.reader.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: q.space, AfterSeq: after, Types: q.types, Limit: q.limit})
@@ -206,14 +227,10 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 		if !pg.Done() {
 			continue
 		}
-		if tick == nil {
-			tick = a.pollTicker()
-			defer tick.Stop()
-		}
 		timer := time.NewTimer(time.Until(deadline))
 		select {
 		case <-notice:
-		case <-tick.C:
+		case <-ticks:
 		case <-timer.C:
 		case <-a.stopping:
 			deadline = time.Now()
@@ -238,15 +255,15 @@ func (a *API) watch(space string) (changed func() <-chan struct{}, unwatch func(
 // noWatch is changed for a wait that watches nothing.
 func noWatch() <-chan struct{} { return nil }
 
-// pollTicker ticks every EventsPollInterval without a watcher, when waits
-// must read by themselves; with one, whose notices come also for events
-// whose NOTIFY was lost, never.
-func (a *API) pollTicker() *time.Ticker {
-	t := time.NewTicker(a.cfg.EventsPollInterval)
+// pollTicks ticks every EventsPollInterval when the API has no watcher,
+// so waits read by themselves; never with one, whose notices come also
+// for events whose NOTIFY was lost.
+func (a *API) pollTicks() (ticks <-chan time.Time, stop func()) {
 	if a.appended != nil {
-		t.Stop()
+		return nil, func() {}
 	}
-	return t
+	t := time.NewTicker(a.cfg.EventsPollInterval)
+	return t.C, t.Stop
 }
 
 // stillAllowed decides events.read on space again, with the token's

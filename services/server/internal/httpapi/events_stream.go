@@ -22,13 +22,12 @@ import (
 // and whose data is its envelope; a reconnecting client sends the last id
 // it got as Last-Event-ID and continues after it. The stream reads the log
 // when a notice says its space got events (without a watcher, every
-// EventsPollInterval),
-// sends a comment every EventsHeartbeat, and ends when the client leaves,
-// the server stops, the caller's rights no longer allow it or a write
-// makes no progress for EventsStreamWriteTimeout. What a client has not
-// read queues in the connection's send buffer, which the stream bounds
-// (EventsStreamSendBuffer), and in the page being written, one event at a
-// time.
+// EventsPollInterval), sends a comment every EventsHeartbeat, and ends
+// when the client leaves, the server stops, the caller's rights no longer
+// allow it or a write makes no progress for EventsStreamWriteTimeout. What
+// a client has not read waits in the connection's send buffer, which the
+// stream bounds (EventsStreamSendBuffer), and in the response's buffer,
+// written one event at a time.
 
 // streamRetry is the reconnection delay the stream suggests to clients.
 const streamRetry = 2 * time.Second
@@ -95,8 +94,8 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 
 func (st *eventStream) run() error {
 	a, ctx := st.a, st.r.Context()
-	poll := a.pollTicker()
-	defer poll.Stop()
+	ticks, stopTicks := a.pollTicks()
+	defer stopTicks()
 	beat := time.NewTicker(a.cfg.EventsHeartbeat)
 	defer beat.Stop()
 	changed, unwatch := a.watch(st.q.space)
@@ -119,7 +118,7 @@ func (st *eventStream) run() error {
 		}
 		select {
 		case <-notice:
-		case <-poll.C:
+		case <-ticks:
 		case <-beat.C:
 			if err := st.heartbeat(after); err != nil {
 				return err

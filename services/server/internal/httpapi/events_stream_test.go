@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +44,20 @@ type pullBundle struct {
 	stop func()
 	// reg holds the API's and the waker's metrics.
 	reg *prometheus.Registry
+	// queries counts the statements the API sends on its pool
+	// (authentication, rights), not those of its event reader.
+	queries *atomic.Int64
 }
+
+// queryCounter is a pgx tracer counting the statements sent.
+type queryCounter struct{ n *atomic.Int64 }
+
+func (c queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // signalingReader reports each SpaceEvents read on reads, without
 // blocking.
@@ -73,8 +88,14 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	t.Cleanup(log.Close)
 	quiet := postgres.NewEventLog(db.Pool, &postgres.EventLogConfig{Notify: postgres.NotifyNone})
 	t.Cleanup(quiet.Close)
-	b := &pullBundle{log: log, quiet: quiet, reads: make(chan int, 1000), reg: prometheus.NewRegistry()}
-	deps := &module.Deps{Pool: db.Pool, Events: log, Rounds: postgres.CursorStore{}, Reader: signalingReader{log, b.reads}, Registry: b.reg}
+	b := &pullBundle{log: log, quiet: quiet, reads: make(chan int, 1000), reg: prometheus.NewRegistry(), queries: &atomic.Int64{}}
+	pc, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	pc.ConnConfig.Tracer = queryCounter{b.queries}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	deps := &module.Deps{Pool: pool, Events: log, Rounds: postgres.CursorStore{}, Reader: signalingReader{log, b.reads}, Registry: b.reg}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.EventsPollInterval == 0 {
 		cfg.EventsPollInterval = time.Hour

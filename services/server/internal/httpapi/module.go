@@ -221,7 +221,11 @@ type route struct {
 	// (answerDurably, or a.log.Durable before each part of a stream), so
 	// wrap hands them the response as it is.
 	selfDurable bool
-	handler     func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
+	// shed, if set, may refuse a request before it is authenticated, with
+	// the answer its handler would give (a long poll of a token that has
+	// the most open already, waiters.go), so that refusing costs no query.
+	shed    func(r *http.Request) error
+	handler func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
 }
 
 // routes is every /v1 endpoint; the OpenAPI document must list exactly
@@ -231,7 +235,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/openapi.json", public: true, handler: a.openAPI},
 
 		{pattern: "POST /v1/spaces/{space}/events", handler: a.appendEvents},
-		{pattern: "GET /v1/spaces/{space}/events", selfDurable: true, handler: a.listEvents},
+		{pattern: "GET /v1/spaces/{space}/events", selfDurable: true, shed: a.shedWaiter, handler: a.listEvents},
 		{pattern: "GET /v1/spaces/{space}/events/{id}", handler: a.getEvent},
 		{pattern: "GET /v1/spaces/{space}/event-types", handler: a.listEventTypes},
 
@@ -329,6 +333,12 @@ func (a *API) wrap(rt route) http.Handler {
 		if err := checkParams(r, rt.pattern, op); err != nil {
 			a.fail(w, r, err)
 			return
+		}
+		if rt.shed != nil {
+			if err := rt.shed(r); err != nil {
+				a.fail(w, r, err)
+				return
+			}
 		}
 		var subj *authz.Subject
 		if !rt.public {
