@@ -92,6 +92,13 @@ func (b *SpaceBroadcast) WakeAll() int {
 	return woken
 }
 
+// waiting reports whether any reader watches a space.
+func (b *SpaceBroadcast) waiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.spaces) > 0
+}
+
 func (r *spaceReaders) wake() int {
 	close(r.ch)
 	r.ch = make(chan struct{})
@@ -147,9 +154,10 @@ type SpaceWakerConfig struct {
 
 // Values of bothy_event_wake_reads_total's result label.
 const (
-	wakeSpaces = "spaces" // woke the readers of the spaces read
-	wakeAll    = "all"    // woke every reader: too many new seqs
-	wakeError  = "error"  // the read failed: woke every reader
+	wakeSpaces = "spaces"  // woke the readers of the spaces read
+	wakeAll    = "all"     // woke every reader: too many new seqs
+	wakeError  = "error"   // the read failed: woke every reader
+	wakeIdle   = "skipped" // nobody watched: nothing read
 )
 
 // SpaceWaker wakes the readers of a SpaceBroadcast whose spaces got
@@ -163,7 +171,9 @@ const (
 // or, when the notification is lost, the next one. Readers need not poll
 // themselves. Its first read covers the log from its start. Where the
 // waker cannot tell (a read that fails, more than ScanLimit new seqs) it
-// wakes every reader, which then read for themselves.
+// wakes every reader, which then read for themselves. While no reader
+// watches it reads nothing: a reader that comes registers before its own
+// read, so before the notifications that concern it.
 type SpaceWaker struct {
 	reader ChangedSpacesReader
 	bc     *SpaceBroadcast
@@ -190,14 +200,14 @@ func NewSpaceWaker(reader ChangedSpacesReader, bc *SpaceBroadcast, cfg *SpaceWak
 	w := &SpaceWaker{reader: reader, bc: bc, cfg: c, notice: make(chan struct{}, 1),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bothy_event_wake_reads_total",
-			Help: "Reads of the spaces of new events, one per notification the process hears (and one per consumer.poll_interval without any), by what they woke: spaces (the long polls and streams of those spaces), all (every one: more new seqs than one read examines), error (the read failed: every one).",
+			Help: "Reads of the spaces of new events, one per notification the process hears (and one per consumer.poll_interval without any), by what they woke: spaces (the long polls and streams of those spaces), all (every one: more new seqs than one read examines), error (the read failed: every one), skipped (nobody waited: nothing read).",
 		}, []string{"result"}),
 		woken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bothy_event_waiters_woken_total",
 			Help: "Long polls and event streams woken by notifications, each once per wake; each woken one reads the log.",
 		}),
 	}
-	for _, r := range []string{wakeSpaces, wakeAll, wakeError} {
+	for _, r := range []string{wakeSpaces, wakeAll, wakeError, wakeIdle} {
 		w.reads.WithLabelValues(r)
 	}
 	if c.Registerer != nil {
@@ -234,6 +244,10 @@ func (w *SpaceWaker) Run(ctx context.Context) error {
 // read reads the spaces of the events after the last read's head and
 // wakes their readers, or every reader when it cannot tell which.
 func (w *SpaceWaker) read(ctx context.Context) {
+	if !w.bc.waiting() {
+		w.count(wakeIdle, 0)
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.ReadTimeout)
 	defer cancel()
 	cs, err := w.reader.ChangedSpaces(rctx, &ChangedSpacesParams{AfterSeq: w.seen, Limit: w.cfg.ScanLimit})

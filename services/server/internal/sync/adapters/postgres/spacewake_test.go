@@ -30,7 +30,8 @@ type wakeBundle struct {
 // setupWaker runs a waker reading through reader (the quiet log if nil)
 // with cfg (its poll interval an hour unless set) and, with listen, a
 // LISTEN connection waking it, until the test ends. It returns once the
-// waker's first read is done.
+// waker handled its first wake (with nobody watching yet, it reads
+// nothing).
 func setupWaker(t *testing.T, cfg sync.SpaceWakerConfig, listen bool, reader func(db *dbtest.DB) sync.ChangedSpacesReader) *wakeBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
@@ -154,6 +155,17 @@ func TestSpaceWaker(t *testing.T) {
 		requireWoken(t, other, "b")
 		requireWoken(t, a, "a")
 		b.requireAsleep(t, idle, "c")
+	})
+	t.Run("ReadsNothingWhileNobodyWatches", func(t *testing.T) {
+		t.Parallel()
+		b := setupWaker(t, sync.SpaceWakerConfig{}, true, nil)
+		skipped := b.reads(t, "skipped")
+		appendTo(t, b.notify, "a", 1)
+		b.waitReads(t, "skipped", skipped+1)
+		require.Zero(t, b.reads(t, "spaces")+b.reads(t, "all"), "reads with nobody to wake")
+		a := b.watch(t, "a")
+		appendTo(t, b.notify, "a", 1)
+		requireWoken(t, a, "a")
 	})
 	t.Run("ItsPollCoversALostNotification", func(t *testing.T) {
 		t.Parallel()
