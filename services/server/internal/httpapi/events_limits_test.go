@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 )
@@ -222,4 +225,13 @@ func stalledStream(t *testing.T, base, token string) *bufio.Reader {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	return bufio.NewReader(res.Body)
+}
+
+func TestAPI_EventPullMetricsLint(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	httpapi.New(&module.Deps{Registry: reg}, nil)
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

@@ -3,6 +3,8 @@ package sync_test
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -51,6 +53,15 @@ func TestSpaceBroadcast(t *testing.T) {
 		require.Equal(t, 1, bc.WakeAll())
 		<-ch
 	})
+}
+
+func TestSpaceWaker_MetricsLint(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	sync.NewSpaceWaker(nil, sync.NewSpaceBroadcast(), &sync.SpaceWakerConfig{Registerer: reg})
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }
 
 func TestMatchesType(t *testing.T) {
