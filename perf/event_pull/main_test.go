@@ -34,3 +34,29 @@ func TestEventPullShort(t *testing.T) {
 	}
 	require.Greater(t, line.Live["p95_ms"], 0.0)
 }
+
+// TestEventPullFloodShort runs the flood mode briefly (20 long polls of one
+// token allowed 10) and requires both phases to have measured the
+// neighbours, the flood beyond the limit to be refused with 429 and none
+// of it to get a 5xx. The comparison itself belongs to the tool's own run.
+func TestEventPullFloodShort(t *testing.T) {
+	out, err := harness.RunForTest(t, eventpull.Run, nil, "--short", "--json", "--flood", "20", "--flood-limit", "10")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var line struct {
+		Flood struct {
+			Quiet   map[string]float64 `json:"without_flood"`
+			Flooded map[string]float64 `json:"with_flood"`
+			Answers map[string]float64 `json:"flood"`
+		} `json:"flood"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &line))
+	for _, ph := range []map[string]float64{line.Flood.Quiet, line.Flood.Flooded} {
+		require.Positive(t, ph["gets"])
+		require.Positive(t, ph["appended"])
+		require.Zero(t, ph["failed"])
+	}
+	require.Positive(t, line.Flood.Answers["limited_429"], "10 of the 20 are beyond the token's limit")
+	require.Zero(t, line.Flood.Answers["server_5xx"])
+	require.EqualValues(t, 20, line.Flood.Answers["started"])
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/httpconn"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -131,7 +132,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("server.listen_addr %s: %w", s.cfg.Server.ListenAddr, err)
 	}
-	r := &run{s: s, tracing: tracing, appended: sync.NewBroadcast()}
+	r := &run{s: s, tracing: tracing, appended: sync.NewSpaceBroadcast()}
 	defer r.close(ctx)
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -186,10 +187,15 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 			g.Go(func() error { return rm.Run(gctx) })
 		}
 	}
+	if s.api() {
+		r.waker = sync.NewSpaceWaker(r.events, r.appended, &sync.SpaceWakerConfig{PollInterval: s.cfg.Consumer.PollInterval,
+			Registerer: s.registry, Logger: s.logger})
+		g.Go(func() error { return r.waker.Run(gctx) })
+	}
 	if s.api() && !s.worker() {
 		// The worker's LISTEN connection wakes the API too; an api role
 		// alone needs its own.
-		listener := postgres.NewListener(r.appended.Wake, &postgres.ListenerConfig{ConnString: s.cfg.Database.URL, Logger: s.logger,
+		listener := postgres.NewListener(r.waker.Wake, &postgres.ListenerConfig{ConnString: s.cfg.Database.URL, Logger: s.logger,
 			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", s.cfg.Server.Role, os.Getpid())})
 		g.Go(func() error { return listener.Run(gctx) })
 	}
@@ -235,9 +241,11 @@ type run struct {
 	consumers []sync.Consumer
 	alive     *liveness.Holder
 	river     *river.Client[pgx.Tx]
-	// appended is woken by every NOTIFY event_log the process hears, for
-	// the API's long polls and streams.
-	appended *sync.Broadcast
+	// appended holds the API's long polls and streams by space; in the
+	// roles that serve the API, waker wakes those of the spaces that got
+	// events after every NOTIFY event_log the process hears.
+	appended *sync.SpaceBroadcast
+	waker    *sync.SpaceWaker
 	// jobs is the modules' job inserter: the River client once built.
 	jobs lateInserter
 	// front is the mux the HTTP server serves: startingMux until start
@@ -391,7 +399,7 @@ func (r *run) handler() http.Handler {
 // given server.shutdown_timeout) when gctx ends.
 func (r *run) serveHTTP(ctx, gctx context.Context, g *errgroup.Group, ln net.Listener) {
 	r.front.Store(r.startingMux())
-	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: httpconn.Context}
 	g.Go(func() error {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
@@ -424,7 +432,10 @@ func (r *run) startWorker(ctx, gctx context.Context, g *errgroup.Group) error {
 	if err := r.untilReachable(gctx, "check the consumers' cursors", check); err != nil {
 		return err
 	}
-	wake := func() { w.Wake(); r.appended.Wake() }
+	wake := w.Wake
+	if r.waker != nil {
+		wake = func() { w.Wake(); r.waker.Wake() }
+	}
 	listener := postgres.NewListener(wake, &postgres.ListenerConfig{ConnString: cfg.Database.URL, Logger: logger,
 		ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", cfg.Server.Role, os.Getpid()), Channels: r.notifications()})
 	rescuer, err := liveness.NewRescuer(r.pool, r.alive, &liveness.RescuerConfig{Registerer: r.s.registry, Logger: logger})

@@ -86,6 +86,9 @@ func APIConfig(cfg *config.Config) *httpapi.Config {
 		ConsoleKey:                 consoleKey(cfg),
 		ConsolePublicURL:           cfg.Console.PublicURL,
 		EventsPollInterval:         cfg.Consumer.PollInterval,
+		MaxEventWaitersPerToken:    cfg.Server.MaxEventWaitersPerToken,
+		MaxEventWaiters:            cfg.Server.MaxEventWaiters,
+		EventsStreamWriteTimeout:   cfg.Server.EventStreamWriteTimeout,
 	}
 }
 

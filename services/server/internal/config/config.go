@@ -58,6 +58,12 @@ type Server struct {
 	Migrate         bool
 	AdminToken      string
 	AuthCacheTTL    time.Duration
+	// MaxEventWaitersPerToken and MaxEventWaiters bound the open long
+	// polls and event streams of a token and of the process.
+	MaxEventWaitersPerToken int
+	MaxEventWaiters         int
+	// EventStreamWriteTimeout closes an event stream whose writes stall.
+	EventStreamWriteTimeout time.Duration
 }
 
 // Consumer configures consumer rounds.
@@ -248,6 +254,10 @@ func (c *Config) check() error {
 	}
 	if c.Console.Enabled && len(c.Console.Key) < 32 {
 		return fmt.Errorf("console.key must be set, at least 32 characters, while console.enabled is true: it signs portal links")
+	}
+	if c.Server.MaxEventWaitersPerToken > c.Server.MaxEventWaiters {
+		return fmt.Errorf("server.max_event_waiters_per_token (%d) must be at most server.max_event_waiters (%d)",
+			c.Server.MaxEventWaitersPerToken, c.Server.MaxEventWaiters)
 	}
 	if c.River.FetchPollInterval < c.River.FetchCooldown {
 		return fmt.Errorf("river.fetch_poll_interval (%s) must be at least river.fetch_cooldown (%s), as River requires",

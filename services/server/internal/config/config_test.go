@@ -104,6 +104,21 @@ func TestLoad(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("EventWaiterLimits", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := config.Load("", nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, 100, cfg.Server.MaxEventWaitersPerToken)
+		require.Equal(t, 10000, cfg.Server.MaxEventWaiters)
+		require.Equal(t, 30*time.Second, cfg.Server.EventStreamWriteTimeout)
+		_, err = config.Load("", nil, map[string]string{"server.max_event_waiters_per_token": "0"})
+		require.ErrorContains(t, err, `server.max_event_waiters_per_token (from flag): "0" is not an integer in 1..100000`)
+		_, err = config.Load("", nil, map[string]string{"server.event_stream_write_timeout": "10ms"})
+		require.ErrorContains(t, err, `server.event_stream_write_timeout (from flag): "10ms" is not a duration in 100ms..1h0m0s`)
+		_, err = config.Load("", nil, map[string]string{"server.max_event_waiters_per_token": "500", "server.max_event_waiters": "200"})
+		require.ErrorContains(t, err, "server.max_event_waiters_per_token (500) must be at most server.max_event_waiters (200)")
+	})
+
 	t.Run("RetryBudgetEndsBeforeRetention", func(t *testing.T) {
 		t.Parallel()
 		_, err := config.Load("", nil, map[string]string{"webhooks.retry_budget": "48h", "sync.event_retention": "48h",

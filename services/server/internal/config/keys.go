@@ -65,6 +65,17 @@ var Keys = []Key{
 				return nil
 			})
 		}},
+	{Name: "server.max_event_waiters_per_token", Default: "100", Range: "1..100000, at most server.max_event_waiters",
+		Doc: "Most long polls (wait=) and event streams one token may have open in one api process; one more is answered 429 with Retry-After.",
+		set: func(c *Config, v string) error { return intIn(&c.Server.MaxEventWaitersPerToken, v, 1, 100000) }},
+	{Name: "server.max_event_waiters", Default: "10000", Range: "1..1000000",
+		Doc: "Most long polls and event streams one api process keeps open, of all tokens; one more is answered 429 with Retry-After.",
+		set: func(c *Config, v string) error { return intIn(&c.Server.MaxEventWaiters, v, 1, 1000000) }},
+	{Name: "server.event_stream_write_timeout", Default: "30s", Range: "100ms..1h",
+		Doc: "An event stream whose writes make no progress for this long (a client that stopped reading) is closed; the client reconnects with Last-Event-ID.",
+		set: func(c *Config, v string) error {
+			return dur(&c.Server.EventStreamWriteTimeout, v, 100*time.Millisecond, time.Hour)
+		}},
 
 	{Name: "consumer.batch_size", Default: "5000", Range: "1..100000",
 		Doc: "Most events one consumer round reads; rounds repeat at once while they read full batches.",

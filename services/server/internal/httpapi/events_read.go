@@ -142,26 +142,38 @@ func newEventsPage(pg *sync.SpaceEventsPage) eventsPage {
 // listEvents answers a page of the space's events in seq order, waits for
 // one with wait, or streams them to a client that accepts
 // text/event-stream (events_stream.go). Read on the space and scope
-// events:read.
+// events:read. A long poll or a stream beyond the limits of waiters.go is
+// answered 429.
 func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subject) error {
 	space, err := pathSpace(r)
 	if err != nil {
-		return err
-	}
-	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
 		return err
 	}
 	q, err := parseEventsQuery(r, space)
 	if err != nil {
 		return err
 	}
-	if acceptsEventStream(r) {
+	stream := acceptsEventStream(r)
+	if stream {
 		if q.wait > 0 {
 			return errorf(http.StatusBadRequest, kindBadRequest, "wait: a stream waits by itself; send wait only without Accept: text/event-stream")
 		}
 		if err := streamStart(r, q); err != nil {
 			return err
 		}
+	}
+	// The limits come before the rights, so that refusing costs no query.
+	if kind := waiterKind(stream, q); kind != "" {
+		leave, err := a.waiters.enter(s, bearerOf(r), kind)
+		if err != nil {
+			return err
+		}
+		defer leave()
+	}
+	if err := a.allow(r, s, authz.ActionEventsRead, space); err != nil {
+		return err
+	}
+	if stream {
 		return a.streamEvents(w, r, s, q)
 	}
 	pg, err := a.pollEvents(r, s, q)
@@ -174,19 +186,57 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request, s *authz.Subjec
 	return nil
 }
 
+// shedWaiter refuses, before authentication, a long poll or stream sent
+// with the bearer secret of a token that has the most open already.
+func (a *API) shedWaiter(r *http.Request) error {
+	q, err := parseEventsQuery(r, r.PathValue("space"))
+	if err != nil || waiterKind(acceptsEventStream(r), q) == "" {
+		return nil // the handler answers it
+	}
+	return a.waiters.shed(bearerOf(r))
+}
+
+// bearerOf is the bearer secret r sends, as authenticate reads it; "" if
+// none.
+func bearerOf(r *http.Request) string {
+	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(cred)
+}
+
+// waiterKind is what the request counts as against the limits of
+// waiters.go: a stream, a long poll, or nothing ("") for a page.
+func waiterKind(stream bool, q *eventsQuery) string {
+	switch {
+	case stream:
+		return waiterStream
+	case q.wait > 0:
+		return waiterPoll
+	}
+	return ""
+}
+
 // pollEvents reads the page after q.after; with q.wait, it reads again on
-// every notice (and every EventsPollInterval) until an event comes, the
-// wait ends or the server stops. A scan window with nothing of the space
-// in it is passed over at once. Events found after the rights were read
+// every notice for the space (without a watcher, every EventsPollInterval)
+// until an event comes, the wait ends or the server stops. A scan window
+// with nothing of the space in it is passed over at once. Events found after the rights were read
 // more than EventsRightsMaxAge ago are answered only if the rights, read
 // again, still allow them.
 func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sync.SpaceEventsPage, error) {
 	ctx := r.Context()
 	deadline := time.Now().Add(q.wait)
 	after, lost, checked := q.after, sync.SeqRange{}, time.Now()
-	var tick *time.Ticker
+	changed, unwatch := noWatch, func() {}
+	if q.wait > 0 {
+		changed, unwatch = a.watch(q.space)
+	}
+	defer unwatch()
+	ticks, stopTicks := a.pollTicks()
+	defer stopTicks()
 	for {
-		changed := a.changed()
+		notice := changed()
 		pg, err := a.reader.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: q.space, AfterSeq: after, Types: q.types, Limit: q.limit})
 		if err != nil {
 			return nil, err
@@ -205,14 +255,10 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 		if !pg.Done() {
 			continue
 		}
-		if tick == nil {
-			tick = time.NewTicker(a.cfg.EventsPollInterval)
-			defer tick.Stop()
-		}
 		timer := time.NewTimer(time.Until(deadline))
 		select {
-		case <-changed:
-		case <-tick.C:
+		case <-notice:
+		case <-ticks:
 		case <-timer.C:
 		case <-a.stopping:
 			deadline = time.Now()
@@ -224,13 +270,28 @@ func (a *API) pollEvents(r *http.Request, s *authz.Subject, q *eventsQuery) (*sy
 	}
 }
 
-// changed returns the channel the next notice closes; nil (never) without
-// a watcher, where polls rely on the poll interval.
-func (a *API) changed() <-chan struct{} {
+// watch watches space for notices (sync.AppendWatcher.Watch); without a
+// watcher, changed returns nil (never closed), and waits rely on the poll
+// interval.
+func (a *API) watch(space string) (changed func() <-chan struct{}, unwatch func()) {
 	if a.appended == nil {
-		return nil
+		return noWatch, func() {}
 	}
-	return a.appended.Changed()
+	return a.appended.Watch(space)
+}
+
+// noWatch is changed for a wait that watches nothing.
+func noWatch() <-chan struct{} { return nil }
+
+// pollTicks ticks every EventsPollInterval when the API has no watcher,
+// so waits read by themselves; never with one, whose notices come also
+// for events whose NOTIFY was lost.
+func (a *API) pollTicks() (ticks <-chan time.Time, stop func()) {
+	if a.appended != nil {
+		return nil, func() {}
+	}
+	t := time.NewTicker(a.cfg.EventsPollInterval)
+	return t.C, t.Stop
 }
 
 // stillAllowed decides events.read on space again, with the token's

@@ -1,17 +1,18 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/httpconn"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -19,9 +20,13 @@ import (
 // text/event-stream. Each event is a server-sent event whose id is its seq
 // and whose data is its envelope; a reconnecting client sends the last id
 // it got as Last-Event-ID and continues after it. The stream reads the log
-// when NOTIFY event_log says it grew (and every EventsPollInterval), sends
-// a comment every EventsHeartbeat, and ends when the client leaves, the
-// server stops or the caller's rights no longer allow it.
+// when a notice says its space got events (without a watcher, every
+// EventsPollInterval), sends a comment every EventsHeartbeat, and ends
+// when the client leaves, the server stops, the caller's rights no longer
+// allow it or a write makes no progress for EventsStreamWriteTimeout. What
+// a client has not read waits in the connection's send buffer, which the
+// stream bounds (EventsStreamSendBuffer), and in the response's buffer,
+// written one event at a time.
 
 // streamRetry is the reconnection delay the stream suggests to clients.
 const streamRetry = 2 * time.Second
@@ -64,18 +69,19 @@ type eventStream struct {
 	checked time.Time
 }
 
-// streamEvents runs the stream until the client leaves, the server stops
-// or the rights end. Once the 200 is sent nothing can become a problem
-// document, so errors end the stream; the client reconnects from its last
-// id.
+// streamEvents runs the stream until the client leaves, the server stops,
+// the rights end or the client stops reading. Once the 200 is sent nothing
+// can become a problem document, so errors end the stream; the client
+// reconnects from its last id.
 func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, s *authz.Subject, q *eventsQuery) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not hold the stream back
+	httpconn.SetWriteBuffer(r.Context(), a.cfg.EventsStreamSendBuffer)
 	w.WriteHeader(http.StatusOK)
 	st := &eventStream{a: a, w: w, rc: http.NewResponseController(w), r: r, s: s, q: q, sent: q.after, checked: time.Now()}
-	if _, err := fmt.Fprintf(w, "retry: %d\n\n", streamRetry.Milliseconds()); err != nil || st.rc.Flush() != nil {
+	if st.write(fmt.Appendf(nil, "retry: %d\n\n", streamRetry.Milliseconds())) != nil || st.flush() != nil {
 		return nil
 	}
 	var ae *apiError
@@ -87,13 +93,15 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, s *authz.Subj
 
 func (st *eventStream) run() error {
 	a, ctx := st.a, st.r.Context()
-	poll := time.NewTicker(a.cfg.EventsPollInterval)
-	defer poll.Stop()
+	ticks, stopTicks := a.pollTicks()
+	defer stopTicks()
 	beat := time.NewTicker(a.cfg.EventsHeartbeat)
 	defer beat.Stop()
+	changed, unwatch := a.watch(st.q.space)
+	defer unwatch()
 	after := st.q.after
 	for {
-		changed := a.changed()
+		notice := changed()
 		pg, err := a.reader.SpaceEvents(ctx, &sync.SpaceEventsParams{Space: st.q.space, AfterSeq: after, Types: st.q.types, Limit: st.q.limit})
 		if err != nil {
 			return err
@@ -108,8 +116,8 @@ func (st *eventStream) run() error {
 			continue
 		}
 		select {
-		case <-changed:
-		case <-poll.C:
+		case <-notice:
+		case <-ticks:
 		case <-beat.C:
 			if err := st.heartbeat(after); err != nil {
 				return err
@@ -123,7 +131,7 @@ func (st *eventStream) run() error {
 }
 
 // send writes events once they are durable and the rights, read at most
-// EventsRightsMaxAge ago, still allow them.
+// EventsRightsMaxAge ago, still allow them, one at a time.
 func (st *eventStream) send(events []sync.Event) error {
 	if err := st.recheck(); err != nil {
 		return err
@@ -131,19 +139,43 @@ func (st *eventStream) send(events []sync.Event) error {
 	if err := st.a.durable(st.r.Context()); err != nil {
 		return err
 	}
-	var buf bytes.Buffer
 	for i := range events {
 		data, err := json.Marshal(events[i].Envelope())
 		if err != nil {
 			return fmt.Errorf("event %d: %w", events[i].Seq, err)
 		}
-		fmt.Fprintf(&buf, "id: %d\ndata: %s\n\n", events[i].Seq, data)
-	}
-	if _, err := st.w.Write(buf.Bytes()); err != nil {
-		return err
+		if err := st.write(fmt.Appendf(nil, "id: %d\ndata: %s\n\n", events[i].Seq, data)); err != nil {
+			return err
+		}
 	}
 	st.sent = events[len(events)-1].Seq
-	return st.rc.Flush()
+	return st.flush()
+}
+
+// write writes p, failing once the client has taken none of it for
+// EventsStreamWriteTimeout.
+func (st *eventStream) write(p []byte) error {
+	if err := st.rc.SetWriteDeadline(time.Now().Add(st.a.cfg.EventsStreamWriteTimeout)); err != nil {
+		return fmt.Errorf("event stream: set write deadline: %w", err)
+	}
+	_, err := st.w.Write(p)
+	return st.stalled(err)
+}
+
+// flush sends what the response buffers, with write's bound.
+func (st *eventStream) flush() error {
+	if err := st.rc.SetWriteDeadline(time.Now().Add(st.a.cfg.EventsStreamWriteTimeout)); err != nil {
+		return fmt.Errorf("event stream: set write deadline: %w", err)
+	}
+	return st.stalled(st.rc.Flush())
+}
+
+// stalled counts err if a write ran out of its deadline.
+func (st *eventStream) stalled(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		st.a.waiters.stalled.Inc()
+	}
+	return err
 }
 
 // heartbeat writes a comment; when the stream has read past the last event
@@ -163,10 +195,10 @@ func (st *eventStream) heartbeat(after int64) error {
 		msg = fmt.Sprintf(": keep-alive\nid: %d\n\n", after)
 		st.sent = after
 	}
-	if _, err := st.w.Write([]byte(msg)); err != nil {
+	if err := st.write([]byte(msg)); err != nil {
 		return err
 	}
-	return st.rc.Flush()
+	return st.flush()
 }
 
 // recheck reads the caller's rights again if the last check is older than

@@ -11,15 +11,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/httpapi"
+	"github.com/bothy/bothy/services/server/internal/httpconn"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
@@ -32,11 +36,28 @@ import (
 type pullBundle struct {
 	*testBundle
 	log *postgres.EventLog
+	// quiet appends without a NOTIFY: its notifications are lost.
+	quiet *postgres.EventLog
 	// reads gets the number of events of every read of the log.
 	reads chan int
 	// stop ends the API's Run, as a server's shutdown does.
 	stop func()
+	// reg holds the API's and the waker's metrics.
+	reg *prometheus.Registry
+	// queries counts the statements the API sends on its pool
+	// (authentication, rights), not those of its event reader.
+	queries *atomic.Int64
 }
+
+// queryCounter is a pgx tracer counting the statements sent.
+type queryCounter struct{ n *atomic.Int64 }
+
+func (c queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // signalingReader reports each SpaceEvents read on reads, without
 // blocking.
@@ -58,14 +79,27 @@ func (r signalingReader) SpaceEvents(ctx context.Context, p *sync.SpaceEventsPar
 
 // setupPull serves the API with cfg (its poll interval an hour unless
 // set, so only a notice wakes a wait) and, with notify, a LISTEN
-// connection waking it; it returns once that listens.
+// connection waking it through a SpaceWaker that also reads every poll
+// interval, as app does; it returns once the waker made its first read.
 func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	t.Helper()
 	db := dbtest.NewDB(t)
 	log := postgres.NewEventLog(db.Pool, nil)
 	t.Cleanup(log.Close)
-	b := &pullBundle{log: log, reads: make(chan int, 1000)}
-	deps := &module.Deps{Pool: db.Pool, Events: log, Rounds: postgres.CursorStore{}, Reader: signalingReader{log, b.reads}}
+	quiet := postgres.NewEventLog(db.Pool, &postgres.EventLogConfig{Notify: postgres.NotifyNone})
+	t.Cleanup(quiet.Close)
+	b := &pullBundle{log: log, quiet: quiet, reads: make(chan int, 1000), reg: prometheus.NewRegistry(), queries: &atomic.Int64{}}
+	pc, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	pc.ConnConfig.Tracer = queryCounter{b.queries}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	deps := &module.Deps{Pool: pool, Events: log, Rounds: postgres.CursorStore{}, Reader: signalingReader{log, b.reads}, Registry: b.reg}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.EventsPollInterval == 0 {
+		cfg.EventsPollInterval = time.Hour
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ended []chan struct{}
 	goUntilEnd := func(f func()) {
@@ -74,25 +108,24 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 		go func() { defer close(done); f() }()
 	}
 	if notify {
-		bc := sync.NewBroadcast()
+		bc := sync.NewSpaceBroadcast()
 		deps.Appended = bc
-		listening := make(chan struct{}, 1)
-		l := postgres.NewListener(bc.Wake, &postgres.ListenerConfig{ConnString: db.URL,
-			OnConnect: func(uint32) { listening <- struct{}{} }})
+		waker := sync.NewSpaceWaker(log, bc, &sync.SpaceWakerConfig{PollInterval: cfg.EventsPollInterval, Registerer: b.reg})
+		goUntilEnd(func() { _ = waker.Run(ctx) })
+		l := postgres.NewListener(waker.Wake, &postgres.ListenerConfig{ConnString: db.URL})
 		goUntilEnd(func() { _ = l.Run(ctx) })
-		<-listening
+		b.waitMetric(t, "bothy_event_wake_reads_total", "", 1)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if cfg.EventsPollInterval == 0 {
-		cfg.EventsPollInterval = time.Hour
-	}
+
 	api := httpapi.New(deps, &cfg)
 	apiCtx, stopAPI := context.WithCancel(ctx)
 	goUntilEnd(func() { _ = api.Run(apiCtx) })
 	b.stop = stopAPI
 	mux := http.NewServeMux()
 	api.Routes(mux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ConnContext = httpconn.Context
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
@@ -102,6 +135,30 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 	})
 	b.testBundle = &testBundle{db: db, base: srv.URL}
 	return b
+}
+
+// metric is the sum of the series of metric name whose one label has
+// value label (all, if "").
+func (b *pullBundle) metric(t *testing.T, name, label string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == name && (label == "" || m.GetLabel()[0].GetValue() == label) {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// waitMetric waits until metric (as b.metric reads it) is want.
+func (b *pullBundle) waitMetric(t *testing.T, name, label string, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.metric(t, name, label) == want }, 20*time.Second, time.Millisecond,
+		"%s{%s} is %v, want %v", name, label, b.metric(t, name, label), want)
 }
 
 // appendEvent commits one event to space through the log's producer, which
@@ -167,7 +224,8 @@ func answer(t *testing.T, ch <-chan *response) *response {
 // TestAPI_LongPollIsWokenByNotify: a long poll that found nothing answers
 // the event committed while it waits. Its poll interval is an hour, so
 // only the NOTIFY event_log the producer sends, heard by the LISTEN
-// connection, can wake it before its wait ends.
+// connection, can wake it before its wait ends; an event of another space
+// does not wake it.
 func TestAPI_LongPollIsWokenByNotify(t *testing.T) {
 	t.Parallel()
 	b := setupPull(t, httpapi.Config{}, true)
@@ -175,13 +233,16 @@ func TestAPI_LongPollIsWokenByNotify(t *testing.T) {
 
 	ch := b.longPoll(t, reader, "wait=20s")
 	b.waitRead(t, 0) // it found nothing and waits
+	reads := b.metric(t, "bothy_event_wake_reads_total", "")
 	b.appendEvent(t, "s2", "item.created")
-	b.waitRead(t, 0) // woken by another space's event, it waits again
+	b.waitMetric(t, "bothy_event_wake_reads_total", "", reads+1) // the waker read s2's event and woke its waiters
+	require.Zero(t, b.metric(t, "bothy_event_waiters_woken_total", ""), "the long poll of s1 woken by s2's event")
 	want := b.appendEvent(t, "s1", "item.created")
 	r := answer(t, ch)
 	evs := r.json(t)["events"].([]any)
 	require.Len(t, evs, 1, "%s", r.body)
 	require.Equal(t, want.ID.String(), evs[0].(map[string]any)["id"])
+	b.waitMetric(t, "bothy_event_waiters_woken_total", "", 1)
 }
 
 func TestAPI_LongPollEnds(t *testing.T) {

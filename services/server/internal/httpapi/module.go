@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
@@ -66,9 +67,9 @@ type Config struct {
 	// the request's Host.
 	ConsolePublicURL string
 	// EventsPollInterval is how often a long poll or an event stream reads
-	// the log again when no notice woke it (a NOTIFY can be lost, and a
-	// role without a LISTEN connection gets none): consumer.poll_interval.
-	// Default 1s.
+	// the log again by itself when the API has no watcher
+	// (module.Deps.Appended), whose notices would wake it:
+	// consumer.poll_interval. Default 1s.
 	EventsPollInterval time.Duration
 	// EventsHeartbeat is how often a quiet event stream sends a comment
 	// line, so that proxies keep it open and a client notices a dead
@@ -84,6 +85,21 @@ type Config struct {
 	// rights it read before it reads them again, so a revoke ends it
 	// within about this long. Default 1s.
 	EventsRightsMaxAge time.Duration
+	// MaxEventWaitersPerToken bounds the long polls and event streams one
+	// token has open in the process (server.max_event_waiters_per_token);
+	// one more is answered 429. Default 100.
+	MaxEventWaitersPerToken int
+	// MaxEventWaiters bounds the long polls and event streams open in the
+	// process (server.max_event_waiters). Default 10,000.
+	MaxEventWaiters int
+	// EventsStreamWriteTimeout ends an event stream whose write does not
+	// progress for this long: a client that stopped reading
+	// (server.event_stream_write_timeout). Default 30s.
+	EventsStreamWriteTimeout time.Duration
+	// EventsStreamSendBuffer is the kernel send buffer, in bytes, of an
+	// event stream's connection, where the stream's unread output queues.
+	// Default 128 KiB.
+	EventsStreamSendBuffer int
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -111,6 +127,8 @@ type API struct {
 	// reader and appended serve the event pull and stream.
 	reader   sync.SpaceEventReader
 	appended sync.AppendWatcher
+	// waiters counts the open long polls and streams against their limits.
+	waiters *waiters
 	// stopping is closed when the server stops (Run's context ends): long
 	// polls answer at once and streams end, so shutdown does not wait for
 	// them.
@@ -142,8 +160,16 @@ func New(d *module.Deps, cfg *Config) *API {
 	c.EventsPollInterval = cmp.Or(c.EventsPollInterval, time.Second)
 	c.EventsHeartbeat = cmp.Or(c.EventsHeartbeat, 15*time.Second)
 	c.EventsRightsMaxAge = cmp.Or(c.EventsRightsMaxAge, time.Second)
+	c.MaxEventWaitersPerToken = cmp.Or(c.MaxEventWaitersPerToken, 100)
+	c.MaxEventWaiters = cmp.Or(c.MaxEventWaiters, 10_000)
+	c.EventsStreamWriteTimeout = cmp.Or(c.EventsStreamWriteTimeout, 30*time.Second)
+	c.EventsStreamSendBuffer = cmp.Or(c.EventsStreamSendBuffer, 128<<10)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	var reg prometheus.Registerer = prometheus.NewRegistry() // kept by nobody
+	if d.Registry != nil {
+		reg = d.Registry
 	}
 	var barrier *sharedBarrier
 	if d.Events != nil {
@@ -155,7 +181,7 @@ func New(d *module.Deps, cfg *Config) *API {
 		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),
 		tester:   tester, testerErr: testerErr, reader: d.Reader, appended: d.Appended, stopping: make(chan struct{}),
-		barrier: barrier}
+		barrier: barrier, waiters: newWaiters(c.MaxEventWaitersPerToken, c.MaxEventWaiters, reg)}
 }
 
 // apiModule adapts API to module.Module: it has no consumers or workers, and
@@ -202,7 +228,11 @@ type route struct {
 	// (answerDurably, or a.log.Durable before each part of a stream), so
 	// wrap hands them the response as it is.
 	selfDurable bool
-	handler     func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
+	// shed, if set, may refuse a request before it is authenticated, with
+	// the answer its handler would give (a long poll of a token that has
+	// the most open already, waiters.go), so that refusing costs no query.
+	shed    func(r *http.Request) error
+	handler func(w http.ResponseWriter, r *http.Request, s *authz.Subject) error
 }
 
 // routes is every /v1 endpoint; the OpenAPI document must list exactly
@@ -212,7 +242,7 @@ func (a *API) routes() []route {
 		{pattern: "GET /v1/openapi.json", public: true, handler: a.openAPI},
 
 		{pattern: "POST /v1/spaces/{space}/events", handler: a.appendEvents},
-		{pattern: "GET /v1/spaces/{space}/events", selfDurable: true, handler: a.listEvents},
+		{pattern: "GET /v1/spaces/{space}/events", selfDurable: true, shed: a.shedWaiter, handler: a.listEvents},
 		{pattern: "GET /v1/spaces/{space}/events/{id}", handler: a.getEvent},
 		{pattern: "GET /v1/spaces/{space}/event-types", handler: a.listEventTypes},
 
@@ -310,6 +340,12 @@ func (a *API) wrap(rt route) http.Handler {
 		if err := checkParams(r, rt.pattern, op); err != nil {
 			a.fail(w, r, err)
 			return
+		}
+		if rt.shed != nil {
+			if err := rt.shed(r); err != nil {
+				a.fail(w, r, err)
+				return
+			}
 		}
 		var subj *authz.Subject
 		if !rt.public {
@@ -410,8 +446,11 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("path", r.URL.Path), slog.Any("error", err))
 		ae = errorf(http.StatusInternalServerError, kindInternal, "internal error; the server log has the cause")
 	}
-	if ae.status == http.StatusUnauthorized {
+	switch ae.status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfterBusy())
 	}
 	writeProblem(w, r, ae)
 }

@@ -53,6 +53,7 @@ const (
 	kindUnsupportedMedia = "unsupported-media-type"
 	kindInternal         = "internal"
 	kindUnavailable      = "unavailable"
+	kindTooManyRequests  = "too-many-requests"
 )
 
 // retryAfterUnavailable is the Retry-After, in seconds, of a 503 for a

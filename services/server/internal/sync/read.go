@@ -5,7 +5,6 @@ import (
 	"errors"
 	"regexp"
 	"strings"
-	gosync "sync"
 
 	"github.com/google/uuid"
 )
@@ -92,40 +91,15 @@ type SpaceEventReader interface {
 }
 
 // AppendWatcher tells readers outside rounds (long polls, streams) that
-// the log may have grown.
+// the log may have new events of the space they wait for.
 type AppendWatcher interface {
-	// Changed returns a channel that is closed at the first notice after
-	// the call. A reader takes it before it reads and waits on it after
-	// finding nothing, so a commit between the two is not missed. Notices
-	// may be lost (a NOTIFY that failed): readers also poll. Safe for
-	// concurrent use.
-	Changed() <-chan struct{}
-}
-
-// Broadcast is an AppendWatcher woken by Wake (the LISTEN connection's
-// callback). Its zero value is not usable: use NewBroadcast.
-type Broadcast struct {
-	mu gosync.Mutex
-	ch chan struct{}
-}
-
-var _ AppendWatcher = (*Broadcast)(nil)
-
-// NewBroadcast returns a Broadcast with no waiters.
-func NewBroadcast() *Broadcast { return &Broadcast{ch: make(chan struct{})} }
-
-// Changed implements AppendWatcher.
-func (b *Broadcast) Changed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-// Wake wakes every reader waiting on a channel from Changed. It does not
-// block.
-func (b *Broadcast) Wake() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	close(b.ch)
-	b.ch = make(chan struct{})
+	// Watch registers a reader of space until stop is called. changed
+	// returns a channel that is closed at the first notice for space after
+	// the call: a reader takes it before it reads and waits on it after
+	// finding nothing, so a commit between the two is not missed. Every
+	// commit of an event of space is followed by a notice, late when its
+	// NOTIFY was lost (SpaceWaker also reads every poll interval), so
+	// readers need not poll. Safe for concurrent use; changed must not be
+	// called after stop.
+	Watch(space string) (changed func() <-chan struct{}, stop func())
 }

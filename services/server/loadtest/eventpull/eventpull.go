@@ -4,6 +4,7 @@
 //
 //	go run ./perf/event_pull [--backlog 100000] [--sparse 10] [--rate 500/s] [--duration 20s] [--pollers 100]
 //	    [--spaces 10] [--producers 4] [--short] [--json] [--config FILE] [--keep]
+//	go run ./perf/event_pull --flood 1000 [--flood-kind poll|stream] [--flood-limit N] [--duration 20s] [--producers 4] ...
 //
 // It creates a scratch database, runs the api role (app.Server, what
 // "bothy server --role=api" runs, with its own LISTEN connection) in this
@@ -22,6 +23,10 @@
 //     event's acknowledged commit (its Write returning) to each poller's
 //     answer holding it: p50, p95, p99, max.
 //
+// With --flood N it measures instead what N long polls (or streams) of one
+// token cost the others: a neighbour's plain GET p95 and the append rate
+// over HTTP, without and with the flood (flood.go).
+//
 // The clients, the producers and the server share this process and the
 // machine, so the figures hold the clients' cost too; the summary states
 // the machine's load average.
@@ -34,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/app"
@@ -50,6 +56,12 @@ type params struct {
 	*harness.Flags
 	backlog, sparse, pollers, spaces int
 	json                             bool
+	// flood is the number of long polls or streams of the flood mode (0:
+	// off), floodKind "poll" or "stream".
+	flood     int
+	floodKind string
+	// floodLimit, if set, is server.max_event_waiters_per_token.
+	floodLimit int
 }
 
 func parse(args []string, stdout io.Writer) (*params, error) {
@@ -62,11 +74,17 @@ func parse(args []string, stdout io.Writer) (*params, error) {
 	fs.IntVar(&p.pollers, "pollers", 100, "long-polling clients")
 	fs.IntVar(&p.spaces, "spaces", 10, "spaces the long-pollers and producers use")
 	fs.BoolVar(&p.json, "json", false, "end with one JSON line of the figures")
+	fs.IntVar(&p.flood, "flood", 0, "flood mode: this many long polls (or streams) of one token; a neighbour's GET p95 and the append rate without and with them")
+	fs.StringVar(&p.floodKind, "flood-kind", "poll", "what the flood holds open: poll (wait=30s) or stream (text/event-stream)")
+	fs.IntVar(&p.floodLimit, "flood-limit", 0, "server.max_event_waiters_per_token for the run (0: the configured one), e.g. --flood to let the whole flood in")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
-	if p.backlog < 1 || p.sparse < 1 || p.pollers < 1 || p.spaces < 1 {
-		return nil, errors.New("--backlog, --sparse, --pollers and --spaces must be positive")
+	if p.backlog < 1 || p.sparse < 1 || p.pollers < 1 || p.spaces < 1 || p.flood < 0 || p.floodLimit < 0 {
+		return nil, errors.New("--backlog, --sparse, --pollers and --spaces must be positive, --flood and --flood-limit not negative")
+	}
+	if p.floodKind != "poll" && p.floodKind != "stream" {
+		return nil, fmt.Errorf("--flood-kind %q: want poll or stream", p.floodKind)
 	}
 	return p, nil
 }
@@ -77,8 +95,13 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	if err != nil {
 		return err
 	}
+	keys := map[string]string{"server.role": "api"}
+	if p.floodLimit > 0 {
+		keys["server.max_event_waiters_per_token"] = strconv.Itoa(p.floodLimit)
+		keys["server.max_event_waiters"] = strconv.Itoa(max(p.floodLimit, 10_000))
+	}
 	s, err := harness.OpenScratch(ctx, &harness.ScratchParams{Tool: "event_pull", ConfigFile: p.Config, Environ: environ,
-		Keys: map[string]string{"server.role": "api"}, MaxConns: p.Producers + 8, Keep: p.Keep, Stdout: stdout})
+		Keys: keys, MaxConns: p.Producers + 8, Keep: p.Keep, Stdout: stdout})
 	if err != nil {
 		return err
 	}
@@ -88,6 +111,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return err
 	}
 	defer srv.Stop()
+	if p.flood > 0 {
+		return floodRun(ctx, s, srv, p, stdout)
+	}
 	token, err := reader(ctx, s, p)
 	if err != nil {
 		return err
@@ -109,6 +135,22 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 	}
 	if res.Live.Missing+res.Live.Duplicates+res.Live.OutOfOrder > 0 {
 		return fmt.Errorf("%w: %d missing, %d twice, %d out of order", ErrChecks, res.Live.Missing, res.Live.Duplicates, res.Live.OutOfOrder)
+	}
+	return nil
+}
+
+// floodRun runs the flood mode and ends the run with its JSON line.
+func floodRun(ctx context.Context, s *harness.Scratch, srv *harness.Worker, p *params, stdout io.Writer) error {
+	res, err := runFlood(ctx, s, srv, p, stdout)
+	if err != nil {
+		return err
+	}
+	if p.json {
+		line, _ := json.Marshal(map[string]any{"flood": res})
+		fmt.Fprintf(stdout, "%s\n", line)
+	}
+	if res.Flood.Server > 0 {
+		return fmt.Errorf("%w: %d answers of 5xx to the flood", ErrChecks, res.Flood.Server)
 	}
 	return nil
 }

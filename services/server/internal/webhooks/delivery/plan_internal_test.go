@@ -86,26 +86,16 @@ func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 		first string
 	}{
 		{name: "Delivered", sql: deliveredSQL,
-<<<<<<< HEAD
-			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL`},
+			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL, '{"",""}'`},
 		{name: "DeliveredMany", sql: deliveredManySQL,
-			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000`},
-		{name: "Failed", sql: failedSQL, args: sub + `, '{20002,20003}', now(), 500, 0.1, 'error', ''`},
+			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000, '{"",""}'`},
+		{name: "Failed", sql: failedSQL, args: sub + `, '{20002,20003}', now(), 500, 0.1, 'error', '', ''`},
 		{name: "Dead", sql: deadSQL, args: sub + `, '{20002}', 'error'`},
 		{name: "Refuse", sql: refuseSQL, args: sub + `, '{20002,20003}', 'not allowed'`},
 		{name: "NextDue", sql: nextDueSQL, args: sub, first: "webhook_deliveries_due"},
 		{name: "ClaimOrdered", sql: claimOrderedSQL, args: sub + `, 100`, first: "webhook_deliveries_pending"},
 		{name: "ClaimDue", sql: claimDueSQL, args: sub + `, 100`, first: "webhook_deliveries_due"},
 		{name: "ClaimMany", sql: claimManySQL, args: both + `, '{100,100}'`, first: "webhook_deliveries_pending"},
-=======
-			args: sub + `, '{2,3}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL, '{"",""}'`},
-		{name: "DeliveredMany", sql: deliveredManySQL,
-			args: both + `, '{2,2}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000, '{"",""}'`},
-		{name: "Failed", sql: failedSQL, args: sub + `, '{2,3}', now(), 500, 0.1, 'error', '', ''`},
-		{name: "Dead", sql: deadSQL, args: sub + `, '{2}', 'error'`},
-		{name: "Refuse", sql: refuseSQL, args: sub + `, '{2,3}', 'not allowed'`},
-		{name: "NextDue", sql: nextDueSQL, args: sub, first: true},
->>>>>>> h/console
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := db.GenericPlan(t, c.sql, c.args)

@@ -29,3 +29,6 @@ const EventsAfterSQL = eventsAfterSQL
 // LoggedEventsSQL is the statement that finds the logged events of
 // repeated ids.
 const LoggedEventsSQL = loggedEventsSQL
+
+// ChangedSpacesSQL is ChangedSpaces's statement.
+const ChangedSpacesSQL = changedSpacesSQL

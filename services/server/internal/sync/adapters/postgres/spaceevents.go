@@ -13,7 +13,10 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
-var _ sync.SpaceEventReader = (*EventLog)(nil)
+var (
+	_ sync.SpaceEventReader    = (*EventLog)(nil)
+	_ sync.ChangedSpacesReader = (*EventLog)(nil)
+)
 
 // spaceEventsSQL reads, in one statement and so one snapshot, the head,
 // the retention mark and up to $4 events of space $3 among the seqs after
@@ -84,6 +87,43 @@ func (l *EventLog) SpaceEvents(ctx context.Context, p *sync.SpaceEventsParams) (
 	if start > p.AfterSeq && out.NextAfter > p.AfterSeq {
 		out.Lost = sync.SeqRange{From: p.AfterSeq + 1, To: min(start, out.NextAfter)}
 	}
+	return out, nil
+}
+
+// changedSpacesSQL reads the head and, in the same snapshot, the distinct
+// spaces of the events after $1 up to it, unless more than $2 seqs follow
+// $1: then only the head (one row, its space NULL). Like spaceEventsSQL it
+// scans the primary key's range and reads the counter as a scalar
+// subquery; every seq up to the head is visible in the snapshot.
+const changedSpacesSQL = `
+WITH h AS (SELECT (SELECT last_seq FROM event_seq) AS head)
+SELECT h.head, s.space
+FROM h LEFT JOIN LATERAL (
+    SELECT DISTINCT space FROM event_log
+    WHERE seq > $1 AND seq <= h.head AND h.head - $1::bigint <= $2::bigint
+) s ON true`
+
+// ChangedSpaces implements sync.ChangedSpacesReader.
+func (l *EventLog) ChangedSpaces(ctx context.Context, p *sync.ChangedSpacesParams) (*sync.ChangedSpaces, error) {
+	rows, err := l.pool.Query(ctx, changedSpacesSQL, p.AfterSeq, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the spaces of new events: %w", err)
+	}
+	out := &sync.ChangedSpaces{}
+	for rows.Next() {
+		var space *string
+		if err := rows.Scan(&out.Head, &space); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the spaces of new events: %w", err)
+		}
+		if space != nil {
+			out.Spaces = append(out.Spaces, *space)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the spaces of new events: %w", err)
+	}
+	out.Complete = out.Head >= p.AfterSeq && out.Head-p.AfterSeq <= p.Limit
 	return out, nil
 }
 

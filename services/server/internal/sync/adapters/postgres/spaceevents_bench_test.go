@@ -69,6 +69,27 @@ func BenchmarkSpaceEvents(b *testing.B) {
 	}
 }
 
+// BenchmarkChangedSpaces is the waker's read once per notification: the
+// spaces of the newest seqs, a notification's worth (20) and the most one
+// read examines by default (10,000).
+func BenchmarkChangedSpaces(b *testing.B) {
+	_, log := fillLog(b)
+	ctx := context.Background()
+	for _, n := range []int64{20, 10_000} {
+		b.Run("Seqs"+itoaBench(n), func(b *testing.B) {
+			for b.Loop() {
+				cs, err := log.ChangedSpaces(ctx, &sync.ChangedSpacesParams{AfterSeq: benchLogEvents - n, Limit: 10_000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !cs.Complete || len(cs.Spaces) != int(min(n, benchLogSpaces)) {
+					b.Fatalf("%d spaces, complete %v", len(cs.Spaces), cs.Complete)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkEventTypesByScan is what GET .../event-types would cost as a
 // query over the retained log instead of the consumer-kept table: one
 // space's types grouped from its events.
