@@ -110,7 +110,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		opts = append(opts, "-c", k+"="+c.settings[k])
+		// pg_ctl hands -o to a shell: each setting goes quoted, so values
+		// with spaces or shell characters (a log_line_prefix) arrive whole.
+		opts = append(opts, "-c", shellQuote(k+"="+c.settings[k]))
 	}
 	if b, err := c.cmd(ctx, "pg_ctl", "-D", c.data, "-l", c.logFile, "-o", strings.Join(opts, " "),
 		"-w", "-t", "120", "start").CombinedOutput(); err != nil {
@@ -118,6 +120,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Stop shuts the server down cleanly (fast mode: sessions are ended, a
 // checkpoint is written).
