@@ -280,7 +280,6 @@ func (l *EventLog) appendFresh(ctx context.Context, calls []*appendCall) (out []
 	if err != nil {
 		return nil, false, err
 	}
-	l.committed()
 	return out, false, nil
 }
 

@@ -130,6 +130,11 @@ RETURNING seq, committed_at`
 // holder of the counter waits for its own.
 const flushSQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', '')`
 
+// flushNotifySQL is flushSQL carrying the process's notification
+// (notifier.take): readers learn of the commit once it is durable, with no
+// transaction of the notification's own.
+const flushNotifySQL = `SELECT pg_logical_emit_message(true, 'bothy_flush', ''), pg_notify('` + Channel + `', '')`
+
 // claimIDsSQL records the events' ids in event_ids before the counter is
 // taken, and returns those that were not there. The unique index makes a
 // producer claiming an id that an uncommitted transaction claimed wait for
@@ -248,16 +253,14 @@ func (l *EventLog) write(ctx context.Context, span trace.Span, fn sync.WriteFunc
 	if err != nil {
 		return nil, err
 	}
-	l.committed()
 	p.fill(out, appended)
 	return out, nil
 }
 
-// committed wakes the readers after a commit that appended.
-func (l *EventLog) committed() {
-	if l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx {
-		l.notifier.signal()
-	}
+// notifies says whether commits that append wake the readers with NOTIFY
+// after them (NotifyAfterCommit).
+func (l *EventLog) notifies() bool {
+	return l.cfg.Notify == NotifyAfterCommit && !l.variant.notifyInTx
 }
 
 // normalized returns a copy of news with defaults filled in, so the
@@ -311,14 +314,22 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, clai
 	}
 	var tag string
 	b.Queue(`COMMIT`).Exec(func(ct pgconn.CommandTag) error { tag = ct.String(); return nil })
+	carried := false
 	if !l.variant.flushInLock {
-		b.Queue(flushSQL)
+		flush := flushSQL
+		if l.notifies() && l.notifier.take() {
+			flush, carried = flushNotifySQL, true
+		}
+		b.Queue(flush)
 	}
 	_ = standbyWaitCancelled(conn.Conn().PgConn())
 	err = conn.SendBatch(ctx, b).Close()
 	committed = tag == "COMMIT"
 	if err == nil {
 		err = standbyWaitCancelled(conn.Conn().PgConn())
+	}
+	if committed && (err != nil || !carried) && l.notifies() {
+		l.notifier.signal() // the flush carried no notification, or may not have
 	}
 	n := len(fresh)
 	switch {

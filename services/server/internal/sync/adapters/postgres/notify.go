@@ -8,22 +8,41 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// notifier sends NOTIFY event_log after commits, at most one at a time:
-// signals that arrive while one is in flight merge into a single follow-up.
-// Each NOTIFY takes PostgreSQL's cluster-wide notify lock through its own
-// commit, so sending one per producer commit would cost as much as the
-// commits themselves; readers only need to know "something new".
+// notifier sends NOTIFY event_log after commits, at most one at a time and
+// at most one per notifyGap: signals that arrive meanwhile merge into a
+// single follow-up. Each NOTIFY takes PostgreSQL's cluster-wide notify lock
+// through its own commit, and each is a transaction in every listening
+// session that reads it, so sending one per producer commit would cost as
+// much as the commits themselves; readers only need to know "something
+// new". When one is due, an append carries it in its flush transaction
+// (take, flushNotifySQL) instead of a transaction of its own.
 type notifier struct {
 	pool *pgxpool.Pool
 
 	mu      gosync.Mutex
 	pending bool
 	running bool
-	wg      gosync.WaitGroup
+	// last is when the last notification was sent or carried.
+	last time.Time
+	wg   gosync.WaitGroup
 }
 
 func newNotifier(pool *pgxpool.Pool) *notifier { return &notifier{pool: pool} }
 
+// take says whether a flush about to be sent may carry the notification
+// (none in flight, the last one notifyGap ago or more); the notification
+// then counts as sent.
+func (n *notifier) take() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.running || time.Since(n.last) < notifyGap {
+		return false
+	}
+	n.last = time.Now()
+	return true
+}
+
+// signal asks for a notification after the gap, sent by the notifier.
 func (n *notifier) signal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -45,14 +64,17 @@ func (n *notifier) send() {
 			n.mu.Unlock()
 			return
 		}
-		n.pending = false
+		if wait := time.Until(n.last.Add(notifyGap)); wait > 0 {
+			n.mu.Unlock()
+			time.Sleep(wait)
+			continue
+		}
+		n.pending, n.last = false, time.Now()
 		n.mu.Unlock()
 		// A failed NOTIFY is not fatal: consumers also poll.
-		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, Channel)
 		cancel()
-		time.Sleep(time.Until(sent.Add(notifyGap)))
 	}
 }
 
