@@ -194,10 +194,10 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 	}
 	if s.api() && !s.worker() {
 		// The worker's LISTEN connection wakes the API too; an api role
-		// alone needs its own.
+		// alone needs its own, while it has long polls or streams.
 		listener := postgres.NewListener(r.waker.Wake, &postgres.ListenerConfig{ConnString: s.cfg.Database.URL, Logger: s.logger,
 			ApplicationName: fmt.Sprintf("bothy-%s-%d-listen", s.cfg.Server.Role, os.Getpid())})
-		g.Go(func() error { return listener.Run(gctx) })
+		g.Go(func() error { return sync.ListenWhileWatched(gctx, r.appended, listenLinger, listener.Run) })
 	}
 	if s.worker() {
 		if err := r.startWorker(ctx, gctx, g); err != nil {
@@ -207,6 +207,11 @@ func (r *run) start(ctx, gctx context.Context, g *errgroup.Group) error {
 	r.front.Store(full)
 	return nil
 }
+
+// listenLinger is how long an api role keeps listening after its last
+// long poll or stream ended: a client that polls again at once finds the
+// connection in place.
+const listenLinger = 10 * time.Second
 
 // close releases what start opened, after every goroutine of the run has
 // ended: the liveness session after River stopped, what the modules opened,

@@ -87,6 +87,8 @@ type RoundResult struct {
 // them, advance the cursor past the events covered and commit. Any error, a panic in the consumer, a
 // cancelled context or a lost connection rolls everything back: no job
 // exists without its cursor move and no cursor moves without its jobs.
+// What the consumer asked for with AfterCommit runs once the commit
+// succeeded.
 //
 // A round that reads events is traced (RoundConfig.Tracer): its span links
 // to the spans that committed them, and each job whose Args name its event
@@ -128,6 +130,7 @@ func (r *RoundRunner) run(ctx context.Context, c Consumer, batch int) (res Round
 	}
 	res.From, res.To = cur.LastSeq, cur.LastSeq
 
+	ctx, committed := withAfterCommit(ctx)
 	events, err := r.readBatch(ctx, tx, c, name, batch, &res)
 	if err != nil {
 		return res, err
@@ -145,6 +148,7 @@ func (r *RoundRunner) run(ctx context.Context, c Consumer, batch int) (res Round
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("round %q: commit: %w", name, err)
 	}
+	committed.run()
 	return res, nil
 }
 

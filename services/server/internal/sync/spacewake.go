@@ -23,6 +23,9 @@ import (
 type SpaceBroadcast struct {
 	mu     gosync.Mutex
 	spaces map[string]*spaceReaders
+	// turned is closed, and replaced, whenever the first reader comes or
+	// the last one goes (Watched).
+	turned chan struct{}
 }
 
 // spaceReaders are the readers of one space: ch is closed at the next
@@ -36,7 +39,22 @@ var _ AppendWatcher = (*SpaceBroadcast)(nil)
 
 // NewSpaceBroadcast returns a SpaceBroadcast with no readers.
 func NewSpaceBroadcast() *SpaceBroadcast {
-	return &SpaceBroadcast{spaces: map[string]*spaceReaders{}}
+	return &SpaceBroadcast{spaces: map[string]*spaceReaders{}, turned: make(chan struct{})}
+}
+
+// Watched says whether any reader watches a space now, and returns a
+// channel that is closed when that changes: a process listens for
+// notifications only while it has readers to wake.
+func (b *SpaceBroadcast) Watched() (bool, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.spaces) > 0, b.turned
+}
+
+// turn tells Watched's callers that readers came or went; b.mu is held.
+func (b *SpaceBroadcast) turn() {
+	close(b.turned)
+	b.turned = make(chan struct{})
 }
 
 // Watch implements AppendWatcher.
@@ -47,6 +65,9 @@ func (b *SpaceBroadcast) Watch(space string) (changed func() <-chan struct{}, st
 	if r == nil {
 		r = &spaceReaders{ch: make(chan struct{})}
 		b.spaces[space] = r
+		if len(b.spaces) == 1 {
+			b.turn()
+		}
 	}
 	r.n++
 	var once gosync.Once
@@ -61,6 +82,9 @@ func (b *SpaceBroadcast) Watch(space string) (changed func() <-chan struct{}, st
 			defer b.mu.Unlock()
 			if r.n--; r.n == 0 {
 				delete(b.spaces, space)
+				if len(b.spaces) == 0 {
+					b.turn()
+				}
 			}
 		})
 	}
@@ -94,9 +118,8 @@ func (b *SpaceBroadcast) WakeAll() int {
 
 // waiting reports whether any reader watches a space.
 func (b *SpaceBroadcast) waiting() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.spaces) > 0
+	w, _ := b.Watched()
+	return w
 }
 
 func (r *spaceReaders) wake() int {
@@ -272,4 +295,60 @@ func (w *SpaceWaker) read(ctx context.Context) {
 func (w *SpaceWaker) count(result string, woken int) {
 	w.woken.Add(float64(woken))
 	w.reads.WithLabelValues(result).Inc()
+}
+
+// ListenWhileWatched runs listen (a LISTEN connection that wakes the
+// readers) while bc has readers, and for linger after the last one left,
+// so that a process nobody pulls events from holds no listening session:
+// each notification costs every listening session a transaction to read
+// it. listen's connection wakes the readers once it listens, as every
+// reconnect does, so what committed before that is read too. It returns
+// nil once ctx ends.
+func ListenWhileWatched(ctx context.Context, bc *SpaceBroadcast, linger time.Duration, listen func(context.Context) error) error {
+	for {
+		if !untilWatched(ctx, bc, true, 0) {
+			return nil
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = listen(lctx) // it reconnects by itself and returns once lctx ends
+		}()
+		stillOn := untilWatched(ctx, bc, false, linger)
+		cancel()
+		<-done
+		if !stillOn {
+			return nil
+		}
+	}
+}
+
+// untilWatched waits until bc has readers (want true), or has had none
+// for linger (want false); false if ctx ended first.
+func untilWatched(ctx context.Context, bc *SpaceBroadcast, want bool, linger time.Duration) bool {
+	for {
+		watched, turned := bc.Watched()
+		switch {
+		case watched && want:
+			return true
+		case watched != want:
+			select {
+			case <-ctx.Done():
+				return false
+			case <-turned:
+			}
+		default: // no readers, and none wanted: for linger?
+			t := time.NewTimer(linger)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+				return true
+			case <-turned:
+				t.Stop()
+			}
+		}
+	}
 }

@@ -211,3 +211,40 @@ func TestWorker_APacedConsumerSkipsNotifiedRounds(t *testing.T) {
 	}
 	require.Equal(t, 1, count["event_types"], "the paced consumer ran a round for a notification")
 }
+
+func TestListenWhileWatched(t *testing.T) {
+	t.Parallel()
+	bc := sync.NewSpaceBroadcast()
+	started, stopped := make(chan struct{}, 10), make(chan struct{}, 10)
+	listen := func(ctx context.Context) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		stopped <- struct{}{}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sync.ListenWhileWatched(ctx, bc, 10*time.Millisecond, listen) }()
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatal(what)
+		}
+	}
+
+	_, stop := bc.Watch("s1")
+	wait(started, "the first reader starts the listening")
+	_, stop2 := bc.Watch("s2")
+	stop()
+	stop2()
+	wait(stopped, "the listening ends a linger after the last reader left")
+	_, stop = bc.Watch("s1")
+	wait(started, "a reader starts it again")
+	cancel()
+	wait(stopped, "the listening ends with the context")
+	require.NoError(t, <-done)
+	stop()
+	require.Empty(t, started, "it listened once per time it was watched")
+}

@@ -26,6 +26,7 @@ const ConsumerName = "webhooks"
 // the subscriptions that could have missed events in it.
 type Consumer struct {
 	settle time.Duration
+	local  LocalSenders
 }
 
 var (
@@ -39,6 +40,10 @@ type ConsumerConfig struct {
 	// judge a sender's process dead (as DeliverConfig.LivenessSettle).
 	// Default liveness.Settle.
 	LivenessSettle time.Duration
+	// Local, if set, are the senders of the process the rounds run in:
+	// those are woken directly once a round committed. Default nil: every
+	// live sender is woken by a notification.
+	Local LocalSenders
 }
 
 // NewConsumer returns the webhooks consumer; cfg may be nil.
@@ -46,6 +51,9 @@ func NewConsumer(cfg *ConsumerConfig) *Consumer {
 	c := &Consumer{settle: liveness.Settle}
 	if cfg != nil && cfg.LivenessSettle > 0 {
 		c.settle = cfg.LivenessSettle
+	}
+	if cfg != nil {
+		c.local = cfg.Local
 	}
 	return c
 }
@@ -107,7 +115,7 @@ func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) (
 	if _, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error { from[id] = seq; return nil }); err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
-	start, err := wakeOrStart(ctx, tx, from, c.settle.Milliseconds())
+	start, err := wakeOrStart(ctx, tx, from, c.settle.Milliseconds(), c.local)
 	if err != nil {
 		return nil, err
 	}

@@ -152,6 +152,18 @@ func (b *bundle) start(t testing.TB) {
 	b.started = true
 }
 
+// startWithoutListener starts River and the deliverer but no listener:
+// senders hear of new deliveries only from a round of this process.
+func (b *bundle) startWithoutListener(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.deliverer.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, b.river.Start(context.Background()))
+	b.started = true
+}
+
 // subscribe creates a subscription of alice on s1 (loopback allowed).
 func (b *bundle) subscribe(t testing.TB, p *webhooks.CreateParams) (*webhooks.Subscription, string) {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // WakeChannel is the notification channel on which transactions that give
@@ -19,7 +20,8 @@ import (
 const WakeChannel = "webhook_deliveries"
 
 // leaseLiveSQL locks subscriptions $1 that just got pending deliveries in
-// this transaction and says, for each, whether a live sender holds it.
+// this transaction and says, for each, whether a live sender holds it, and
+// which job.
 //
 // The lock (FOR KEY SHARE, also what the deliveries' foreign key took
 // when they were inserted) is what keeps a sender from letting the
@@ -32,19 +34,36 @@ const WakeChannel = "webhook_deliveries"
 var leaseLiveSQL = `
 SELECT id, CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
                 WHEN pump_owner IS NULL THEN true
-                ELSE NOT ` + liveness.GoneSQL("pump_owner", "$2") + ` END
+                ELSE NOT ` + liveness.GoneSQL("pump_owner", "$2") + ` END,
+       coalesce(pump_job_id, 0)
 FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) ORDER BY id FOR KEY SHARE`
 
 // maxWakePayload is the most bytes of ids one notification carries
 // (PostgreSQL takes up to 8000).
 const maxWakePayload = 7800
 
+// LocalSenders are the senders of the process a round runs in. A round
+// wakes a live sender of its own process directly once it committed
+// (sync.AfterCommit), instead of with a notification on WakeChannel that
+// every worker's listening session has to read in a transaction of its
+// own.
+type LocalSenders interface {
+	// Holds says whether job, a sender of subscription sub (as its lease
+	// names it, pump_job_id), runs in this process.
+	Holds(sub uuid.UUID, job int64) bool
+	// WakeIDs wakes the process's senders of subscriptions ids. It must not
+	// block.
+	WakeIDs(ids []uuid.UUID)
+}
+
 // wakeOrStart makes sure that every subscription in from (with the lowest
 // seq tx gave it, for the job's trace) has a sender that will see what tx
-// wrote: those a live sender holds are named in a notification on
-// WakeChannel, sent when tx commits; for the others it returns the jobs to
-// insert with tx. settleMillis is liveness's settle interval.
-func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settleMillis int64) ([]DeliverArgs, error) {
+// wrote: those a live sender of this process holds (local, may be nil)
+// are woken once tx committed, outside a round by a notification; the
+// others a live sender holds are named in a notification on WakeChannel,
+// sent when tx commits; for the rest it returns the jobs to insert with tx.
+// settleMillis is liveness's settle interval.
+func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settleMillis int64, local LocalSenders) ([]DeliverArgs, error) {
 	if len(from) == 0 {
 		return nil, nil
 	}
@@ -58,21 +77,31 @@ func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settl
 	}
 	var jobs []DeliverArgs
 	var wake []string
+	var mine []uuid.UUID
 	for rows.Next() {
 		var id uuid.UUID
 		var live bool
-		if err := rows.Scan(&id, &live); err != nil {
+		var job int64
+		if err := rows.Scan(&id, &live, &job); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("webhooks: senders: %w", err)
 		}
-		if live {
-			wake = append(wake, id.String())
-		} else {
+		switch {
+		case !live:
 			jobs = append(jobs, DeliverArgs{SubscriptionID: id, Seq: from[id]})
+		case local != nil && job != 0 && local.Holds(id, job):
+			mine = append(mine, id)
+		default:
+			wake = append(wake, id.String())
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("webhooks: senders: %w", err)
+	}
+	if len(mine) > 0 && !sync.AfterCommit(ctx, func() { local.WakeIDs(mine) }) {
+		for _, id := range mine {
+			wake = append(wake, id.String())
+		}
 	}
 	if err := reserve(ctx, tx, jobs); err != nil {
 		return nil, err
@@ -130,7 +159,7 @@ func notifyWake(ctx context.Context, tx pgx.Tx, ids []string) error {
 // resend, a recover, an enable): the job, if one is needed, is inserted
 // with jobs in tx.
 func startSender(ctx context.Context, tx pgx.Tx, jobs JobInserter, subID uuid.UUID, seq int64) error {
-	start, err := wakeOrStart(ctx, tx, map[uuid.UUID]int64{subID: seq}, liveness.Settle.Milliseconds())
+	start, err := wakeOrStart(ctx, tx, map[uuid.UUID]int64{subID: seq}, liveness.Settle.Milliseconds(), nil)
 	if err != nil {
 		return err
 	}

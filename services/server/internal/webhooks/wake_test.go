@@ -246,3 +246,31 @@ func statuses(rs []request) []int {
 	}
 	return out
 }
+
+// TestConsumer_WakesItsOwnProcesssSenderDirectly: a round wakes a live
+// sender of its own process once it committed, without a notification on
+// WakeChannel: here no listener runs, so only the direct wake-up can end
+// the idle sender's minute-long linger before the test's deadline.
+func TestConsumer_WakesItsOwnProcesssSenderDirectly(t *testing.T) {
+	t.Parallel()
+	cfg := fastRetries()
+	cfg.Linger, cfg.Slice, cfg.MaxRun = time.Minute, 2*time.Minute, 2*time.Minute
+	b := setup(t, cfg)
+	b.consumer = webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: cfg.LivenessSettle, Local: b.deliverer})
+	rv := newReceiver(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
+	b.startWithoutListener(t)
+	for i := 1; i <= 3; i++ {
+		evs := b.emit(t, "s1", 1)
+		jobs := b.round(t).Jobs
+		if i == 1 {
+			require.Equal(t, 1, jobs, "no sender yet: a job")
+		} else {
+			require.Zero(t, jobs, "round %d: the sender is live", i)
+		}
+		// Recorded: the sender has stepped past the delivery and lingers,
+		// idle, for new ones.
+		b.waitDelivered(t, s.ID, evs[0].Seq)
+		require.Equal(t, i, rv.count())
+	}
+}

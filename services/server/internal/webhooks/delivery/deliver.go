@@ -203,7 +203,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID][]chan struct{}{}}, stopping: make(chan struct{})}
+		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
 	d.steps.d = d
 	return d, nil
 }
@@ -271,7 +271,7 @@ func (d *Deliverer) Work(ctx context.Context, job *river.Job[webhooks.DeliverArg
 	now := time.Now()
 	s := &sender{d: d, subID: job.Args.SubscriptionID, start: now, sliceStart: now, runFor: d.cfg.MaxRun - rand.N(d.cfg.MaxRun/4+1),
 		me: holder{jobID: job.ID, owner: liveness.OwnerOf(job.AttemptedBy)}}
-	s.wake = d.idle.add(s.subID)
+	s.wake = d.idle.add(s.subID, job.ID)
 	defer d.idle.remove(s.subID, s.wake)
 	return s.run(ctx)
 }
@@ -282,20 +282,37 @@ func (d *Deliverer) Work(ctx context.Context, job *river.Job[webhooks.DeliverArg
 // reconnected and may have missed some.
 func (d *Deliverer) Wake(payload string) { d.idle.wake(payload) }
 
+var _ webhooks.LocalSenders = (*Deliverer)(nil)
+
+// Holds implements webhooks.LocalSenders: whether job, a sender of
+// subscription sub, runs in this process.
+func (d *Deliverer) Holds(sub uuid.UUID, job int64) bool { return d.idle.holds(sub, job) }
+
+// WakeIDs implements webhooks.LocalSenders: it wakes this process's
+// senders of subscriptions ids.
+func (d *Deliverer) WakeIDs(ids []uuid.UUID) { d.idle.wakeIDs(ids) }
+
 // idleSenders is the registry of senders waiting for new deliveries. A
 // subscription may have more than one job in a process for a moment (one
 // that finds the other's lease live ends at once), so each has its own
 // channel: the one that ends must not take the live sender's wake-ups.
 type idleSenders struct {
 	mu gosync.Mutex
-	m  map[uuid.UUID][]chan struct{}
+	m  map[uuid.UUID][]senderEntry
 }
 
-// add registers an idle sender of subID and returns its wake-up channel.
-func (r *idleSenders) add(subID uuid.UUID) chan struct{} {
+// senderEntry is one job of a subscription's in this process.
+type senderEntry struct {
+	job int64
+	ch  chan struct{}
+}
+
+// add registers the sender of job for subID and returns its wake-up
+// channel.
+func (r *idleSenders) add(subID uuid.UUID, job int64) chan struct{} {
 	ch := make(chan struct{}, 1)
 	r.mu.Lock()
-	r.m[subID] = append(r.m[subID], ch)
+	r.m[subID] = append(r.m[subID], senderEntry{job: job, ch: ch})
 	r.mu.Unlock()
 	return ch
 }
@@ -303,7 +320,7 @@ func (r *idleSenders) add(subID uuid.UUID) chan struct{} {
 // remove unregisters the sender of ch.
 func (r *idleSenders) remove(subID uuid.UUID, ch chan struct{}) {
 	r.mu.Lock()
-	if left := slices.DeleteFunc(r.m[subID], func(c chan struct{}) bool { return c == ch }); len(left) > 0 {
+	if left := slices.DeleteFunc(r.m[subID], func(e senderEntry) bool { return e.ch == ch }); len(left) > 0 {
 		r.m[subID] = left
 	} else {
 		delete(r.m, subID)
@@ -311,28 +328,48 @@ func (r *idleSenders) remove(subID uuid.UUID, ch chan struct{}) {
 	r.mu.Unlock()
 }
 
-func (r *idleSenders) wake(payload string) {
+// holds says whether job, a sender of subID, runs in this process.
+func (r *idleSenders) holds(subID uuid.UUID, job int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	signal := func(ch chan struct{}) {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	return slices.ContainsFunc(r.m[subID], func(e senderEntry) bool { return e.job == job })
+}
+
+func (r *idleSenders) wake(payload string) {
 	if payload == "" {
-		for _, chs := range r.m {
-			for _, ch := range chs {
-				signal(ch)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, es := range r.m {
+			for _, e := range es {
+				signal(e.ch)
 			}
 		}
 		return
 	}
+	var ids []uuid.UUID
 	for id := range strings.SplitSeq(payload, ",") {
 		if u, err := uuid.Parse(id); err == nil {
-			for _, ch := range r.m[u] {
-				signal(ch)
-			}
+			ids = append(ids, u)
 		}
+	}
+	r.wakeIDs(ids)
+}
+
+// wakeIDs wakes the senders of subscriptions ids.
+func (r *idleSenders) wakeIDs(ids []uuid.UUID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		for _, e := range r.m[id] {
+			signal(e.ch)
+		}
+	}
+}
+
+// signal wakes the sender of ch unless a wake-up waits for it already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }

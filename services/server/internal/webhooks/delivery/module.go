@@ -43,7 +43,8 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if err != nil {
 			return nil, err
 		}
-		return &Module{consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle}), deliverer: del, notices: webhooks.NewNoticeWorker(d.Events),
+		consumer := webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle, Local: del})
+		return &Module{consumer: consumer, deliverer: del, notices: webhooks.NewNoticeWorker(d.Events),
 			pruner: webhooks.NewPruneWorker(d.Pool, cfg.KeepFinished)}, nil
 	}
 }

@@ -99,12 +99,15 @@ SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
 // the first must still be woken by the subscription's next deliveries,
 // not wait out its linger.
 func TestIdleSenders_AJobThatEndsKeepsNoneOfTheLiveSendersWakeUps(t *testing.T) {
-	r := idleSenders{m: map[uuid.UUID][]chan struct{}{}}
+	r := idleSenders{m: map[uuid.UUID][]senderEntry{}}
 	sub, other := uuid.New(), uuid.New()
-	live := r.add(sub)
-	ending := r.add(sub)
-	elsewhere := r.add(other)
+	live := r.add(sub, 1)
+	ending := r.add(sub, 2)
+	elsewhere := r.add(other, 3)
 	r.remove(sub, ending)
+	require.True(t, r.holds(sub, 1))
+	require.False(t, r.holds(sub, 2), "the job that ended runs no more")
+	require.False(t, r.holds(other, 1), "a job is its subscription's sender only")
 
 	r.wake(sub.String())
 	select {
