@@ -328,8 +328,13 @@ func (l *EventLog) appendAndCommit(ctx context.Context, conn *pgxpool.Conn, clai
 	if err == nil {
 		err = standbyWaitCancelled(conn.Conn().PgConn())
 	}
-	if committed && (err != nil || !carried) && l.notifies() {
-		l.notifier.signal() // the flush carried no notification, or may not have
+	switch {
+	case !l.notifies(), carried && committed && err == nil:
+		// Nothing to announce, or the flush announced it.
+	case committed || carried:
+		// The flush carried no notification or may not have sent it, or it
+		// took one that an earlier commit was waiting for.
+		l.notifier.signal()
 	}
 	n := len(fresh)
 	switch {

@@ -29,16 +29,16 @@ type notifier struct {
 
 func newNotifier(pool *pgxpool.Pool) *notifier { return &notifier{pool: pool} }
 
-// take says whether a flush about to be sent may carry the notification
-// (none in flight, the last one notifyGap ago or more); the notification
-// then counts as sent.
+// take says whether a flush about to be sent may carry the notification:
+// the last one started notifyGap ago or more. The notification then counts
+// as sent, and serves a signal that waits for the gap.
 func (n *notifier) take() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.running || time.Since(n.last) < notifyGap {
+	if time.Since(n.last) < notifyGap {
 		return false
 	}
-	n.last = time.Now()
+	n.last, n.pending = time.Now(), false
 	return true
 }
 
