@@ -10,8 +10,10 @@
 package tooltest
 
 import (
+	"errors"
 	"os"
 	"os/exec"
+	"os/user"
 	"slices"
 	"strings"
 	"testing"
@@ -41,8 +43,12 @@ var (
 	// Autoctl is pg_autoctl with the monitor's extension for the local
 	// PostgreSQL.
 	Autoctl = &Tool{Name: "pg_autoctl", For: "the failover test", find: findAutoctl, packages: autoctlPackages}
+	// Root is running as root with a postgres user to run PostgreSQL as:
+	// what bothy dev --ha does with its directories then. No package
+	// brings it; CI runs as root.
+	Root = &Tool{Name: "root", For: "the tests of running as root", find: findRoot, packages: fixed()}
 
-	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl}
+	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl, Root}
 )
 
 // Need returns the path of tool. Without it, it fails tb under CI and
@@ -53,7 +59,7 @@ func Need(tb testing.TB, tool *Tool) string {
 	if err == nil {
 		return p
 	}
-	msg := tool.Name + " not found (" + err.Error() + "); install: " + InstallCommand([]*Tool{tool})
+	msg := tool.Name + " not found (" + err.Error() + ")" + installHint([]*Tool{tool})
 	if CI() {
 		tb.Fatal(msg + " (CI=true: a missing tool fails the run)")
 	}
@@ -107,7 +113,31 @@ func Summary(missing []*Tool) string {
 	for i, t := range missing {
 		parts[i] = t.For + " (no " + t.Name + ")"
 	}
-	return "tooltest: SKIPPED " + strings.Join(parts, ", ") + "; install: " + InstallCommand(missing)
+	return "tooltest: SKIPPED " + strings.Join(parts, ", ") + installHint(missing)
+}
+
+// installHint is "; install: " and the command that installs tools, plus
+// "; run as root" when Root is among them.
+func installHint(tools []*Tool) string {
+	var s string
+	if slices.ContainsFunc(tools, func(t *Tool) bool { return len(t.packages()) > 0 }) {
+		s = "; install: " + InstallCommand(tools)
+	}
+	if slices.Contains(tools, Root) {
+		s += "; run as root"
+	}
+	return s
+}
+
+func findRoot() (string, error) {
+	if os.Geteuid() != 0 {
+		return "", errors.New("not running as root")
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return "", errors.New("running as root, and there is no postgres user")
+	}
+	return u.HomeDir, nil
 }
 
 func lookPath(name string) func() (string, error) {

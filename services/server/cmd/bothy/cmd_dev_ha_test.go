@@ -81,9 +81,7 @@ func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 // to others' search; any other private directory is left as it is, and
 // bothy dev --ha refuses it saying what to do.
 func TestDev_HADirectoryAsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the directory's mode matters when running as root only")
-	}
+	tooltest.Need(t, tooltest.Root)
 	t.Parallel()
 	base, err := os.MkdirTemp("", "bothy-dev-dir-")
 	require.NoError(t, err)

@@ -34,6 +34,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/accesslog"
 	"github.com/bothy/bothy/services/server/internal/buildinfo"
 	"github.com/bothy/bothy/services/server/internal/config"
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/httpconn"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -52,6 +53,8 @@ type Server struct {
 	tracer trace.TracerProvider
 	// poolConfig, if set, adjusts the pool's configuration (ConfigurePool).
 	poolConfig func(*pgxpool.Config)
+	// roundTrips counts the pool's round trips (its metric).
+	roundTrips *dbconn.RoundTrips
 
 	// Addr is the HTTP listener's address once Run has started it.
 	addrCh chan net.Addr
@@ -59,7 +62,9 @@ type Server struct {
 
 // NewServer prepares a server; Run starts it.
 func NewServer(cfg *config.Config, logger *slog.Logger, modules []module.Factory) *Server {
-	return &Server{cfg: cfg, logger: logger, modules: modules, registry: prometheus.NewRegistry(), addrCh: make(chan net.Addr, 1)}
+	reg := prometheus.NewRegistry()
+	return &Server{cfg: cfg, logger: logger, modules: modules, registry: reg, roundTrips: dbconn.NewRoundTrips(reg),
+		addrCh: make(chan net.Addr, 1)}
 }
 
 // Addr waits until the server has started (the database answered and

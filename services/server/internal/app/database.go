@@ -102,7 +102,12 @@ func (s *Server) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
 			return nil, err
 		}
 	}
-	pool, err := openPool(ctx, s.cfg, s.poolConfig)
+	pool, err := openPool(ctx, s.cfg, func(pc *pgxpool.Config) {
+		s.roundTrips.Install(pc)
+		if s.poolConfig != nil {
+			s.poolConfig(pc) // a load test's own tracer replaces the counter
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,12 @@ package pgformation
 import (
 	"context"
 	"os"
-	"os/user"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bothy/bothy/internal/tooltest"
 )
 
 func TestNew_RefusesBadConfig(t *testing.T) {
@@ -24,12 +25,7 @@ func TestNew_RefusesBadConfig(t *testing.T) {
 // bothy dev --ha in a project directory); a private folder that was there
 // before is refused, naming it and what to do.
 func TestPrepareDir_AsRootTheFoldersItCreatesAreReachable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the folders' modes matter when running as root only")
-	}
-	if _, err := user.Lookup("postgres"); err != nil {
-		t.Skip("no postgres user")
-	}
+	tooltest.Need(t, tooltest.Root)
 	t.Parallel()
 	// Not t.TempDir: its parents are private to root.
 	base, err := os.MkdirTemp("", "pgformation-dir-")

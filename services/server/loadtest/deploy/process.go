@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -194,4 +196,38 @@ func Watch(servers ...*Server) <-chan error {
 		}()
 	}
 	return out
+}
+
+// RoundTrips is the process's bothy_database_round_trips_total summed over
+// its kinds, read from its /metrics; false when the binary does not
+// export it (an older revision).
+func (s *Server) RoundTrips(ctx context.Context) (float64, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr+"/metrics", nil)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("bothy %s /metrics: %s", s.Role, resp.Status)
+	}
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(name, "bothy_database_round_trips_total") {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("bothy %s /metrics: %q: %w", s.Role, sc.Text(), err)
+		}
+		sum, found = sum+v, true
+	}
+	return sum, found, sc.Err()
 }

@@ -28,6 +28,11 @@ type Usage struct {
 	Receiver time.Duration
 	// WAL is the server's WAL position in bytes.
 	WAL int64
+	// APIRoundTrips and WorkerRoundTrips are the processes' round trips
+	// to PostgreSQL (bothy_database_round_trips_total); RoundTrips is
+	// false when the binary does not count them.
+	APIRoundTrips, WorkerRoundTrips float64
+	RoundTrips                      bool
 }
 
 // Usage reads the CPU time of the api, the workers, the receiver and the
@@ -45,6 +50,9 @@ func (d *Deployment) Usage(ctx context.Context, o *Others) (Usage, error) {
 		}
 		u.Workers += t
 	}
+	if err := d.roundTrips(ctx, &u); err != nil {
+		return u, err
+	}
 	if u.Receiver, err = cost.ProcessCPU(o.Receiver); err != nil {
 		return u, fmt.Errorf("receiver CPU: %w", err)
 	}
@@ -55,6 +63,24 @@ func (d *Deployment) Usage(ctx context.Context, o *Others) (Usage, error) {
 	return u, err
 }
 
+// roundTrips reads the processes' round trips into u.
+func (d *Deployment) roundTrips(ctx context.Context, u *Usage) error {
+	n, ok, err := d.API.RoundTrips(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	u.APIRoundTrips, u.RoundTrips = n, true
+	for _, w := range d.Workers {
+		n, ok, err := w.RoundTrips(ctx)
+		if err != nil {
+			return err
+		}
+		u.WorkerRoundTrips += n
+		u.RoundTrips = u.RoundTrips && ok
+	}
+	return nil
+}
+
 // PhaseCost is what a measured phase cost.
 type PhaseCost struct {
 	Seconds                          float64
@@ -63,6 +89,9 @@ type PhaseCost struct {
 	// serve (Class).
 	PostgresBy map[string]time.Duration
 	WAL        int64
+	// APIRoundTrips and WorkerRoundTrips are the processes' round trips to
+	// PostgreSQL in the phase; nil when the binary does not count them.
+	APIRoundTrips, WorkerRoundTrips *float64
 }
 
 // BeginPhase opens a measured phase: it samples the backends, so that
@@ -84,7 +113,12 @@ func (d *Deployment) EndPhase(ctx context.Context, o *Others, before Usage) (Pha
 	if err != nil {
 		return PhaseCost{}, err
 	}
-	return PhaseCost{Seconds: after.At.Sub(before.At).Seconds(), API: after.API - before.API, Workers: after.Workers - before.Workers,
+	c := PhaseCost{Seconds: after.At.Sub(before.At).Seconds(), API: after.API - before.API, Workers: after.Workers - before.Workers,
 		Postgres: after.Postgres - before.Postgres, Receiver: after.Receiver - before.Receiver,
-		PostgresBy: d.Backends.ByClass(), WAL: after.WAL - before.WAL}, nil
+		PostgresBy: d.Backends.ByClass(), WAL: after.WAL - before.WAL}
+	if before.RoundTrips && after.RoundTrips {
+		c.APIRoundTrips = new(after.APIRoundTrips - before.APIRoundTrips)
+		c.WorkerRoundTrips = new(after.WorkerRoundTrips - before.WorkerRoundTrips)
+	}
+	return c, nil
 }

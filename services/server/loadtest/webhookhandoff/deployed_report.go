@@ -108,6 +108,8 @@ type deployJSON struct {
 	AllInCPUmsPerEvent       float64            `json:"all_in_cpu_ms_per_event"`
 	TransactionsPerDelivery  float64            `json:"transactions_per_delivery"`
 	StatementsPerDelivery    *float64           `json:"statements_per_delivery,omitempty"`
+	APIRoundTripsPerEvent    *float64           `json:"api_round_trips_per_event,omitempty"`
+	WorkerRoundTripsPerDeliv *float64           `json:"worker_round_trips_per_delivery,omitempty"`
 	WALBytesPerEvent         float64            `json:"wal_bytes_per_event"`
 	RiverJobsPerDelivery     float64            `json:"river_jobs_per_delivery"`
 	LoadBefore               string             `json:"load_before"`
@@ -138,6 +140,10 @@ func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 	if r.statements != nil {
 		j.StatementsPerDelivery = new(deploy.Per(*r.statements, deliveries))
 	}
+	if c.APIRoundTrips != nil {
+		j.APIRoundTripsPerEvent = new(math.Round(*c.APIRoundTrips/float64(events)*1000) / 1000)
+		j.WorkerRoundTripsPerDeliv = new(math.Round(*c.WorkerRoundTrips/float64(deliveries)*1000) / 1000)
+	}
 	if o.backlog > 0 {
 		j.Mode, j.Backlog, j.BacklogAppendedS = "backlog", o.backlog, math.Round(r.backlogSeconds*10)/10
 		return j
@@ -163,7 +169,7 @@ func (h *handoff) reportDeployed(r *deployResult, d *deployment) error {
 	}
 	var b strings.Builder
 	h.deployedText(&b, r, &j)
-	verdict := deployVerdict(&j, budget)
+	verdict, onlyP95 := deployVerdict(&j, budget)
 	b.WriteString(passText(verdict, ""))
 	fmt.Fprint(h.stdout, b.String())
 	if h.opts.json {
@@ -173,7 +179,7 @@ func (h *handoff) reportDeployed(r *deployResult, d *deployment) error {
 		}
 		fmt.Fprintf(h.stdout, "%s\n", line)
 	}
-	return verdictErr(verdict, false)
+	return verdictErr(verdict, onlyP95)
 }
 
 func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSON) {
@@ -199,6 +205,8 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 		j.APICPUmsPerEvent, j.WorkerCPUmsPerDelivery, j.PostgresCPUmsPerEvent, j.PostgresCPUmsPerEventBy, j.ReceiverCPUmsPerDelivery, j.AllInCPUmsPerEvent)
 	fmt.Fprintf(b, "per delivery: %.3f transactions, %s statements, %.4f River jobs (processes' start and stop included); %.0f WAL bytes per event\n",
 		j.TransactionsPerDelivery, orNA(j.StatementsPerDelivery, "%.2f"), j.RiverJobsPerDelivery, j.WALBytesPerEvent)
+	fmt.Fprintf(b, "round trips to PostgreSQL (bothy_database_round_trips_total): api %s/event, worker %s/delivery\n",
+		orNA(j.APIRoundTripsPerEvent, "%.3f"), orNA(j.WorkerRoundTripsPerDeliv, "%.3f"))
 	if len(r.top) > 0 {
 		fmt.Fprintf(b, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
 		fmt.Fprintf(b, "%9s %10s %9s %10s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "share", "statement")
@@ -210,13 +218,14 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 
 // deployVerdict says why the run fails, or "": any delivery missing,
 // repeated, out of order or badly signed, or a p95 from the 201 over
-// budget (0: none).
-func deployVerdict(j *deployJSON, budget time.Duration) string {
+// budget (0: none), and whether the p95 was the only reason.
+func deployVerdict(j *deployJSON, budget time.Duration) (string, bool) {
 	var why []string
 	if j.Deliveries == 0 {
 		why = append(why, "no delivery arrived")
 	}
-	if budget > 0 && j.LatencyFromAckMS != nil && j.LatencyFromAckMS.P95 > deploy.Millis(budget) {
+	slow := budget > 0 && j.LatencyFromAckMS != nil && j.LatencyFromAckMS.P95 > deploy.Millis(budget)
+	if slow {
 		why = append(why, fmt.Sprintf("p95 from the 201 %.1f ms above perf.webhook_handoff_p95 %s", j.LatencyFromAckMS.P95, harness.MS(budget)))
 	}
 	for _, c := range []struct {
@@ -231,7 +240,7 @@ func deployVerdict(j *deployJSON, budget time.Duration) string {
 			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
 		}
 	}
-	return strings.Join(why, "; ")
+	return strings.Join(why, "; "), slow && len(why) == 1
 }
 
 func orNA(v *float64, format string) string {
