@@ -214,7 +214,7 @@ func TestWorkerProcessesExactlyOnce(t *testing.T) {
 
 	// Each round writes one delivery row per subscription and event (unique
 	// key) and one job per subscription that got any, naming its lowest new
-	// seq (ADR 0016): a round run twice would repeat a (subscription, seq)
+	// seq: a round run twice would repeat a (subscription, seq)
 	// job.
 	var rows, distinctRows, jobs, distinctJobs int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (subscription_id, event_seq)) FROM webhook_deliveries`).Scan(&rows, &distinctRows))

@@ -9,7 +9,7 @@
 // may share with its own queries (Queue), and many decisions are one
 // statement (QueueMany). How old a decision a delivery may still act on is
 // the caller's rule: push reads its batch's decisions again once they are
-// push.rights_max_age old (ADR 0031); webhooks, ADR 0016.
+// push.rights_max_age old; webhooks, within the sender's stated bound.
 package authz
 
 import (

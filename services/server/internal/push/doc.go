@@ -1,4 +1,4 @@
-// Package push delivers Web Push notifications (ADR 0031): it keeps a
+// Package push delivers Web Push notifications: it keeps a
 // principal's devices as standard push subscriptions with per-space
 // preferences (Registry), turns committed events into push.deliver jobs in
 // the round of the consumer named "push" (Consumer), one per push service

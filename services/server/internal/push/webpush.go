@@ -25,7 +25,7 @@ import (
 // (over RFC 8188 aes128gcm) and RFC 8292 VAPID. It replaces
 // github.com/SherClockHolmes/webpush-go in the delivery path because that
 // library signs a new VAPID token, and derives the VAPID public point again,
-// for every message, a cost measured in ADR 0031. The cryptography is the standard
+// for every message, a cost that showed in the push load test. The cryptography is the standard
 // library's; what is here is the framing, pinned to RFC 8291's Appendix A
 // example byte for byte. pushtest's receiver decrypts both this and what
 // webpush-go sends.

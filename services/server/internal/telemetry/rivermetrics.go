@@ -158,7 +158,7 @@ func (m *RiverMetrics) Describe(ch chan<- *prometheus.Desc) {
 // jobsSQL counts the unfinished jobs. The state leads River's fetching
 // index (river_job_prioritized_fetching_index), so the query reads those
 // jobs only, never the finished ones that fill river_job: its cost follows
-// the backlog, not the table (ADR 0063, Measured).
+// the backlog, not the table.
 const jobsSQL = `
 SELECT queue, kind, state::text, count(*) FROM river_job
 WHERE state IN ('available', 'running', 'retryable', 'scheduled')

@@ -16,7 +16,7 @@ import (
 )
 
 // Resend, Recover and EnableFromBacklog put deliveries back in front of a
-// subscription's sender (ADR 0016, "Resend, recover and re-enable"). Each
+// subscription's sender. Each
 // makes deliveries pending in one transaction and inserts a delivery job in
 // it; the sender does the rest as for any pending delivery: it checks the
 // owner's rights at send time, signs with the subscription's secrets and

@@ -177,8 +177,8 @@ type messageCounts struct {
 // revoked principal's may be; every job ended; nothing arrived for an event
 // committed after the revocation or without a job; and every arrival has
 // its record, except where a fault between the 2xx and the record explains
-// its loss (the one window in which the worker may send a message twice,
-// ADR 0031). Duplicate arrivals are the arrivals check's.
+// its loss (the one window in which the worker may send a message
+// twice). Duplicate arrivals are the arrivals check's.
 func (g *registration) checkMessages() ([]string, *report, int) {
 	arrived := map[int64]int{}
 	firstAt := map[int64]time.Time{}

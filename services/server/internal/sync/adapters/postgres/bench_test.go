@@ -62,7 +62,7 @@ func runConcurrent(b *testing.B, c int, fn func(ctx context.Context, i int) erro
 // event row into a table keyed by a bigserial (fast, but neither gapless nor
 // commit-ordered). Variants follow each other within one benchmark run, as
 // the machine is noisy; -count=N repeats each variant N times in a row, so to
-// alternate them N times, run the test binary N times (ADR 0063, Measured).
+// alternate them N times, run the test binary N times.
 // counter-traced is the production path with tracing on: a span per Write,
 // batched and exported over OTLP/HTTP to a local receiver that discards
 // them, and its trace context stored with the event.
@@ -212,7 +212,7 @@ func BenchmarkRound(b *testing.B) {
 // the consumer round that processed the event, with LISTEN wake-ups, at a
 // fixed arrival rate of events. Above 200 events/s the producers batch
 // several events per transaction (rate/200): one counter holder at a time
-// caps single-event transactions near 1/(WAL flush), see ADR 0009.
+// caps single-event transactions near 1/(WAL flush).
 //
 //	go test ./services/server/internal/sync/adapters/postgres -run '^$' -bench BenchmarkHandoff -benchtime 20000x
 //

@@ -25,7 +25,7 @@ import (
 const Channel = "event_log"
 
 // appendLockKey is the pg_advisory_xact_lock key of the advisory-lock
-// variant that benchmarks compare with (measured slower, ADR 0009).
+// variant that benchmarks compare with (measured slower).
 const appendLockKey int64 = 0x626f7468795f6c67 // "bothy_lg"
 
 // NotifyMode says where the producer sends NOTIFY event_log.

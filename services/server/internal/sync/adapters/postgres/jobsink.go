@@ -12,7 +12,7 @@ import (
 // JobSink implements sync.JobSink with River's InsertManyTx or, with Fast,
 // InsertManyFastTx (COPY); both take the round's transaction, so the jobs
 // commit with the cursor. The server uses Fast: it is faster at large
-// batches (ADR 0010, Measured) and returns only a count, which is all a
+// batches and returns only a count, which is all a
 // round needs; none of the consumers' jobs use River's unique-job options.
 type JobSink struct {
 	client *river.Client[pgx.Tx]

@@ -53,8 +53,8 @@ const (
 // sqlStateLockNotAvailable is what FOR UPDATE NOWAIT raises on a locked row.
 const sqlStateLockNotAvailable = "55P03"
 
-// RestoreFinalize sets every consumer cursor to the current head of the log
-// (ADR 0059), so that events already delivered before the backup's restore
+// RestoreFinalize sets every consumer cursor to the current head of the
+// log, so that events already delivered before the backup's restore
 // point are not delivered again, and returns what moved, in name order.
 //
 // It runs in one transaction: each cursor row is locked FOR UPDATE NOWAIT

@@ -20,8 +20,7 @@ import (
 // that is synchronous and lies later in the WAL than the round's commit
 // record, so it flushes the round first. A crash before that flush loses
 // the round whole, jobs and cursor together, and the next round does it
-// again. This is the argument the producers' commits already rest on
-// (ADR 0009).
+// again. This is the argument the producers' commits already rest on.
 type RoundTx struct {
 	Pool *pgxpool.Pool
 }
