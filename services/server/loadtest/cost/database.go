@@ -139,13 +139,17 @@ type Statement struct {
 	TotalMS, MeanMS float64
 	WALBytes        int64
 	ShareOfTime     float64 // of the database's total execution time
+	// JITFunctions is how many functions PostgreSQL JIT-compiled for it:
+	// above 0, its plan cost more than jit_above_cost, and each execution
+	// paid for compiling.
+	JITFunctions int64
 }
 
 // topStatementsSQL reads the database's statements by total execution
 // time, with each one's share of the total.
 const topStatementsSQL = `
 SELECT query, calls, total_exec_time, mean_exec_time, rows, wal_bytes::bigint,
-       coalesce(total_exec_time / nullif(sum(total_exec_time) OVER (), 0), 0)
+       coalesce(total_exec_time / nullif(sum(total_exec_time) OVER (), 0), 0), jit_functions
 FROM pg_stat_statements WHERE dbid = $1
 ORDER BY total_exec_time DESC LIMIT $2`
 
@@ -158,7 +162,7 @@ func (d *Database) TopStatements(ctx context.Context, n int) ([]Statement, error
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Statement, error) {
 		var s Statement
-		err := row.Scan(&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.Rows, &s.WALBytes, &s.ShareOfTime)
+		err := row.Scan(&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.Rows, &s.WALBytes, &s.ShareOfTime, &s.JITFunctions)
 		return s, err
 	})
 }

@@ -18,11 +18,16 @@ import (
 // no event is left, retention's low mark above it) means retention
 // removed the seqs in between before the consumer read them. Each
 // partition's (seq, committed_at) index answers the lateral read directly.
-const consumerStatusSQL = `
-SELECT c.name, c.last_seq, s.last_seq AS head, c.last_round_at,
+// The one-row tables are read as scalar subqueries, not joined: the
+// planner, which has no statistics for them until autovacuum analyzes
+// them, estimates a cross join of thousands of rows each, and a plan that
+// costly is JIT-compiled (PostgreSQL's default jit=on), which made each
+// scrape cost over half a second of the server's CPU.
+const ConsumerStatusSQL = `
+SELECT c.name, c.last_seq, (SELECT last_seq FROM event_seq) AS head, c.last_round_at,
        coalesce(extract(epoch FROM (now() - f.committed_at)), 0)::float8 AS pending_age,
-       coalesce(f.seq, r.low_seq) AS next_seq
-FROM event_consumer_cursors c CROSS JOIN event_seq s CROSS JOIN event_log_retention r
+       coalesce(f.seq, (SELECT low_seq FROM event_log_retention)) AS next_seq
+FROM event_consumer_cursors c
 LEFT JOIN LATERAL (
     SELECT e.seq, e.committed_at FROM event_log e WHERE e.seq > c.last_seq ORDER BY e.seq LIMIT 1
 ) f ON true
@@ -32,7 +37,7 @@ ORDER BY c.name`
 func ConsumerStatuses(ctx context.Context, db interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }) ([]sync.ConsumerStatus, error) {
-	rows, err := db.Query(ctx, consumerStatusSQL)
+	rows, err := db.Query(ctx, ConsumerStatusSQL)
 	if err != nil {
 		return nil, err
 	}
