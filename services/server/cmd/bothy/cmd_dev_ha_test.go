@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/internal/tooltest"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 var (
@@ -36,8 +37,10 @@ func TestDev_HALosesThePrimaryAndGoesOn(t *testing.T) {
 	t.Parallel()
 	// Not t.TempDir: its parents are private to root, and the formation
 	// runs as the postgres user, in a folder of dir. bothy dev creates
-	// dir itself, as on a first run in a project directory.
-	base, err := os.MkdirTemp("", "bothy-dev-ha-")
+	// dir itself, as on a first run in a project directory. Owned
+	// (testsweep): a later run stops and removes the formation if this one
+	// is killed before its cleanup.
+	base, err := testsweep.MkdirTemp("bothy-dev-ha-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(base, 0o755))
 	t.Cleanup(func() { _ = os.RemoveAll(base) })

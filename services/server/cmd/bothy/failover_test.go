@@ -22,6 +22,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/pgformation"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -94,8 +95,9 @@ func setupFailover(t *testing.T) *failover {
 	ctx := context.Background()
 	bin := buildBinary(t)
 	// Not t.TempDir: its parents are private to root, and the formation
-	// runs as the postgres user.
-	dir, err := os.MkdirTemp("", "bothy-ha-")
+	// runs as the postgres user. Owned (testsweep): a later run stops and
+	// removes the formation if this one is killed before its cleanup.
+	dir, err := testsweep.MkdirTemp("bothy-ha-")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	f, err := pgformation.New(ctx, &pgformation.Config{Dir: dir, FastFailover: true})

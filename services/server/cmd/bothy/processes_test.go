@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	gosync "sync"
 	"syscall"
@@ -25,25 +26,37 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
 var (
 	binOnce gosync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
 
-// buildBinary builds the bothy binary once per test process.
+// TestMain removes the binary buildBinary built once every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary builds the bothy binary once per test process, in a
+// directory owned by it (testsweep): when the test binary is killed, a
+// later run kills what still runs from the directory and removes it.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "bothy-bin-")
-		if err != nil {
-			binErr = err
+		binDir, binErr = testsweep.MkdirTemp("bothy-bin-")
+		if binErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "bothy")
+		binPath = filepath.Join(binDir, "bothy")
 		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -58,20 +71,36 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr chan string
 	done chan error
+	gone chan struct{} // closed when the process has ended
 	mu   gosync.Mutex
 	log  strings.Builder
 }
 
 var addrLine = regexp.MustCompile(`msg="bothy server started".* addr=(\S+)`)
 
+// startProcess starts bin with args in a process group of its own, which
+// the test kills when it ends, also when it fails. The kernel kills the
+// process when the test binary dies (a timeout, a SIGKILL), when no
+// cleanup runs: the parent-death signal belongs to the thread that
+// started the process, so the goroutine that starts and waits for it
+// keeps its thread.
 func startProcess(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), addr: make(chan string, 1), done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(bin, args...), addr: make(chan string, 1), done: make(chan error, 1), gone: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := p.cmd.StderrPipe()
 	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		defer close(p.gone)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -84,8 +113,14 @@ func startProcess(t *testing.T, bin string, env []string, args ...string) *proc 
 		}
 		p.done <- p.cmd.Wait()
 	}()
+	require.NoError(t, <-started)
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-p.gone:
+		case <-time.After(30 * time.Second):
+			t.Errorf("process %v (pid %d) did not end on SIGKILL", args, p.cmd.Process.Pid)
+		}
 		if t.Failed() {
 			t.Logf("process %v log:\n%s", args, p.logText())
 		}

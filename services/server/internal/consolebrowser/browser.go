@@ -55,7 +55,10 @@ type Dialog struct {
 }
 
 // New starts Chromium for t and closes it when t ends. Without a chromium
-// binary it fails t in CI and skips it elsewhere (tooltest.Need).
+// binary it fails t in CI and skips it elsewhere (tooltest.Need). When the
+// test binary dies without cleanups (go test -timeout, a SIGKILL), the
+// kernel kills Chromium, and its children follow: chromedp's exec
+// allocator starts it with a parent-death signal on Linux.
 func New(t testing.TB) *Browser {
 	t.Helper()
 	path := tooltest.Need(t, tooltest.Chromium)

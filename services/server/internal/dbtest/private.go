@@ -13,6 +13,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 // QuietCrashSettings are pgcluster.QuietCrashSettings sized for a test's
@@ -42,8 +43,9 @@ func NewPrivate(tb testing.TB, settings map[string]string) *Private {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Not tb.TempDir: its parents are private to root, and the cluster may
-	// run as the postgres user.
-	dir, err := os.MkdirTemp("", "bothy-pg-")
+	// run as the postgres user. Owned (testsweep): a later run stops and
+	// removes the cluster if this one is killed before its cleanup.
+	dir, err := testsweep.MkdirTemp("bothy-pg-")
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}

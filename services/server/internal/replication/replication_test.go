@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,8 @@ func startSynchronousReceiver(t *testing.T, port int) {
 	cmd := exec.Command(filepath.Join(bin, "pg_receivewal"), "-D", dir, "--synchronous", "--no-loop", "--no-password",
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=bothy_test_receiver", port))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Killed with the test binary too, when no cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 // DeploymentParams says how to run bothy for a load test.
@@ -54,7 +56,9 @@ func NewDeployment(ctx context.Context, p *DeploymentParams) (*Deployment, error
 	if p.Keys["database.url"] == "" || p.AdminURL == "" || p.Stdout == nil {
 		return nil, errors.New("deploy: want database.url, AdminURL and Stdout")
 	}
-	dir, err := os.MkdirTemp("", "bothy-perf-deploy-")
+	// Owned (testsweep): it holds the built binary the processes run, which
+	// a later run stops, with the directory, if this one is killed.
+	dir, err := testsweep.MkdirTemp("bothy-perf-deploy-")
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +184,9 @@ func (d *Deployment) Close(ctx context.Context, keep bool) {
 	if d.Backends != nil {
 		d.Backends.Close(ctx)
 	}
-	if !keep {
+	if keep {
+		_ = testsweep.Disown(d.LogDir)
+	} else {
 		_ = os.RemoveAll(d.LogDir)
 	}
 }

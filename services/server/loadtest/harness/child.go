@@ -103,6 +103,8 @@ func StartChild(ctx context.Context, role string, params, hello any) (*Child, er
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), ChildEnv+"="+role)
 	cmd.Stderr = os.Stderr
+	// Killed with this process when it dies without stopping it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c := &Child{cmd: cmd}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

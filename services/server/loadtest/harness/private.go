@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 // copiedSettings are the server settings that change what a load costs
@@ -71,7 +72,9 @@ type PrivateServer struct {
 // StartPrivate initializes and starts a private server on a free port.
 func StartPrivate(ctx context.Context, p *PrivateParams) (*PrivateServer, error) {
 	// Not under a directory private to root: the server may run as postgres.
-	dir, err := os.MkdirTemp("", "bothy-perf-pg-")
+	// Owned (testsweep): a later run stops and removes the cluster if this
+	// one is killed before Stop.
+	dir, err := testsweep.MkdirTemp("bothy-perf-pg-")
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,9 @@ func (s *PrivateServer) Stop() {
 			_ = s.cluster.Crash(ctx)
 		}
 	}
-	if !s.keep {
+	if s.keep {
+		_ = testsweep.Disown(s.dir)
+	} else {
 		_ = os.RemoveAll(s.dir)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -170,6 +171,8 @@ func startReceiverChild(ctx context.Context) (*exec.Cmd, io.WriteCloser, io.Read
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), receiverEnv+"=1")
 	cmd.Stderr = os.Stderr
+	// Killed with this process when it dies without stopping it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 // crashSettings make the private cluster lose, in a crash, every commit
@@ -40,9 +41,11 @@ type crashResult struct {
 
 // startCluster initializes and starts the private cluster in a new
 // directory under the system's temporary folder: not under h.tmp, because
-// as root the cluster runs as the postgres user, who must reach it.
+// as root the cluster runs as the postgres user, who must reach it. The
+// directory is owned (testsweep): a later run stops and removes the
+// cluster if this one is killed before stopCluster.
 func (h *harness) startCluster(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "bothy-soak-pg-")
+	dir, err := testsweep.MkdirTemp("bothy-soak-pg-")
 	if err != nil {
 		return err
 	}
@@ -73,6 +76,7 @@ func (h *harness) stopCluster() {
 		}
 	}
 	if h.opts.keep && h.cluster != nil {
+		_ = testsweep.Disown(h.clusterDir)
 		fmt.Fprintf(h.out, "kept: private cluster in %s, stopped (database bothy_soak; pg_ctl -D %s start)\n", h.clusterDir, h.cluster.Data())
 		return
 	}

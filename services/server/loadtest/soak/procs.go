@@ -67,6 +67,8 @@ func startProc(bin, dir, name, role string, env []string) (*proc, error) {
 	p := &proc{name: name, role: role, addr: make(chan string, 1), done: make(chan error, 1), started: time.Now()}
 	p.cmd = exec.Command(bin, "server", "--role="+role)
 	p.cmd.Env = env
+	// Killed with the soak when it dies without stopping them.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.logPath = filepath.Join(dir, name+".log")
 	f, err := os.Create(p.logPath)
 	if err != nil {

@@ -81,6 +81,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -328,7 +329,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 		return errors.New("--pg-crash on: the soak crashes only its own private cluster; unset BOTHY_DATABASE_URL")
 	}
 	h.printHeader()
-	if h.tmp, err = os.MkdirTemp("", "bothy-soak-"); err != nil {
+	// Owned (testsweep): it holds the built binary the processes run, which
+	// a later run stops, with the directory, if this one is killed.
+	if h.tmp, err = testsweep.MkdirTemp("bothy-soak-"); err != nil {
 		return err
 	}
 	defer h.removeTmp()
@@ -387,6 +390,7 @@ func (h *harness) printHeader() {
 // removeTmp removes the process logs' directory, or names it with --keep.
 func (h *harness) removeTmp() {
 	if h.opts.keep {
+		_ = testsweep.Disown(h.tmp)
 		fmt.Fprintf(h.out, "kept: process logs in %s\n", h.tmp)
 	} else {
 		_ = os.RemoveAll(h.tmp)
