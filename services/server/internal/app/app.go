@@ -63,8 +63,9 @@ type Server struct {
 // NewServer prepares a server; Run starts it.
 func NewServer(cfg *config.Config, logger *slog.Logger, modules []module.Factory) *Server {
 	reg := prometheus.NewRegistry()
-	return &Server{cfg: cfg, logger: logger, modules: modules, registry: reg, roundTrips: dbconn.NewRoundTrips(reg),
-		addrCh: make(chan net.Addr, 1)}
+	trips := &dbconn.RoundTrips{}
+	trips.Register(reg)
+	return &Server{cfg: cfg, logger: logger, modules: modules, registry: reg, roundTrips: trips, addrCh: make(chan net.Addr, 1)}
 }
 
 // Addr waits until the server has started (the database answered and

@@ -2,20 +2,25 @@ package dbconn
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// RoundTrips counts a pool's round trips to PostgreSQL as
-// bothy_database_round_trips_total, by kind: a query or exec (BEGIN and
-// COMMIT each are one), a batch (one however many statements it holds), a
-// COPY, a statement preparation that went to the server, a new connection.
-// A process's round trips per unit of work are what its CPU and latency
-// follow on a busy host. It is a pgx tracer, safe for concurrent use.
+// RoundTrips is a pgx tracer that counts a pool's round trips to the
+// server: every query or exec (BEGIN and COMMIT included, each is one), every
+// batch as one (a pipeline is one round trip however many statements it
+// holds), every COPY, every statement preparation that went to the server,
+// every liveness ping of the pool and every new connection. A process's
+// round trips per unit of work are what its CPU and latency follow on a
+// busy host; Register exports them as bothy_database_round_trips_total.
+// The zero value counts; it is safe for concurrent use.
 type RoundTrips struct {
-	query, batch, copy, prepare, connect prometheus.Counter
+	queries, batches, copies, prepares, pings, connects atomic.Int64
 }
 
 var (
@@ -26,52 +31,105 @@ var (
 	_ pgx.ConnectTracer  = (*RoundTrips)(nil)
 )
 
-// NewRoundTrips returns the counter, registered on reg.
-func NewRoundTrips(reg prometheus.Registerer) *RoundTrips {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bothy_database_round_trips_total",
-		Help: "Round trips of the process's pool to PostgreSQL, by kind: query (each statement sent alone, BEGIN and COMMIT included), batch (a pipeline of statements), copy, prepare, connect.",
-	}, []string{"kind"})
-	reg.MustRegister(v)
-	return &RoundTrips{query: v.WithLabelValues("query"), batch: v.WithLabelValues("batch"), copy: v.WithLabelValues("copy"),
-		prepare: v.WithLabelValues("prepare"), connect: v.WithLabelValues("connect")}
+// Install makes pc's connections report to r, and counts the pings the
+// pool sends on acquiring a connection that was idle (its ShouldPing rule,
+// pgxpool's default when pc has none).
+func (r *RoundTrips) Install(pc *pgxpool.Config) {
+	pc.ConnConfig.Tracer = r
+	should := pc.ShouldPing
+	if should == nil {
+		// pgxpool's default rule.
+		should = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > time.Second }
+	}
+	pc.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+		ping := should(ctx, p)
+		if ping {
+			r.pings.Add(1)
+		}
+		return ping
+	}
 }
 
-// Install makes pc's connections count their round trips in r.
-func (r *RoundTrips) Install(pc *pgxpool.Config) { pc.ConnConfig.Tracer = r }
+// Register exports the counts on reg as bothy_database_round_trips_total,
+// by kind.
+func (r *RoundTrips) Register(reg prometheus.Registerer) {
+	for _, k := range []struct {
+		kind string
+		n    *atomic.Int64
+	}{{"query", &r.queries}, {"batch", &r.batches}, {"copy", &r.copies}, {"prepare", &r.prepares}, {"ping", &r.pings}, {"connect", &r.connects}} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "bothy_database_round_trips_total",
+			Help:        "Round trips of the process's pool to PostgreSQL, by kind: query (each statement sent alone, BEGIN and COMMIT included), batch (a pipeline of statements), copy, prepare, ping, connect.",
+			ConstLabels: prometheus.Labels{"kind": k.kind},
+		}, func() float64 { return float64(k.n.Load()) }))
+	}
+}
 
+// Total is the round trips counted so far; 0 for a nil r (nothing counted).
+func (r *RoundTrips) Total() int64 {
+	if r == nil {
+		return 0
+	}
+	return r.queries.Load() + r.batches.Load() + r.copies.Load() + r.prepares.Load() + r.pings.Load() + r.connects.Load()
+}
+
+// String lists the counts by kind.
+func (r *RoundTrips) String() string {
+	if r == nil {
+		return "not counted"
+	}
+	return fmt.Sprintf("%d queries, %d batches, %d copies, %d prepares, %d pings, %d connects",
+		r.queries.Load(), r.batches.Load(), r.copies.Load(), r.prepares.Load(), r.pings.Load(), r.connects.Load())
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
 func (r *RoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.query.Inc()
+	r.queries.Add(1)
 	return ctx
 }
 
-func (*RoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd implements pgx.QueryTracer.
+func (r *RoundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart implements pgx.BatchTracer.
 func (r *RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.batch.Inc()
+	r.batches.Add(1)
 	return ctx
 }
 
-func (*RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (*RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+// TraceBatchQuery implements pgx.BatchTracer.
+func (r *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
+// TraceBatchEnd implements pgx.BatchTracer.
+func (r *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TraceCopyFromStart implements pgx.CopyFromTracer.
 func (r *RoundTrips) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	r.copy.Inc()
+	r.copies.Add(1)
 	return ctx
 }
 
-func (*RoundTrips) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+// TraceCopyFromEnd implements pgx.CopyFromTracer.
+func (r *RoundTrips) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
 
-func (r *RoundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
-	r.prepare.Inc()
+// TracePrepareStart implements pgx.PrepareTracer.
+func (r *RoundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
 	return ctx
 }
 
-func (*RoundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+// TracePrepareEnd implements pgx.PrepareTracer: a statement the
+// connection had prepared already cost no round trip.
+func (r *RoundTrips) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	if !d.AlreadyPrepared {
+		r.prepares.Add(1)
+	}
+}
 
+// TraceConnectStart implements pgx.ConnectTracer.
 func (r *RoundTrips) TraceConnectStart(ctx context.Context, _ pgx.TraceConnectStartData) context.Context {
-	r.connect.Inc()
+	r.connects.Add(1)
 	return ctx
 }
 
-func (*RoundTrips) TraceConnectEnd(context.Context, pgx.TraceConnectEndData) {}
+// TraceConnectEnd implements pgx.ConnectTracer.
+func (r *RoundTrips) TraceConnectEnd(context.Context, pgx.TraceConnectEndData) {}

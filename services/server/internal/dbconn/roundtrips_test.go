@@ -19,7 +19,8 @@ func TestRoundTrips_CountsEachTripOnce(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.NewDB(t)
 	reg := prometheus.NewRegistry()
-	rt := dbconn.NewRoundTrips(reg)
+	rt := &dbconn.RoundTrips{}
+	rt.Register(reg)
 	pc, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
 	pc.MaxConns = 1
@@ -55,4 +56,19 @@ func TestRoundTrips_CountsEachTripOnce(t *testing.T) {
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+
+	// BEGIN, one query, a pipelined batch of three statements, COMMIT.
+	before := rt.Total()
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for range 3 {
+			b.Queue(`SELECT 1`)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), rt.Total()-before, rt.String())
 }

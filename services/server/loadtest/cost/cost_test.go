@@ -8,45 +8,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/loadtest/cost"
 )
-
-func TestRoundTrips_CountsEachTripOnce(t *testing.T) {
-	t.Parallel()
-	db := dbtest.NewDB(t)
-	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	pc.MaxConns = 1
-	trips := &cost.RoundTrips{}
-	trips.Install(pc)
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	require.NoError(t, err)
-	defer pool.Close()
-
-	// BEGIN, one query, a pipelined batch of three statements, COMMIT.
-	work := func() {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT $1::int`, 1); err != nil {
-				return err
-			}
-			b := &pgx.Batch{}
-			for i := range 3 {
-				b.Queue(`SELECT $1::int + 1`, i)
-			}
-			return tx.SendBatch(ctx, b).Close()
-		})
-		require.NoError(t, err)
-	}
-	work() // connects and prepares the statements
-	before := trips.Total()
-	work()
-	require.Equal(t, int64(4), trips.Total()-before, trips.String())
-}
 
 func TestDatabase_TransactionsOnceSessionsEnded(t *testing.T) {
 	t.Parallel()

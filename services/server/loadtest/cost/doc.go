@@ -1,5 +1,5 @@
 // Package cost measures what a load costs the machine, counted rather than
-// timed: the database round trips of one pool (a pgx tracer), the
+// timed: the database round trips of one pool (dbconn.RoundTrips), the
 // transactions, statements (pg_stat_statements) and River jobs of one
 // database, the WAL its server writes, and the CPU time of the processes
 // involved (this one, a child, a PostgreSQL postmaster with its server

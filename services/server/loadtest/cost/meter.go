@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 )
 
 // MeterParams says what a Meter measures.
@@ -16,7 +18,7 @@ type MeterParams struct {
 	DB *Database
 	// Trips counts the measured role's round trips (installed on its pool),
 	// when it runs in this process; nil otherwise.
-	Trips *RoundTrips
+	Trips *dbconn.RoundTrips
 	// Postmaster is the PID of the server's postmaster when the server
 	// serves this run only: its CPU time and WAL are then the run's. 0 on a
 	// shared server, where neither is measured.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/bothy/bothy/services/server/internal/app"
+	"github.com/bothy/bothy/services/server/internal/dbconn"
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -16,7 +17,7 @@ import (
 // costs measures what the worker costs over one window.
 type costs struct {
 	db    *cost.Database
-	trips *cost.RoundTrips
+	trips *dbconn.RoundTrips
 	meter *cost.Meter
 }
 
@@ -34,7 +35,7 @@ func (h *handoff) startCosts(ctx context.Context) (*costs, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &costs{db: db, trips: &cost.RoundTrips{}}
+	c := &costs{db: db, trips: &dbconn.RoundTrips{}}
 	p := &cost.MeterParams{DB: db, Trips: c.trips, Receiver: h.rcv.pid(), ScratchURL: h.scratch.URL,
 		RiverKind: webhooks.KindDeliver, RiverKeeps: cost.RiverKeeps(app.RiverConfig(h.scratch.Cfg, h.scratch.Logger))}
 	if h.private != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
-	"github.com/bothy/bothy/services/server/loadtest/cost"
 )
 
 // itemEvent is an item.created event of alice in s1.
@@ -391,7 +390,7 @@ func TestEventLog_AppendCostsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewDB(t)
 	ctx := context.Background()
-	trips := &cost.RoundTrips{}
+	trips := &dbconn.RoundTrips{}
 	pool := onePool(t, db, func(pc *pgxpool.Config) {
 		// No liveness pings: what is counted is the call's own.
 		pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
