@@ -1,7 +1,6 @@
 package testsweep
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,16 +181,11 @@ func removeLeftShm(dir string) {
 	}
 }
 
+// readLines returns the lines of a small file, or nil if it cannot be read.
 func readLines(path string) []string {
-	fh, err := os.Open(path)
-	if err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
 		return nil
 	}
-	defer fh.Close()
-	var lines []string
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return lines
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 }
