@@ -360,10 +360,10 @@ func (o *outcomes) addRequest(sub uuid.UUID, r *request) {
 // recordedTo is the highest seq of last that the recorder recorded (0:
 // none).
 func recordedTo(last *batch) int64 {
-	var to int64
 	if last == nil {
 		return 0
 	}
+	var to int64
 	for _, r := range last.requests {
 		if r.rec == recDone {
 			to = max(to, r.items[len(r.items)-1].seq)
