@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,7 +11,12 @@ import (
 // goroutine outlives the tests that started it. Idle keep-alive connections
 // of the delivery client close with their transport's idle timeout, so
 // those are ignored.
+// Run with workerChildEnv set, the binary is instead a worker process
+// (runWorkerChild) that a test starts and kills.
 func TestMain(m *testing.M) {
+	if url := os.Getenv(workerChildEnv); url != "" {
+		os.Exit(runWorkerChild(url))
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),

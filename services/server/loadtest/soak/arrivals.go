@@ -29,6 +29,8 @@ type duplicate struct {
 	seq             int64
 	first, again    time.Time
 	cause           string // the fault kind, or noFault
+	// fault is when the fault it is attributed to began (zero: none).
+	fault time.Time
 }
 
 // attributionSlack is how long before the accepted arrival its fault may
@@ -78,7 +80,7 @@ func (hi *history) duplicates() []duplicate {
 		d.cause = noFault
 		for _, f := range faults {
 			if slices.Contains(duplicateCauses, f.kind) && f.during(d.first.Add(-attributionSlack), d.again) {
-				d.cause = f.kind
+				d.cause, d.fault = f.kind, f.at
 				break
 			}
 		}
@@ -254,6 +256,11 @@ func (hi *history) checkArrivals(r *report, missing map[string]int) map[string]m
 	}
 	r.table("ARRIVALS AT THE RECEIVERS (duplicates: a copy of a message already accepted; missing -1: not checked)",
 		"channel\tmissing\tduplicate arrivals\tof them without a fault", rows)
+	if prows := repeatsPerFault(dups, hi.start); len(prows) > 0 {
+		r.table("REPEATS PER FAULT (per target: webhook subscription or push device; times from the fault's start; "+
+			"accepted before: how long before the fault the earliest repeated message was first accepted)",
+			"fault\tat\tchannel\trepeats\ttargets\tmost for one target\tfirst again after\tlast again after\taccepted before", prows)
+	}
 	if len(lines) > 0 {
 		r.sections = append(r.sections, "DUPLICATE ARRIVALS\n"+strings.Join(lines, "\n")+"\n")
 	}
@@ -280,4 +287,58 @@ func (hi *history) checkTakeovers(r *report) {
 	if never > 0 {
 		r.fail(checkTakeover, "%d jobs or sender claims of killed workers were not taken over within %s", never, takeoverLimit)
 	}
+}
+
+// repeatsPerFault tabulates the duplicates that faults explain, one row per
+// fault and channel: how many, over how many targets, the most for one
+// target, how soon after the fault the first and last copies arrived, and
+// how long before the fault the earliest repeated message had first been
+// accepted (what the sender had seen answered and not recorded).
+func repeatsPerFault(dups []duplicate, start time.Time) [][]string {
+	type key struct {
+		at      time.Time
+		kind    string
+		channel string
+	}
+	type tally struct {
+		n           int
+		perTarget   map[string]int
+		first, last time.Duration
+		before      time.Duration
+	}
+	tallies := map[key]*tally{}
+	var keys []key
+	for _, d := range dups {
+		if d.fault.IsZero() {
+			continue
+		}
+		k := key{at: d.fault, kind: d.cause, channel: d.channel}
+		t := tallies[k]
+		if t == nil {
+			t = &tally{perTarget: map[string]int{}, first: d.again.Sub(d.fault), last: d.again.Sub(d.fault)}
+			tallies[k] = t
+			keys = append(keys, k)
+		}
+		t.n++
+		t.perTarget[d.target]++
+		t.first, t.last = min(t.first, d.again.Sub(d.fault)), max(t.last, d.again.Sub(d.fault))
+		t.before = max(t.before, d.fault.Sub(d.first))
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.channel, b.channel)
+	})
+	var rows [][]string
+	for _, k := range keys {
+		t := tallies[k]
+		most := 0
+		for _, n := range t.perTarget {
+			most = max(most, n)
+		}
+		rows = append(rows, []string{k.kind, fmt.Sprintf("t+%.2fs", k.at.Sub(start).Seconds()), k.channel, itoa(t.n),
+			itoa(len(t.perTarget)), itoa(most), fmtTook(t.first), fmtTook(t.last), fmtTook(max(t.before, 0))})
+	}
+	return rows
 }

@@ -457,3 +457,23 @@ func TestReport_SaysWhatAHarnessErrorHid(t *testing.T) {
 	require.Contains(t, out, "could not read event_consumer_cursors: timeout (HIDES: "+checkCursors+")")
 	require.Contains(t, out, "FAIL: no product violation, but the run did not check: "+checkCursors)
 }
+
+// TestRepeatsPerFault: the duplicates a fault explains are counted per
+// fault and channel, with the most for one target, how soon after the
+// fault the copies came and how long before it the earliest was accepted;
+// those no fault explains are left to the duplicate check.
+func TestRepeatsPerFault(t *testing.T) {
+	t.Parallel()
+	kill := at(10)
+	dups := []duplicate{
+		{channel: chanWebhooks, target: "a", seq: 5, first: at(9.9), again: at(11), cause: faultKill, fault: kill},
+		{channel: chanWebhooks, target: "a", seq: 6, first: at(9.95), again: at(11.2), cause: faultKill, fault: kill},
+		{channel: chanWebhooks, target: "b", seq: 6, first: at(9.97), again: at(10.5), cause: faultKill, fault: kill},
+		{channel: chanPush, target: "phone", seq: 6, first: at(10.1), again: at(10.6), cause: faultKill, fault: kill},
+		{channel: chanWebhooks, target: "c", seq: 7, first: at(20), again: at(21), cause: noFault},
+	}
+	require.Equal(t, [][]string{
+		{faultKill, "t+10.00s", chanPush, "1", "1", "1", "600ms", "600ms", "0s"},
+		{faultKill, "t+10.00s", chanWebhooks, "3", "2", "2", "500ms", "1.2s", "100ms"},
+	}, repeatsPerFault(dups, at(0)))
+}

@@ -81,6 +81,12 @@ type DeliverConfig struct {
 	// the next. A worker lost meanwhile sends the batch again, so this
 	// widens the window in which a receiver can see a repeat. Default 250ms.
 	RecordHold time.Duration
+	// RecordEvery is how often the process's recorder records the 2xx
+	// answers its senders have seen since, in one statement for every
+	// subscription: a worker lost in the middle of a batch sends again
+	// what was in flight and what was answered within this time, not the
+	// batch. Default 100ms.
+	RecordEvery time.Duration
 	// LivenessSettle is how old the session of a transaction must be
 	// before it may judge the process of another sender dead
 	// (liveness.GoneSQL). Default liveness.Settle.
@@ -108,6 +114,7 @@ func (c *DeliverConfig) withDefaults() DeliverConfig {
 		out.MaxRun = max(out.Slice, min(time.Minute, out.RescueAfter-out.jobOverrun()-rescueMargin))
 	}
 	out.RecordHold = cmp.Or(out.RecordHold, 250*time.Millisecond)
+	out.RecordEvery = cmp.Or(out.RecordEvery, 100*time.Millisecond)
 	out.LivenessSettle = cmp.Or(out.LivenessSettle, liveness.Settle)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
@@ -130,8 +137,8 @@ func (c *DeliverConfig) validate() error {
 		return errors.New("webhooks deliver config: RetryBase must be between 0 and RetryMax")
 	case c.BatchSize < 0 || c.Senders < 0:
 		return errors.New("webhooks deliver config: BatchSize and Senders must not be negative")
-	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0 || c.MaxRun < 0 || c.RescueAfter < 0 || c.RecordHold < 0:
-		return errors.New("webhooks deliver config: RightsMaxAge, Linger, Slice, MaxRun, RescueAfter and RecordHold must not be negative")
+	case c.RightsMaxAge < 0 || c.Linger < 0 || c.Slice < 0 || c.MaxRun < 0 || c.RescueAfter < 0 || c.RecordHold < 0 || c.RecordEvery < 0:
+		return errors.New("webhooks deliver config: RightsMaxAge, Linger, Slice, MaxRun, RescueAfter, RecordHold and RecordEvery must not be negative")
 	case c.LivenessSettle < 0:
 		return errors.New("webhooks deliver config: LivenessSettle must not be negative")
 	}
@@ -182,6 +189,8 @@ type Deliverer struct {
 	idle    idleSenders
 	// steps runs the senders' steps that come together as one transaction.
 	steps steps
+	// rec records the senders' 2xx answers as they come.
+	rec *recorder
 	// stopping is closed when the process stops (Run): idle senders end
 	// instead of holding River's graceful stop up.
 	stopping     chan struct{}
@@ -205,6 +214,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
 		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
 	d.steps.d = d
+	d.rec = newRecorder(d, c.RecordEvery)
 	return d, nil
 }
 

@@ -237,8 +237,9 @@ func (s *subRow) groupable() bool {
 
 // deliveredManySQL is deliveredSQL for many subscriptions: the 2xx answers
 // $1-$6 and $11 (subscription, seq, code, seconds, excerpt, start,
-// webhook-id as messageID gives it), and the lease
-// of subscriptions $7 taken by jobs $8 of processes $9 for $10 ms. Its
+// webhook-id as messageID gives it), and the lease of subscriptions $7
+// taken by jobs $8 of processes $9 for $10 ms, each moved at least to $12,
+// the highest seq the recorder recorded of its last batch. Its
 // deliveries are found as in pendingAtSQL, by their subscriptions and the
 // range of their seqs; without that bound, a plan made while a few
 // deliveries were pending reads every pending delivery of every
@@ -262,10 +263,10 @@ WITH o AS (
     SELECT subscription_id, max(event_seq) AS seq FROM d GROUP BY subscription_id
 )
 UPDATE webhook_subscriptions s SET
-    last_delivered_seq = greatest(s.last_delivered_seq, coalesce(m.seq, 0)),
+    last_delivered_seq = greatest(s.last_delivered_seq, coalesce(m.seq, 0), l.recorded),
     pump_job_id = l.job, pump_owner = NULLIF(l.owner, ''),
     pump_until = now() + $10::bigint * interval '1 millisecond'
-FROM unnest($7::uuid[], $8::bigint[], $9::text[]) AS l(sub, job, owner)
+FROM unnest($7::uuid[], $8::bigint[], $9::text[], $12::bigint[]) AS l(sub, job, owner, recorded)
 LEFT JOIN m ON m.subscription_id = l.sub
 WHERE s.id = l.sub`
 
@@ -283,15 +284,17 @@ CROSS JOIN LATERAL (
 func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupStep) error {
 	var o outcomes
 	subs, jobs, owners, wants := make([]uuid.UUID, len(taken)), make([]int64, len(taken)), make([]string, len(taken)), make([]int32, len(taken))
+	recorded := make([]int64, len(taken))
 	for i, gs := range taken {
 		subs[i], jobs[i], owners[i] = gs.s.subID, gs.s.me.jobID, gs.s.me.owner
 		gs.want = gs.t.want()
 		wants[i] = int32(gs.want)
 		o.add(gs.t, gs.last)
+		recorded[i] = recordedTo(gs.last)
 	}
 	b := &pgx.Batch{}
 	b.Queue(deliveredManySQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
-		subs, jobs, owners, g.d.cfg.lease().Milliseconds(), o.msgs)
+		subs, jobs, owners, g.d.cfg.lease().Milliseconds(), o.msgs, recorded)
 	b.Queue(claimManySQL, subs, wants).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var n int
@@ -313,7 +316,7 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 }
 
 // outcomes are the 2xx answers of many subscriptions' last batches, as
-// deliveredManySQL takes them.
+// deliveredManySQL (and recordedSQL) take them.
 type outcomes struct {
 	subs     []uuid.UUID
 	seqs     []int64
@@ -334,13 +337,39 @@ func (o *outcomes) add(t *stepTx, last *batch) {
 		if r.Kind != outbound.Delivered {
 			continue
 		}
-		for _, d := range r.items {
-			o.subs, o.seqs, o.codes = append(o.subs, t.s.subID), append(o.seqs, d.seq), append(o.codes, int32(r.StatusCode))
-			o.secs, o.excerpts, o.started = append(o.secs, r.Duration.Seconds()), append(o.excerpts, r.Excerpt), append(o.started, r.started)
-			o.msgs = append(o.msgs, messageID(r))
+		for range r.items {
 			t.results = append(t.results, "delivered")
 		}
+		o.addRequest(t.s.subID, r)
 	}
+}
+
+// addRequest adds the deliveries of r, answered 2xx, of subscription sub,
+// unless the recorder recorded them.
+func (o *outcomes) addRequest(sub uuid.UUID, r *request) {
+	if r.rec == recDone {
+		return
+	}
+	for _, d := range r.items {
+		o.subs, o.seqs, o.codes = append(o.subs, sub), append(o.seqs, d.seq), append(o.codes, int32(r.StatusCode))
+		o.secs, o.excerpts, o.started = append(o.secs, r.Duration.Seconds()), append(o.excerpts, r.Excerpt), append(o.started, r.started)
+		o.msgs = append(o.msgs, messageID(r))
+	}
+}
+
+// recordedTo is the highest seq of last that the recorder recorded (0:
+// none).
+func recordedTo(last *batch) int64 {
+	if last == nil {
+		return 0
+	}
+	var to int64
+	for _, r := range last.requests {
+		if r.rec == recDone {
+			to = max(to, r.items[len(r.items)-1].seq)
+		}
+	}
+	return to
 }
 
 // prepare decides each taken step's plan: the claimed items that are to

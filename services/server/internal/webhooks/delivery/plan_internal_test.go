@@ -86,9 +86,11 @@ func checkPlans(t *testing.T, db *dbtest.DB, subs [2]string) {
 		first string
 	}{
 		{name: "Delivered", sql: deliveredSQL,
-			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL, '{"",""}'`},
+			args: sub + `, '{20002,20003}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], false, true, 7, 'p', 60000, NULL, '{"",""}', 0`},
 		{name: "DeliveredMany", sql: deliveredManySQL,
-			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000, '{"",""}'`},
+			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], ` + both + `, '{7,8}', '{p,p}', 60000, '{"",""}', '{0,0}'`},
+		{name: "Recorded", sql: recordedSQL,
+			args: both + `, '{20002,20002}', '{200,200}', '{0.1,0.1}', '{"",""}', array[now(), now()], '{"",""}'`},
 		{name: "Failed", sql: failedSQL, args: sub + `, '{20002,20003}', now(), 500, 0.1, 'error', '', ''`},
 		{name: "Dead", sql: deadSQL, args: sub + `, '{20002}', 'error'`},
 		{name: "Refuse", sql: refuseSQL, args: sub + `, '{20002,20003}', 'not allowed'`},
@@ -134,7 +136,7 @@ type scan struct{ node, parent *planNode }
 func deliveryScans(n, parent *planNode) []scan {
 	var out []scan
 	switch {
-	case n.NodeType == "ModifyTable", n.NodeType == "Bitmap Heap Scan":
+	case n.NodeType == "ModifyTable", n.NodeType == "Bitmap Heap Scan", n.NodeType == "Tid Scan": // a Tid Scan reads the rows it is given
 	case n.RelationName == "webhook_deliveries", strings.HasPrefix(n.IndexName, "webhook_deliveries"):
 		out = append(out, scan{n, parent})
 	}

@@ -16,7 +16,8 @@ import (
 // deliveredSQL records the 2xx answers of subscription $1 — their attempts
 // ($2-$6, and $13: each one's webhook-id, empty for the event's own; see
 // messageID), their deliveries finished — and moves the subscription in the
-// same statement: its highest delivered seq, its failing mark cleared ($7),
+// same statement: its highest delivered seq (at least $14, the highest the
+// recorder recorded), its failing mark cleared ($7),
 // its lease taken for $11 ms ($8: by job $9 of process $10) and its
 // throttle's next slot ($12). It is the one update of the subscription row
 // on a batch's usual path. Its deliveries are found as in pendingAtSQL.
@@ -35,7 +36,7 @@ WITH o AS (
     RETURNING w.event_seq
 )
 UPDATE webhook_subscriptions SET
-    last_delivered_seq = greatest(last_delivered_seq, coalesce((SELECT max(event_seq) FROM d), 0)),
+    last_delivered_seq = greatest(last_delivered_seq, coalesce((SELECT max(event_seq) FROM d), 0), $14::bigint),
     failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END,
     pump_job_id = CASE WHEN $8 THEN $9 ELSE pump_job_id END,
     pump_owner = CASE WHEN $8 THEN NULLIF($10::text, '') ELSE pump_owner END,
@@ -77,14 +78,11 @@ func (t *stepTx) record(ctx context.Context, last *batch) error {
 	return nil
 }
 
-// recordDelivered records last's 2xx answers and, with lease, takes the
-// lease; a probe answered 2xx makes the subscription active again.
+// recordDelivered records last's 2xx answers that the recorder has not
+// and, with lease, takes the lease; a probe answered 2xx makes the
+// subscription active again.
 func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) error {
-	var seqs []int64
-	var codes []int32
-	var secs []float64
-	var excerpts, msgs []string
-	var started []time.Time
+	var o outcomes
 	var firstPlain *delivery // the first delivered non-operational event
 	probed := false
 	if last != nil {
@@ -94,15 +92,16 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 			}
 			probed = probed || r.probe
 			for _, d := range r.items {
-				seqs, codes, secs = append(seqs, d.seq), append(codes, int32(r.StatusCode)), append(secs, r.Duration.Seconds())
-				excerpts, started, msgs = append(excerpts, r.Excerpt), append(started, r.started), append(msgs, messageID(r))
 				if firstPlain == nil && !webhooks.IsOperational(d.ev.Type) {
 					firstPlain = d
 				}
+				t.results = append(t.results, "delivered")
 			}
+			o.addRequest(t.s.subID, r)
 		}
 	}
-	if len(seqs) == 0 && !lease {
+	recorded := recordedTo(last)
+	if len(o.seqs) == 0 && recorded == 0 && !lease {
 		return nil
 	}
 	clear := t.sub.failing && firstPlain != nil
@@ -110,12 +109,9 @@ func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) e
 	if last != nil {
 		throttled = last.throttled
 	}
-	if _, err := t.tx.Exec(ctx, deliveredSQL, t.s.subID, seqs, codes, secs, excerpts, started, clear,
-		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled, msgs); err != nil {
-		return fmt.Errorf("deliver %s: record %d delivered: %w", t.s.subID, len(seqs), err)
-	}
-	for range seqs {
-		t.results = append(t.results, "delivered")
+	if _, err := t.tx.Exec(ctx, deliveredSQL, t.s.subID, o.seqs, o.codes, o.secs, o.excerpts, o.started, clear,
+		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled, o.msgs, recorded); err != nil {
+		return fmt.Errorf("deliver %s: record %d delivered: %w", t.s.subID, len(o.seqs), err)
 	}
 	if clear {
 		t.sub.failing = false

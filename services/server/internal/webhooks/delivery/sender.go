@@ -234,6 +234,10 @@ type batch struct {
 	throttled *time.Time
 	// drained: the claim took every pending delivery there was.
 	drained bool
+	// eager: the recorder may record its 2xx answers before its next step
+	// (recorder): the subscription is active and not marked failing, so
+	// a 2xx changes nothing but its delivery.
+	eager bool
 }
 
 // allDelivered says whether every request of b was sent and answered 2xx.
@@ -256,6 +260,8 @@ type request struct {
 	sent    bool
 	started time.Time
 	outbound.Answer
+	// rec: where its 2xx answer stands with the process's recorder.
+	rec recState
 }
 
 // delivery is one claimed delivery and its event.
@@ -326,6 +332,9 @@ func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
 	traceRequest(ctx, req)
 	r.Answer = outbound.Post(s.d.client, req, s.d.cfg.MaxResponseBytes)
 	s.d.metrics.attempt(r.Duration)
+	if b.eager && r.Kind == outbound.Delivered {
+		s.d.rec.add(s.subID, r)
+	}
 }
 
 // gate decides, request by request, whether the next one may start. It is

@@ -74,11 +74,13 @@ type stepTx struct {
 	leaseFor time.Duration
 }
 
-// step records the last batch's outcomes, then decides what comes next
-// and, if it is a batch, claims it: in a group with the steps of other
-// senders that come at the same time when it can (steps), otherwise alone.
-// Its metric results are counted once its transaction committed.
+// step records the last batch's outcomes (those the recorder has not),
+// then decides what comes next and, if it is a batch, claims it: in a
+// group with the steps of other senders that come at the same time when it
+// can (steps), otherwise alone. Its metric results are counted once its
+// transaction committed.
 func (s *sender) step(ctx context.Context, last *batch) (p plan, err error) {
+	s.d.rec.settle(last)
 	select {
 	case <-s.wake:
 	default:
@@ -340,7 +342,8 @@ func (t *stepTx) build(ctx context.Context, items []*delivery, decidedAt time.Ti
 		}
 	}
 	b := &batch{target: s.target, ordered: s.pol.Name != webhooks.PolicyUnordered, inFlight: s.pol.MaxInFlight,
-		rights: s.rights(), decidedAt: decidedAt, until: time.Now().Add(t.leaseFor), drained: drained}
+		rights: s.rights(), decidedAt: decidedAt, until: time.Now().Add(t.leaseFor), drained: drained,
+		eager: s.status == webhooks.StatusActive && !s.probing && !s.failing}
 	if r := s.pol.MaxRequestsPerSecond; r > 0 {
 		b.every = time.Duration(float64(time.Second) / r)
 		b.next = time.Now()
