@@ -4,14 +4,17 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
 // TestMain fails the package if a River client, receiver or HTTP transport
 // goroutine outlives the tests that started it. Idle keep-alive connections
 // of the delivery client close with their transport's idle timeout, so
-// those are ignored.
+// those are ignored. Test databases are made and dropped in the background
+// (dbtest.Background).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(dbtest.Background(m),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
