@@ -78,6 +78,7 @@ func (r runner) Run() int {
 	}
 	close(bg.drops)
 	bg.dropped.Wait()
+	removePrivateTemplate()
 	return code
 }
 
