@@ -27,7 +27,7 @@ type TestingM interface{ Run() int }
 const spares = 2
 
 // droppers is how many databases are dropped at once.
-const droppers = 2
+const droppers = 8
 
 // bg is the state of a package running under Background.
 var bg struct {
