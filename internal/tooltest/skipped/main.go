@@ -4,7 +4,7 @@
 // go test ./... shows skipped tests only with -v. Under CI (CI=true) a
 // missing tool also makes it exit 1.
 //
-//	go test -count=1 ./... && go run ./internal/tooltest/skipped
+//	go test -count=1 -timeout 30m ./... && go run ./internal/tooltest/skipped
 package main
 
 import (

@@ -49,6 +49,7 @@ func requireHeadDurable(t *testing.T, printed func(out string) int64, args ...st
 // It must not print a head that a crash then takes back: it flushes the WAL
 // before printing.
 func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
+	t.Parallel()
 	requireHeadDurable(t, func(out string) int64 {
 		var sts []sync.ConsumerStatusJSON
 		require.NoError(t, json.Unmarshal([]byte(out), &sts))
@@ -61,6 +62,7 @@ func TestConsumersStatusShowsOnlyDurableState(t *testing.T) {
 // without --yes prints the head each cursor would move to; it must not
 // print a head that a crash then takes back either.
 func TestRestoreFinalizeDryRunShowsOnlyDurableState(t *testing.T) {
+	t.Parallel()
 	requireHeadDurable(t, func(out string) int64 {
 		var plan restoreReport
 		require.NoError(t, json.Unmarshal([]byte(out), &plan))
@@ -128,6 +130,7 @@ func requireListingDurable(t *testing.T, p *dbtest.Private, environ []string, su
 // rows that rounds commit asynchronously; it must not print a delivery that
 // a crash then takes back.
 func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
+	t.Parallel()
 	p, environ, subID := privateSubscription(t)
 	requireListingDurable(t, p, environ, subID, func(out string) { require.Contains(t, out, "4242") },
 		"webhooks", "deliveries", subID, "--json")
@@ -137,6 +140,7 @@ func TestWebhooksDeliveriesShowsOnlyDurableState(t *testing.T) {
 // deliveries that rounds commit asynchronously; it must not count one that a
 // crash then takes back.
 func TestWebhooksListShowsOnlyDurableState(t *testing.T) {
+	t.Parallel()
 	p, environ, subID := privateSubscription(t)
 	requireListingDurable(t, p, environ, subID, func(out string) {
 		var subs []struct {

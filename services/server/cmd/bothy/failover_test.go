@@ -239,12 +239,12 @@ func walReceiverPID(t *testing.T, standby *pgformation.Node) int {
 	return pid
 }
 
-// waitHeld waits, at most 30 s, until a commit on the primary waits for
+// waitHeld waits, at most a minute, until a commit on the primary waits for
 // the paused standby (its backend's wait event is SyncRep), or a request
 // sent after the pause began was answered 2xx (which only an asynchronous
 // standby allows: its events are on the primary alone), and says which.
 func (fo *failover) waitHeld(t *testing.T, primary *pgformation.Node, since time.Time) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func (fo *failover) waitHeld(t *testing.T, primary *pgformation.Node, since time
 	for {
 		var waiting int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&waiting)
-		require.NoError(t, err, "no commit waited for the standby, and no producer was answered 2xx, within 30 s of the pause")
+		require.NoError(t, err, "no commit waited for the standby, and no producer was answered 2xx, within a minute of the pause")
 		if waiting > 0 {
 			return fmt.Sprintf("%d commits waiting for the standby", waiting)
 		}
@@ -282,11 +282,11 @@ func (fo *failover) waitTraffic(t *testing.T, since time.Time) {
 	}
 }
 
-// waitStandbys waits, at most a minute, until the api process exports
+// waitStandbys waits, at most 2 minutes, until the api process exports
 // bothy_database_synchronous_standbys with the value want.
 func (fo *failover) waitStandbys(t *testing.T, want int) {
 	line := fmt.Sprintf("bothy_database_synchronous_standbys %d", want)
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		got := scrape(t, fo.apiAddr, "bothy_database_synchronous_standbys ")
 		if got == line {

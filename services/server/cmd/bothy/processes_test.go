@@ -37,9 +37,11 @@ var (
 	binErr  error
 )
 
-// TestMain removes the binary buildBinary built once every test is done.
+// TestMain makes and drops the tests' databases in the background
+// (dbtest.Background) and removes the binary buildBinary built once every
+// test is done.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := dbtest.Background(m).Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}

@@ -2,6 +2,7 @@ package consolebrowser
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,7 +43,8 @@ type Browser struct {
 type tab struct {
 	ctx   context.Context
 	dir   string
-	shots int // screenshots taken, for their file names
+	keep  bool // screenshots are kept after the test (see screenshotDir)
+	shots int  // screenshots taken, for their file names
 
 	mu      gosync.Mutex
 	dialogs []Dialog
@@ -74,7 +76,8 @@ func New(t testing.TB) *Browser {
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
 
-	b := &Browser{t: t, tab: &tab{ctx: ctx, dir: screenshotDir(t)}}
+	dir, keep := screenshotDir(t)
+	b := &Browser{t: t, tab: &tab{ctx: ctx, dir: dir, keep: keep}}
 	// The first step starts the browser; it must not run under a timeout,
 	// which would close the browser with it.
 	if err := chromedp.Do(ctx); err != nil {
@@ -96,14 +99,19 @@ func New(t testing.TB) *Browser {
 	return b
 }
 
-func screenshotDir(t testing.TB) string {
+// screenshotDir is where the test's screenshots go, and whether they are
+// kept after it: in $BOTHY_TEST_SCREENSHOT_DIR, else in the test's artifact
+// directory, kept with go test -artifacts and removed with the test
+// otherwise.
+func screenshotDir(t testing.TB) (string, bool) {
 	t.Helper()
 	base := os.Getenv(EnvScreenshotDir)
 	if base == "" {
 		if at, ok := t.(interface{ ArtifactDir() string }); ok {
-			return at.ArtifactDir()
+			f := flag.Lookup("test.artifacts")
+			return at.ArtifactDir(), f != nil && f.Value.String() == "true"
 		}
-		return t.TempDir()
+		return t.TempDir(), false
 	}
 	// A run replaces the screenshots of the test's last run, so none of
 	// them is mistaken for this one's.
@@ -114,7 +122,7 @@ func screenshotDir(t testing.TB) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("screenshot directory: %v", err)
 	}
-	return dir
+	return dir, true
 }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -159,7 +167,11 @@ func (b *Browser) failure() string {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
 	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 500) : ""`))
-	return fmt.Sprintf("\npage %s\n%s\nscreenshot %s", b.Location(), text, b.Screenshot("failed"))
+	msg := fmt.Sprintf("\npage %s\n%s", b.Location(), text)
+	if shot := b.Screenshot("failed"); shot != "" {
+		msg += "\nscreenshot " + shot
+	}
+	return msg
 }
 
 // Location is the URL of the tab, or "" if it cannot be read.
@@ -175,9 +187,14 @@ func (b *Browser) Location() string {
 
 // Screenshot saves a full-page PNG of the tab as NN-name.png in the test's
 // screenshot directory, logs and returns its path; it returns "" (and only
-// logs) when the page cannot be captured.
+// logs) when the page cannot be captured. Where the screenshots would be
+// removed with the test, it takes none and returns "": a full-page capture
+// costs the browser more than most steps.
 func (b *Browser) Screenshot(name string) string {
 	b.t.Helper()
+	if !b.keep {
+		return ""
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is PNG

@@ -28,6 +28,7 @@ func TestBrowser_RecordsDialogs(t *testing.T) {
 	require.Equal(t, "true", confirmed, "a confirm dialog is accepted")
 	require.Equal(t, []Dialog{{Type: "alert", Message: "one"}, {Type: "confirm", Message: "two"}}, b.Dialogs())
 
+	b.keep = true // as with BOTHY_TEST_SCREENSHOT_DIR set
 	shot := b.Screenshot("page")
 	data, err := os.ReadFile(shot)
 	require.NoError(t, err)

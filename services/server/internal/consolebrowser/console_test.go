@@ -290,7 +290,7 @@ func TestConsole_CSRFIsRefused(t *testing.T) {
 	// sending Fetch Metadata (Sec-Fetch-Site), which older ones do not.
 	origins := recordPostOrigins(t, b)
 	signIn(f, b, f.aliceToken)
-	require.Eventually(t, func() bool { return origins()[f.base+"/console/sign-in"] != "" }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return origins()[f.base+"/console/sign-in"] != "" }, 60*time.Second, 10*time.Millisecond,
 		"the sign-in POST was not seen")
 	require.Equal(t, f.base, origins()[f.base+"/console/sign-in"], "Origin of the sign-in form's POST")
 	sessionCSRF := Run(b, chromedp.Evaluate[string](`document.querySelector('#sign-out-form input[name="csrf"]').value`))

@@ -10,7 +10,6 @@ package dbtest
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -190,7 +189,7 @@ type DB struct {
 }
 
 // NewDB creates a migrated database for tb, with event_log partitions for
-// now, and drops it when tb ends.
+// now, and drops it when tb ends (see Background).
 func NewDB(tb testing.TB) *DB {
 	tb.Helper()
 	admin := ServerURL(tb)
@@ -200,22 +199,17 @@ func NewDB(tb testing.TB) *DB {
 	if err != nil {
 		tb.Fatalf("dbtest: template: %v", err)
 	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "bothy_test_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		tb.Fatalf("dbtest: %v", err)
+	name, ok := takeSpare(admin, tpl)
+	if !ok {
+		if name, err = create(admin, tpl); err != nil {
+			tb.Fatalf("dbtest: create database: %v", err)
+		}
 	}
-	defer conn.Close(context.Background())
-	if err := createFromTemplate(ctx, conn, name, tpl); err != nil {
-		tb.Fatalf("dbtest: create database: %v", err)
-	}
+	tb.Cleanup(func() { dropLater(admin, name) })
 	u, err := dburl.WithDatabase(admin, name)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
-	tb.Cleanup(func() { _ = dburl.DropVia(context.Background(), admin, name) })
 	pc, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bothy/bothy/internal/tooltest"
-	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testsweep"
@@ -50,6 +49,7 @@ func NewPrivate(tb testing.TB, settings map[string]string) *Private {
 		tb.Fatalf("dbtest: %v", err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	copied := copyPrivateTemplate(ctx, dir)
 	c, err := pgcluster.New(ctx, &pgcluster.Config{Dir: dir, Settings: settings})
 	if err != nil {
 		tb.Fatalf("dbtest: private cluster: %v", err)
@@ -58,23 +58,17 @@ func NewPrivate(tb testing.TB, settings map[string]string) *Private {
 		tb.Fatalf("dbtest: private cluster: %v", err)
 	}
 	tb.Cleanup(func() { _ = c.Crash(context.Background()) })
-	admin, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		tb.Fatalf("dbtest: private cluster: %v", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, `CREATE DATABASE bothy`); err != nil {
-		tb.Fatalf("dbtest: private cluster: %v", err)
-	}
 	p := &Private{Cluster: c, URL: c.URL("bothy")}
+	if !copied {
+		if err := createBothy(ctx, c); err != nil {
+			tb.Fatalf("dbtest: private cluster: %v", err)
+		}
+	}
 	pool, err := pgxpool.New(ctx, p.URL)
 	if err != nil {
 		tb.Fatalf("dbtest: private cluster: %v", err)
 	}
 	defer pool.Close()
-	if _, err := dbmigrate.Up(ctx, pool); err != nil {
-		tb.Fatalf("dbtest: private cluster: migrate: %v", err)
-	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := postgres.EnsurePartitions(ctx, tx, time.Now(), 24*time.Hour, 2)
 		return err

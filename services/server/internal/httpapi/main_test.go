@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
 // TestMain fails the package if a server, River client or receiver
@@ -17,7 +19,7 @@ import (
 // fails the test that got it, and a documented operation no test reached
 // fails the package.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(validateAgainstOpenAPI(m),
+	goleak.VerifyTestMain(dbtest.Background(validateAgainstOpenAPI(m)),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),

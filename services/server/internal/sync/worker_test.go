@@ -19,7 +19,7 @@ import (
 
 // TestMain fails the package if a worker goroutine outlives its test.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(dbtest.Background(m))
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -4,12 +4,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
 // TestMain fails the package if a River client, server or exporter
 // goroutine outlives the tests that started it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(dbtest.Background(m),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),

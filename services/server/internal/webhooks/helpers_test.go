@@ -124,11 +124,14 @@ func setupWith(t testing.TB, o *bundleOpts) *bundle {
 	require.NoError(t, err)
 	b := &bundle{db: db, log: log, river: rc, deliverer: del, consumer: webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: cfg.LivenessSettle}), reg: reg,
 		rounds: sync.NewRoundRunner(db.Pool, postgres.CursorStore{}, log, postgres.NewJobSink(rc, nil), &sync.RoundConfig{Logger: quiet})}
+	// At the end of a test, River cancels the jobs still running: a sender
+	// in the middle of its slice (waiting out a retry, say) would otherwise
+	// hold the stop until the slice ends.
 	t.Cleanup(func() {
 		if b.started {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = rc.Stop(ctx)
+			_ = rc.StopAndCancel(ctx)
 		}
 	})
 	ctx := context.Background()
