@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dbmigrate"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/testsweep"
 )
 
 // A private cluster starts as a copy of a data directory made once per
@@ -67,7 +68,7 @@ func privateTemplate(ctx context.Context) (string, error) {
 }
 
 func makePrivateTemplate(ctx context.Context) (string, error) {
-	dir, err := os.MkdirTemp("", "bothy-pgtpl-")
+	dir, err := testsweep.MkdirTemp("bothy-pgtpl-")
 	if err != nil {
 		return "", err
 	}
