@@ -261,6 +261,12 @@ func (hi *history) checkArrivals(r *report, missing map[string]int) map[string]m
 			"accepted before: how long before the fault the earliest repeated message was first accepted)",
 			"fault\tat\tchannel\trepeats\ttargets\tmost for one target\tfirst again after\tlast again after\taccepted before", prows)
 	}
+	for _, d := range dups {
+		if limit, ok := repeatBound(d); ok && d.fault.Sub(d.first) > limit {
+			r.fail(checkRepeatBound, "%s %s seq %d was accepted %s before the %s and sent again: more than %s, the bound for that fault",
+				d.channel, d.target, d.seq, fmtTook(d.fault.Sub(d.first)), d.cause, limit)
+		}
+	}
 	if len(lines) > 0 {
 		r.sections = append(r.sections, "DUPLICATE ARRIVALS\n"+strings.Join(lines, "\n")+"\n")
 	}
@@ -287,6 +293,30 @@ func (hi *history) checkTakeovers(r *report) {
 	if never > 0 {
 		r.fail(checkTakeover, "%d jobs or sender claims of killed workers were not taken over within %s", never, takeoverLimit)
 	}
+}
+
+// repeatBound is how long before a crash or kill a message may have been
+// accepted and still be sent again: what was in flight, and what was
+// answered but not yet recorded. Webhook answers are recorded within
+// webhooks' RecordEvery (100 ms), push answers within 5 ms; a database
+// crash lets a running batch go on until its rights check fails (1 s).
+// Two more seconds are slack for a flush still running on a loaded host.
+// Repeats after other faults (a pool termination, which may wait long for
+// its backends, a receiver's timeout window, a revoked right) are not
+// bounded by this.
+func repeatBound(d duplicate) (time.Duration, bool) {
+	answered := 100 * time.Millisecond
+	if d.channel == chanPush {
+		answered = 5 * time.Millisecond
+	}
+	const slack = 2 * time.Second
+	switch d.cause {
+	case faultKill:
+		return answered + slack, true
+	case faultPGCrash, faultPGCrashQuiet:
+		return answered + time.Second + slack, true
+	}
+	return 0, false
 }
 
 // repeatsPerFault tabulates the duplicates that faults explain, one row per

@@ -41,6 +41,7 @@ const (
 	checkPushService     = "push: every request passed VAPID, decrypted and held JSON"
 	checkArrived         = "every message that should arrive arrived"
 	checkDuplicates      = "no duplicate arrival without a fault"
+	checkRepeatBound     = "repeats after a crash or kill within the stated bound"
 	checkTakeover        = "a killed worker's jobs taken over"
 	checkLateSubscriber  = "a subscription created mid-stream gets what follows"
 	checkEnabledResumes  = "an enabled subscription resumes at the head"

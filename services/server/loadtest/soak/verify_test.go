@@ -477,3 +477,27 @@ func TestRepeatsPerFault(t *testing.T) {
 		{faultKill, "t+10.00s", chanWebhooks, "3", "2", "2", "500ms", "1.2s", "100ms"},
 	}, repeatsPerFault(dups, at(0)))
 }
+
+// TestRepeatBound: a message sent again after a kill or a crash fails the
+// run when it had been accepted longer before the fault than the stated
+// bound; a repeat after a receiver's timeout window is not bounded.
+func TestRepeatBound(t *testing.T) {
+	t.Parallel()
+	kill, crash := at(10), at(20)
+	for _, c := range []struct {
+		d    duplicate
+		over bool
+	}{
+		{duplicate{channel: chanWebhooks, first: at(8), cause: faultKill, fault: kill}, false},
+		{duplicate{channel: chanWebhooks, first: at(7.8), cause: faultKill, fault: kill}, true},
+		{duplicate{channel: chanPush, first: at(8), cause: faultKill, fault: kill}, false},
+		{duplicate{channel: chanPush, first: at(7.9), cause: faultKill, fault: kill}, true},
+		{duplicate{channel: chanWebhooks, first: at(17), cause: faultPGCrash, fault: crash}, false},
+		{duplicate{channel: chanWebhooks, first: at(16.5), cause: faultPGCrash, fault: crash}, true},
+		{duplicate{channel: chanWebhooks, first: at(1), cause: faultWHTimeout, fault: kill}, false},
+		{duplicate{channel: chanWebhooks, first: at(1), cause: faultTermPool, fault: kill}, false},
+	} {
+		limit, ok := repeatBound(c.d)
+		require.Equal(t, c.over, ok && c.d.fault.Sub(c.d.first) > limit, "%+v", c.d)
+	}
+}
