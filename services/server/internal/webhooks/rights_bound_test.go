@@ -31,7 +31,9 @@ func TestDelivery_RevokeStopsRequestsWithinTheBound(t *testing.T) {
 		delay  time.Duration
 	}{
 		{"Ordered", nil, 5 * time.Millisecond},
-		{"Unordered", &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, 20 * time.Millisecond},
+		// Slower than the ordered receiver: a request the gate admitted must
+		// start then, not once one of the four in flight has ended.
+		{"Unordered", &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, 80 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -296,22 +296,20 @@ func (s *sender) send(ctx context.Context, b *batch) {
 			}
 		}
 	} else {
-		next := make(chan *request)
+		// A request is admitted once a slot is free, so that it starts
+		// right after the gate let it, not after another request ended.
+		slots := make(chan struct{}, b.inFlight)
 		var wg gosync.WaitGroup
-		for range min(b.inFlight, len(b.requests)) {
-			wg.Go(func() {
-				for r := range next {
-					s.attempt(ctx, b, r)
-				}
-			})
-		}
 		for _, r := range b.requests {
+			slots <- struct{}{}
 			if !g.admit(ctx) {
 				break
 			}
-			next <- r
+			wg.Go(func() {
+				defer func() { <-slots }()
+				s.attempt(ctx, b, r)
+			})
 		}
-		close(next)
 		wg.Wait()
 	}
 	if b.every > 0 {
