@@ -352,3 +352,28 @@ func TestDelivery_ManySubscriptionsKeepOrder(t *testing.T) {
 		require.Equal(t, all, delivered)
 	}
 }
+
+// TestEnable_NotDeliveredStartsAfterWhatTheRecorderRecorded: a process's
+// recorder marks answered deliveries delivered without moving the
+// subscription's last_delivered_seq, which the sender's next step does.
+// Enabling from the head before that step ran must not name those seqs
+// as never delivered.
+func TestEnable_NotDeliveredStartsAfterWhatTheRecorderRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{URL: "http://127.0.0.1:1/hook"})
+	evs := b.emit(t, "s1", 3)
+	b.round(t)
+	ctx := context.Background()
+	// What a flush of the recorder leaves: two deliveries delivered, the
+	// subscription's last_delivered_seq where it was.
+	_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered', finished_at = now()
+WHERE subscription_id = $1 AND event_seq = ANY($2)`, s.ID, []int64{evs[0].Seq, evs[1].Seq})
+	require.NoError(t, err)
+	require.NoError(t, webhooks.Disable(ctx, b.db.Pool, s.ID, "test"))
+
+	res, err := webhooks.Enable(ctx, b.db.Pool, postgres.CursorStore{}, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, evs[2].Seq, res.NotDeliveredFrom, "seqs %d and %d were delivered", evs[0].Seq, evs[1].Seq)
+	require.Equal(t, evs[2].Seq, res.NotDeliveredTo)
+}

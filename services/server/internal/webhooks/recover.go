@@ -583,8 +583,15 @@ type backlogRow struct {
 }
 
 const lockBacklogSQL = `
-SELECT status, coalesce(disabled_cause, ''), space, last_delivered_seq, resume_after_seq, backlog_from_seq, disabled_at
-FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE`
+SELECT status, coalesce(disabled_cause, ''), space, ` + deliveredThroughSQL + `, resume_after_seq, backlog_from_seq, disabled_at
+FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
+
+// deliveredThroughSQL is subscription s's highest delivered seq: its
+// last_delivered_seq, which a sender's step moves, or a later delivery the
+// process's recorder already recorded delivered while no step has run
+// since (primary-key range read above last_delivered_seq).
+const deliveredThroughSQL = `greatest(s.last_delivered_seq, coalesce((SELECT max(d.event_seq) FROM webhook_deliveries d
+    WHERE d.subscription_id = s.id AND d.event_seq > s.last_delivered_seq AND d.status = 'delivered'), 0))`
 
 func lockBacklog(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*backlogRow, error) {
 	b := &backlogRow{}

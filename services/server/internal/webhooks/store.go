@@ -337,7 +337,7 @@ RETURNING resume_after_seq, last_delivered_seq, created_at`,
 }
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
-coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, s.last_delivered_seq, s.created_at,
+coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, ` + deliveredThroughSQL + `, s.created_at,
 (SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
 ` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at`
 
@@ -456,7 +456,8 @@ func Enable(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, id u
 	var last int64
 	err := atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		return tx.QueryRow(ctx, `
-WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, last_delivered_seq FROM webhook_subscriptions WHERE id = $1 FOR NO KEY UPDATE),
+WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, `+deliveredThroughSQL+` AS last_delivered_seq
+    FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE),
 up AS (
     UPDATE webhook_subscriptions s
     SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
