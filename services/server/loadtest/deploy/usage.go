@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/bothy/bothy/services/server/loadtest/cost"
@@ -121,4 +122,15 @@ func (d *Deployment) EndPhase(ctx context.Context, o *Others, before Usage) (Pha
 		c.WorkerRoundTrips = new(after.WorkerRoundTrips - before.WorkerRoundTrips)
 	}
 	return c, nil
+}
+
+// RoundTripsPer is the api's round trips per event and the workers' per
+// delivery (or message) in the phase, to three decimals; nil when the
+// binary does not count them.
+func (c *PhaseCost) RoundTripsPer(events, deliveries int) (api, workers *float64) {
+	if c.APIRoundTrips == nil {
+		return nil, nil
+	}
+	per := func(v float64, n int) *float64 { return new(math.Round(v/float64(max(n, 1))*1000) / 1000) }
+	return per(*c.APIRoundTrips, events), per(*c.WorkerRoundTrips, deliveries)
 }

@@ -52,6 +52,8 @@ type deployJSON struct {
 	AllInCPUmsPerEvent      float64            `json:"all_in_cpu_ms_per_event"`
 	TransactionsPerMessage  float64            `json:"transactions_per_message"`
 	StatementsPerMessage    *float64           `json:"statements_per_message,omitempty"`
+	APIRoundTripsPerEvent   *float64           `json:"api_round_trips_per_event,omitempty"`
+	WorkerRoundTripsPerMsg  *float64           `json:"worker_round_trips_per_message,omitempty"`
 	WALBytesPerEvent        float64            `json:"wal_bytes_per_event"`
 	RiverJobsPerMessage     float64            `json:"river_jobs_per_message"`
 	LoadBefore              string             `json:"load_before"`
@@ -82,6 +84,7 @@ func (r *deployed) deployJSON(res *deployResult) deployJSON {
 	if res.statements != nil {
 		j.StatementsPerMessage = new(deploy.Per(*res.statements, messages))
 	}
+	j.APIRoundTripsPerEvent, j.WorkerRoundTripsPerMsg = c.RoundTripsPer(events, messages)
 	for _, k := range res.producer.Failed {
 		j.ProducerFailures += k
 	}
@@ -154,6 +157,10 @@ func (r *deployed) summary(b *strings.Builder, res *deployResult, j *deployJSON)
 	}
 	fmt.Fprintf(b, "per message: %.3f transactions, %s statements, %.4f River jobs (processes' start and stop included); %.0f WAL bytes per event\n",
 		j.TransactionsPerMessage, statements, j.RiverJobsPerMessage, j.WALBytesPerEvent)
+	if j.APIRoundTripsPerEvent != nil {
+		fmt.Fprintf(b, "round trips to PostgreSQL (bothy_database_round_trips_total): api %.3f/event, worker %.3f/message\n",
+			*j.APIRoundTripsPerEvent, *j.WorkerRoundTripsPerMsg)
+	}
 	fmt.Fprintf(b, "budget perf.push_handoff_p95 = %s, judged on the p95 from the 201\n", ms(r.budget))
 }
 

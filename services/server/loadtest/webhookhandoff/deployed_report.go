@@ -140,10 +140,7 @@ func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 	if r.statements != nil {
 		j.StatementsPerDelivery = new(deploy.Per(*r.statements, deliveries))
 	}
-	if c.APIRoundTrips != nil {
-		j.APIRoundTripsPerEvent = new(math.Round(*c.APIRoundTrips/float64(events)*1000) / 1000)
-		j.WorkerRoundTripsPerDeliv = new(math.Round(*c.WorkerRoundTrips/float64(deliveries)*1000) / 1000)
-	}
+	j.APIRoundTripsPerEvent, j.WorkerRoundTripsPerDeliv = c.RoundTripsPer(events, deliveries)
 	if o.backlog > 0 {
 		j.Mode, j.Backlog, j.BacklogAppendedS = "backlog", o.backlog, math.Round(r.backlogSeconds*10)/10
 		return j
