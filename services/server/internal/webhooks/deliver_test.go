@@ -356,8 +356,8 @@ func TestDelivery_ManySubscriptionsKeepOrder(t *testing.T) {
 // TestEnable_NotDeliveredStartsAfterWhatTheRecorderRecorded: a process's
 // recorder marks answered deliveries delivered without moving the
 // subscription's last_delivered_seq, which the sender's next step does.
-// Enabling from the head before that step ran must not name those seqs
-// as never delivered.
+// Reading the subscription, or enabling it from the head, before that
+// step ran must not name those seqs as never delivered.
 func TestEnable_NotDeliveredStartsAfterWhatTheRecorderRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -370,6 +370,7 @@ func TestEnable_NotDeliveredStartsAfterWhatTheRecorderRecorded(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered', finished_at = now()
 WHERE subscription_id = $1 AND event_seq = ANY($2)`, s.ID, []int64{evs[0].Seq, evs[1].Seq})
 	require.NoError(t, err)
+	require.Equal(t, evs[1].Seq, b.sub(t, s.ID).LastDeliveredSeq, "the subscription reports what was delivered")
 	require.NoError(t, webhooks.Disable(ctx, b.db.Pool, s.ID, "test"))
 
 	res, err := webhooks.Enable(ctx, b.db.Pool, postgres.CursorStore{}, s.ID)
