@@ -41,6 +41,12 @@ type Message struct {
 	Body []byte
 	// TraceParent is the first event's trace context (sync.Event.TraceParent).
 	TraceParent string
+	// Space, Type and Seq are the first event's, LastSeq the last's: what
+	// a broker destination's subject, key and entry id are made of.
+	Space   string
+	Type    string
+	Seq     int64
+	LastSeq int64
 }
 
 // SingleMessage is the request of one event: its envelope, signed under
@@ -50,7 +56,8 @@ func SingleMessage(ev *sync.Event) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("envelope %d: %w", ev.Seq, err)
 	}
-	return Message{ID: ev.ID.String(), Body: body, TraceParent: ev.TraceParent}, nil
+	return Message{ID: ev.ID.String(), Body: body, TraceParent: ev.TraceParent,
+		Space: ev.Space, Type: ev.Type, Seq: ev.Seq, LastSeq: ev.Seq}, nil
 }
 
 // BatchMessage is the request of consecutive events of one subscription
@@ -67,7 +74,9 @@ func BatchMessage(subID uuid.UUID, evs []*sync.Event) (Message, error) {
 		return Message{}, fmt.Errorf("batch envelope %d-%d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
 	}
 	id := uuid.NewSHA1(subID, fmt.Appendf(nil, "batch:%d-%d:%d", evs[0].Seq, evs[len(evs)-1].Seq, len(evs)))
-	return Message{ID: "batch_" + id.String(), Body: body, TraceParent: evs[0].TraceParent}, nil
+	last := evs[len(evs)-1]
+	return Message{ID: "batch_" + id.String(), Body: body, TraceParent: evs[0].TraceParent,
+		Space: evs[0].Space, Type: evs[0].Type, Seq: evs[0].Seq, LastSeq: last.Seq}, nil
 }
 
 // NewRequest builds the request of one attempt, signed at ts with the
