@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -26,6 +25,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/retryafter"
 )
 
 // DeliverConfig configures a DeliverWorker.
@@ -193,13 +194,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if rt == nil {
 		rt = newTransport(c.AllowPrivateTargets)
 	}
-	client := &http.Client{
-		Transport: rt,
-		Timeout:   c.Timeout,
-		// A push service answers; it does not redirect. Following one
-		// would send the message somewhere the subscription did not name.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := egress.Client(rt, c.Timeout)
 	signer, err := newVAPIDSigner(c.VAPIDPublicKey, c.VAPIDPrivateKey, c.VAPIDSubject, c.Now)
 	if err != nil {
 		return nil, err
@@ -214,17 +209,13 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 // enough idle connections per host: a handful of push services (one per
 // browser vendor) receive all messages.
 func newTransport(allowPrivate bool) *http.Transport {
-	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guardDial(allowPrivate)}
-	return &http.Transport{
-		Proxy:                 nil, // a proxy would bypass the address guard
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
+	return egress.Policy{AllowPrivate: allowPrivate}.Transport(egress.TransportConfig{
+		DialTimeout:           5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: 10 * time.Second,
-	}
+		Refused:               func(err error) error { return fmt.Errorf("%w: %w", errPrivateTarget, err) },
+	})
 }
 
 // errNoAnswer marks a request that went out in full and got no answer
@@ -873,7 +864,7 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	resp.Body.Close()
-	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
+	return resp.StatusCode, retryafter.Parse(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
 }
 
 // Topic is the RFC 8030 Topic header of the message about event: its 16
@@ -883,20 +874,6 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 // new one, so a copy sent again by a rerun job while the device was offline
 // reaches it once.
 func Topic(event uuid.UUID) string { return base64.RawURLEncoding.EncodeToString(event[:]) }
-
-// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if at, err := http.ParseTime(v); err == nil && at.After(now) {
-		return at.Sub(now)
-	}
-	return 0
-}
 
 func (w *DeliverWorker) count(result string) { w.countN(result, 1) }
 
