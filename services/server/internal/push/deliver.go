@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/retryafter"
 )
@@ -145,7 +146,7 @@ type DeliverWorker struct {
 	client *http.Client
 	vapid  *vapidSigner
 	slots  originSlots
-	sends  sendLog
+	sends  *sendLog
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
 	// calls right after Work returns, in the same process, for the same job,
@@ -201,7 +202,7 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	}
 	w := &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
 		retryMu: retryAfters{at: map[int64]time.Time{}}}
-	w.sends.w, w.sends.inserts = w, make(chan struct{}, RecordConns)
+	w.sends = newSendLog(w)
 	return w, nil
 }
 
@@ -678,16 +679,17 @@ const RecordConns = 2
 // TestDeliver_RecordWaitsForNoOtherWork). It writes even when the job's
 // context ends right after the answers, since the sends happened. A
 // failed insert is logged and counted: the jobs still go on, and only a
-// run of one of them again would send those messages a second time. Its
-// gathering goroutine runs while answers wait and ends when none do. A job
+// run of one of them again would send those messages a second time. A job
 // that will be retried waits for its own answers to be written (see Work).
 type sendLog struct {
-	w         *DeliverWorker
-	mu        gosync.Mutex
-	pending   []sendRecord
-	gathering bool
-	// inserts holds a token per insert under way.
-	inserts chan struct{}
+	w       *DeliverWorker
+	records *coalesce.Batcher[sendRecord]
+}
+
+func newSendLog(w *DeliverWorker) *sendLog {
+	l := &sendLog{w: w}
+	l.records = coalesce.New(l.writeAll, coalesce.Options[sendRecord]{Runners: RecordConns, Linger: recordLinger})
+	return l
 }
 
 type sendRecord struct {
@@ -701,42 +703,15 @@ type sendRecord struct {
 // add queues one answer; done is released once it is written or failed.
 func (l *sendLog) add(m *message, status int, done *gosync.WaitGroup) {
 	done.Add(1)
-	l.mu.Lock()
-	l.pending = append(l.pending, sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
-	start := !l.gathering
-	l.gathering = true
-	l.mu.Unlock()
-	if start {
-		go l.gather()
-	}
+	l.records.Add(sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
 }
 
-// gather hands what came in during each recordLinger to an insert of its
-// own, once one of RecordConns is free, until nothing comes in.
-func (l *sendLog) gather() {
-	t := time.NewTimer(recordLinger)
-	defer t.Stop()
-	for {
-		<-t.C
-		l.inserts <- struct{}{}
-		l.mu.Lock()
-		batch := l.pending
-		l.pending = nil
-		if len(batch) == 0 {
-			l.gathering = false
-			l.mu.Unlock()
-			<-l.inserts
-			return
-		}
-		l.mu.Unlock()
-		go func() {
-			defer func() { <-l.inserts }()
-			l.write(batch)
-			for _, r := range batch {
-				r.done.Done()
-			}
-		}()
-		t.Reset(recordLinger)
+// writeAll writes what came in during a recordLinger with one insert and
+// releases each answer's waiter.
+func (l *sendLog) writeAll(batch []sendRecord) {
+	l.write(batch)
+	for _, r := range batch {
+		r.done.Done()
 	}
 }
 

@@ -188,7 +188,7 @@ type Deliverer struct {
 	running atomic.Int64
 	idle    idleSenders
 	// steps runs the senders' steps that come together as one transaction.
-	steps steps
+	steps *steps
 	// rec records the senders' 2xx answers as they come.
 	rec *recorder
 	// stopping is closed when the process stops (Run): idle senders end
@@ -213,7 +213,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 	}
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
 		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
-	d.steps.d = d
+	d.steps = newSteps(d)
 	d.rec = newRecorder(d, c.RecordEvery)
 	return d, nil
 }
