@@ -1,6 +1,7 @@
 // Package coalesce lets calls that arrive together share one round trip:
 // while a batch runs, the calls that arrive wait for the next, which
-// takes them all, as PostgreSQL's group commit shares an fsync. The event
+// takes them all, as PostgreSQL's group commit shares an fsync (with more
+// than one runner, the next may start while the first still runs). The event
 // log's appends, the webhook senders' grouped steps, push's send log and
 // the API's durability barrier all batch this way.
 package coalesce
@@ -26,10 +27,13 @@ type Options[T any] struct {
 	Runners int
 	// Stall: a further batch starts while others run only once the
 	// newest has run this long (0: as soon as a call waits), so calls
-	// keep sharing batches unless one is held up.
+	// keep sharing batches unless one is held up. Only calls made with Do
+	// look again while they wait; one made with Add starts a runner when
+	// it comes, or waits for a running one.
 	Stall time.Duration
-	// Linger is how long a runner waits before it takes a batch, to let
-	// more calls join it (0: none).
+	// Linger: a batch is taken once its oldest call has waited this long,
+	// so that more calls join it (0: at once). One runner lingers at a
+	// time; the others run the batches taken before.
 	Linger time.Duration
 }
 
@@ -45,12 +49,17 @@ type Batcher[T any] struct {
 	mu      gosync.Mutex
 	queue   []*call[T]
 	running int
-	latest  time.Time
-	runners gosync.WaitGroup
+	// lingering counts the runners waiting out Linger before they take a
+	// batch: at most one, which the calls that come meanwhile join.
+	lingering int
+	latest    time.Time
+	// idle is signalled when running drops to 0.
+	idle *gosync.Cond
 }
 
 type call[T any] struct {
 	v     T
+	at    time.Time
 	done  chan struct{}
 	taken bool
 }
@@ -60,7 +69,9 @@ func New[T any](run func(batch []T), opts Options[T]) *Batcher[T] {
 	if opts.Runners <= 0 {
 		opts.Runners = 1
 	}
-	return &Batcher[T]{run: run, opts: opts}
+	b := &Batcher[T]{run: run, opts: opts}
+	b.idle = gosync.NewCond(&b.mu)
+	return b
 }
 
 // ErrNotTaken wraps the context's error when a call's context ended
@@ -113,10 +124,24 @@ func (b *Batcher[T]) Waiting() int {
 }
 
 // Wait returns once no batch runs; calls added meanwhile start more.
-func (b *Batcher[T]) Wait() { b.runners.Wait() }
+func (b *Batcher[T]) Wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.running > 0 {
+		b.idle.Wait()
+	}
+}
+
+// stopLocked ends a runner. b.mu is held.
+func (b *Batcher[T]) stopLocked() {
+	b.running--
+	if b.running == 0 {
+		b.idle.Broadcast()
+	}
+}
 
 func (b *Batcher[T]) add(v T) *call[T] {
-	c := &call[T]{v: v, done: make(chan struct{})}
+	c := &call[T]{v: v, at: time.Now(), done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	b.startLocked()
@@ -141,25 +166,21 @@ func (b *Batcher[T]) withdraw(ctx context.Context, c *call[T]) error {
 }
 
 // startLocked starts a runner when none runs, or when fewer than Runners
-// run and the newest has run longer than Stall. b.mu is held.
+// run, none lingers (the calls join its batch) and the newest has run
+// longer than Stall. b.mu is held.
 func (b *Batcher[T]) startLocked() {
-	if b.running > 0 && (b.running >= b.opts.Runners || time.Since(b.latest) <= b.opts.Stall) {
+	if b.running > 0 && (b.running >= b.opts.Runners || b.lingering > 0 || time.Since(b.latest) <= b.opts.Stall) {
 		return
 	}
 	b.running++
 	b.latest = time.Now()
-	b.runners.Add(1)
 	go b.loop()
 }
 
 // loop runs batches until none waits.
 func (b *Batcher[T]) loop() {
-	defer b.runners.Done()
 	for {
-		if b.opts.Linger > 0 {
-			time.Sleep(b.opts.Linger)
-		}
-		batch := b.take()
+		batch := b.next()
 		if batch == nil {
 			return
 		}
@@ -174,11 +195,31 @@ func (b *Batcher[T]) loop() {
 	}
 }
 
-// take takes the next batch off the queue, or ends the runner (nil) when
-// none waits.
-func (b *Batcher[T]) take() []*call[T] {
+// next takes the next batch off the queue once the oldest waiting call
+// has waited Linger, or ends the runner (nil) when none waits or another
+// runner lingers already.
+func (b *Batcher[T]) next() []*call[T] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.opts.Linger > 0 && len(b.queue) > 0 {
+		if b.lingering > 0 {
+			b.stopLocked()
+			return nil
+		}
+		if wait := b.opts.Linger - time.Since(b.queue[0].at); wait > 0 {
+			b.lingering++
+			b.mu.Unlock()
+			time.Sleep(wait)
+			b.mu.Lock()
+			b.lingering--
+		}
+	}
+	return b.takeLocked()
+}
+
+// takeLocked takes the next batch off the queue, or ends the runner (nil)
+// when none waits. b.mu is held.
+func (b *Batcher[T]) takeLocked() []*call[T] {
 	n, weight := 0, 0
 	for n < len(b.queue) {
 		w := 1
@@ -193,7 +234,7 @@ func (b *Batcher[T]) take() []*call[T] {
 		n++
 	}
 	if n == 0 {
-		b.running--
+		b.stopLocked()
 		return nil
 	}
 	batch := slices.Clone(b.queue[:n])

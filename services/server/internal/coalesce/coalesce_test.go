@@ -181,3 +181,28 @@ func requireQueued(t *testing.T, b *coalesce.Batcher[int], n int) {
 }
 
 func queuedOf(b *coalesce.Batcher[int]) []int { return coalesce.Queued(b) }
+
+// TestBatcher_OneRunnerLingersAndTheCallsMeanwhileJoinIt: with a linger,
+// calls that come while one runner lingers join its batch instead of
+// starting runners of their own, up to Runners.
+func TestBatcher_OneRunnerLingersAndTheCallsMeanwhileJoinIt(t *testing.T) {
+	var mu gosync.Mutex
+	var sizes []int
+	done := make(chan struct{}, 100)
+	b := coalesce.New(func(batch []int) {
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		mu.Unlock()
+		for range batch {
+			done <- struct{}{}
+		}
+	}, coalesce.Options[int]{Runners: 2, Linger: time.Second})
+	for i := range 10 {
+		b.Add(i)
+	}
+	for range 10 {
+		<-done
+	}
+	b.Wait()
+	require.Equal(t, []int{10}, sizes)
+}

@@ -12,8 +12,10 @@ import (
 // answer's headers may take, how many idle connections are kept, and how
 // a refused dial's error is marked for the caller.
 type TransportConfig struct {
-	// DialTimeout bounds a connection's dial and its TLS handshake.
-	DialTimeout time.Duration
+	// DialTimeout bounds a connection's dial, TLSHandshakeTimeout its
+	// TLS handshake after it (0: DialTimeout).
+	DialTimeout         time.Duration
+	TLSHandshakeTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for an answer's headers once
 	// the request is written (0: none but the request's own).
 	ResponseHeaderTimeout time.Duration
@@ -37,6 +39,10 @@ func (p Policy) Transport(c TransportConfig) *http.Transport {
 		}
 	}
 	d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second, Control: control}
+	tls := c.TLSHandshakeTimeout
+	if tls == 0 {
+		tls = c.DialTimeout
+	}
 	return &http.Transport{
 		Proxy:                  nil,
 		DialContext:            d.DialContext,
@@ -44,7 +50,7 @@ func (p Policy) Transport(c TransportConfig) *http.Transport {
 		MaxIdleConns:           c.MaxIdleConns,
 		MaxIdleConnsPerHost:    c.MaxIdleConnsPerHost,
 		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    c.DialTimeout,
+		TLSHandshakeTimeout:    tls,
 		ResponseHeaderTimeout:  c.ResponseHeaderTimeout,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 64 << 10,

@@ -40,7 +40,8 @@ func NewHTTPClient(timeout time.Duration, allowPrivate bool) *http.Client {
 	// host, and a connection closed for want of an idle slot costs a new
 	// handshake per request.
 	tr := p.Transport(egress.TransportConfig{
-		DialTimeout:           min(timeout, 10*time.Second),
+		DialTimeout:           timeout,
+		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
 		ResponseHeaderTimeout: timeout,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   1024,
