@@ -28,10 +28,11 @@ const TypeTest = "bothy.webhook.test"
 // (test messages, operational events). It is not a principal.
 const SystemActor = "bothy"
 
-// Tester sends test messages to subscriptions' receivers: signed and
-// carrying the custom headers like any delivery, through the same request
-// building, HTTP client and egress policy (package outbound), but outside
-// the log. It is safe for concurrent use.
+// Tester sends test messages to subscriptions' destinations (an HTTP
+// receiver, a broker): signed and carrying the custom headers like any
+// delivery, through the same destinations and egress policy (packages
+// outbound and kinds), but outside the log. It is safe for concurrent use;
+// Close lets its broker connections go.
 type Tester struct {
 	dests *outbound.Destinations
 }

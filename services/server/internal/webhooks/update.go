@@ -88,8 +88,7 @@ type subscriptionChange struct {
 // policy of an update, in that order.
 func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, error) {
 	c := &subscriptionChange{removeHeaders: []string{}}
-	var err error
-	if err = c.target(ctx, p); err != nil {
+	if err := c.target(ctx, p); err != nil {
 		return nil, err
 	}
 	if p.EventTypes != nil {
