@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	gosync "sync"
 	"testing"
 	"time"
@@ -14,27 +13,15 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 )
 
-// rabbitURL is the machine's RabbitMQ (BOTHY_TEST_RABBITMQ_URL); the test
-// skips without one, and fails under CI=true.
+// rabbitURL is the machine's RabbitMQ (BOTHY_TEST_RABBITMQ_URL).
 func rabbitURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("BOTHY_TEST_RABBITMQ_URL")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	c, err := amqp.Dial(u)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ: %v", err)
-		}
-		t.Skipf("no RabbitMQ: %v", err)
-	}
-	_ = c.Close()
-	return u
+	return tooltest.Need(t, tooltest.RabbitMQ)
 }
 
 // rabbitQueue is an exchange of the test's own with a queue bound to

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/outboundtest"
@@ -28,19 +29,7 @@ const noConfirmsEnv = "BOTHY_TEST_RABBITMQ_NO_CONFIRMS"
 // brokerURL is the machine's RabbitMQ (BOTHY_TEST_RABBITMQ_URL).
 func brokerURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("BOTHY_TEST_RABBITMQ_URL")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	c, err := amqp.Dial(u)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at %s: %v", rabbitmq.Config{URL: u}.Addr(), err)
-		}
-		t.Skipf("no RabbitMQ at %s: %v", rabbitmq.Config{URL: u}.Addr(), err)
-	}
-	_ = c.Close()
-	return u
+	return tooltest.Need(t, tooltest.RabbitMQ)
 }
 
 // viaAddr returns u with its host:port replaced by addr.
@@ -151,7 +140,7 @@ func TestRabbitMQ_Conformance(t *testing.T) {
 func TestRabbitMQ_ConformanceFailsWithoutConfirms(t *testing.T) {
 	brokerURL(t)
 	if os.Getenv(noConfirmsEnv) != "" {
-		t.Skip("in the child")
+		return // the child runs only the suite
 	}
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRabbitMQ_Conformance$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), noConfirmsEnv+"=1")
