@@ -49,12 +49,12 @@ func TestCreate_Destination(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		for raw, want := range map[string]string{
-			`{"kind":"rabbitmq","url":"amqp://h/"}`:                  "destination.exchange",
+			`{"kind":"rabbitmq","url":"amqp://h/"}`:                    "destination.exchange",
 			`{"kind":"rabbitmq","url":"amqp://h/?x=1","exchange":"e"}`: "destination.url",
-			`{"kind":"carrier-pigeon"}`:                              "destination.kind",
-			`{"url":"http://h/"}`:                                    "destination.kind",
-			`[1]`:                                                    "destination: want an object",
-			`{"kind":"http","url":"http://h/","exchange":"e"}`:       "destination: an http destination has only url",
+			`{"kind":"carrier-pigeon"}`:                                "destination.kind",
+			`{"url":"http://h/"}`:                                      "destination.kind",
+			`[1]`:                                                      "destination: want an object",
+			`{"kind":"http","url":"http://h/","exchange":"e"}`:         "destination: an http destination has only url",
 		} {
 			_, _, err := webhooks.Create(context.Background(), b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice",
 				Space: "s1", Destination: json.RawMessage(raw), AllowPrivateTargets: true})

@@ -120,15 +120,15 @@ func (r *RecoverResult) View() RecoverView {
 // CLI prints it with --json (which hides the URL's query, as its tables
 // do).
 type SubscriptionView struct {
-	ID         uuid.UUID `json:"id"`
-	Owner      string    `json:"owner"`
-	Space      string    `json:"space"`
+	ID    uuid.UUID `json:"id"`
+	Owner string    `json:"owner"`
+	Space string    `json:"space"`
 	// URL is an http destination's, "" for a broker's.
 	URL string `json:"url"`
 	// Destination is {"kind": ...} and, for a broker kind, its fields
 	// with credentials masked (outbound.Masked).
 	Destination json.RawMessage `json:"destination"`
-	EventTypes []string  `json:"event_types"`
+	EventTypes  []string        `json:"event_types"`
 	// TokenID is the token whose current scopes bound every delivery;
 	// absent: the owner's full rights.
 	TokenID        *uuid.UUID `json:"token_id,omitempty"`

@@ -57,7 +57,9 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 // subscription's url, checked by the webhooks store, so Check accepts
 // only an empty object.
 var Driver = outbound.Driver{
-	Check: func(json.RawMessage) (outbound.Checked, error) { return outbound.Checked{Redacted: json.RawMessage(`{}`)}, nil },
+	Check: func(json.RawMessage) (outbound.Checked, error) {
+		return outbound.Checked{Redacted: json.RawMessage(`{}`)}, nil
+	},
 	Open: func(o *outbound.OpenParams) outbound.Opener {
 		return opener{NewPool(outbound.NewHTTPClient(o.Timeout, o.Policy.AllowPrivate), o.MaxResponseBytes)}
 	},
