@@ -135,7 +135,9 @@ func (c *conn) open() (*amqp.Connection, error) {
 // dial connects through the egress policy; TLS for amqps names the host.
 func (c *conn) dial() (*amqp.Connection, error) {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second, Control: c.pool.policy.Control}
-	cfg := amqp.Config{Heartbeat: 10 * time.Second, Properties: amqp.Table{"product": "bothy"},
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName("bothy webhooks")
+	cfg := amqp.Config{Heartbeat: 10 * time.Second, Properties: props,
 		Dial: func(network, addr string) (net.Conn, error) {
 			nc, err := d.Dial(network, addr)
 			if err != nil {
