@@ -329,7 +329,7 @@ func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
 		return
 	}
 	r.Answer = dest.Send(ctx, &r.msg, r.started)
-	s.d.metrics.attempt(r.Duration)
+	s.d.metrics.attempt(b.target.Kind, r.Duration)
 	if b.eager && r.Kind == outbound.Delivered {
 		s.d.rec.add(s.subID, r)
 	}
