@@ -141,8 +141,9 @@ func (k Kinds) Redacted(kind string, raw json.RawMessage) json.RawMessage {
 type Destinations struct {
 	kinds Kinds
 	open  OpenParams
-	mu    gosync.Mutex
-	pools map[string]Opener
+	mu     gosync.Mutex
+	pools  map[string]Opener
+	closed bool
 }
 
 // Open returns the destinations of every kind in k, opened with o.
@@ -160,8 +161,11 @@ func (d *Destinations) For(t *Target) (Destination, error) {
 	o, ok := d.pools[kind]
 	if !ok {
 		drv, known := d.kinds[kind]
-		if !known {
+		if !known || d.closed {
 			d.mu.Unlock()
+			if d.closed {
+				return nil, errors.New("destinations closed: the process is stopping")
+			}
 			return nil, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
 		}
 		o = drv.Open(&d.open)
@@ -171,12 +175,15 @@ func (d *Destinations) For(t *Target) (Destination, error) {
 	return o.Destination(t)
 }
 
-// Close closes every opener's connections.
+// Close closes every opener's connections, and no kind opens after it.
+// A send already under way, or one after it, is answered as its opener
+// answers once closed: HTTP's client keeps sending (Close only lets idle
+// connections go), a broker's pool answers Retry.
 func (d *Destinations) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.closed = true
 	for _, o := range d.pools {
 		o.Close()
 	}
-	d.pools = map[string]Opener{}
 }
