@@ -139,8 +139,8 @@ func (k Kinds) Redacted(kind string, raw json.RawMessage) json.RawMessage {
 // with no subscription of a kind opens nothing of it. It is safe for
 // concurrent use.
 type Destinations struct {
-	kinds Kinds
-	open  OpenParams
+	kinds  Kinds
+	open   OpenParams
 	mu     gosync.Mutex
 	pools  map[string]Opener
 	closed bool
