@@ -75,7 +75,9 @@ func setup(t *testing.T, kit *Kit) (*CutProxy, *Place, *outbound.Target) {
 	t.Helper()
 	target := &outbound.Target{Secret: "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", Headers: map[string]string{"X-Tenant": "t1"}}
 	proxy := NewCutProxy(t, kit.BrokerAddr)
-	return proxy, kit.Setup(t, proxy.Addr(), target), target
+	place := kit.Setup(t, proxy.Addr(), target)
+	t.Cleanup(proxy.Cut) // before the place's own cleanup, which a hold would keep waiting
+	return proxy, place, target
 }
 
 // Message returns the i-th test message of a run: an envelope-like body
@@ -161,7 +163,7 @@ func testCut(t *testing.T, kit *Kit) {
 func testRefusal(t *testing.T, kit *Kit) {
 	_, place, _ := setup(t, kit)
 	a := place.Refusing.Send(ctx(t), Message("conformance", 1), time.Now())
-	require.Equal(t, outbound.Retry, a.Kind)
+	require.Equal(t, outbound.Retry, a.Kind, "a refusal must be Retry, was answered %s", a.Kind)
 	require.Contains(t, a.Err, place.RefusalReason)
 }
 

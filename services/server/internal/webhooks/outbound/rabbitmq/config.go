@@ -130,10 +130,14 @@ func (c Config) Redacted() Config {
 		c.URL = ""
 		return c
 	}
-	if _, set := u.User.Password(); set {
-		u.User = url.UserPassword(u.User.Username(), outbound.Masked)
+	_, set := u.User.Password()
+	if !set {
+		c.URL = u.String()
+		return c
 	}
-	c.URL = u.String()
+	user := url.User(u.User.Username()) // the mask unescaped: url would write * as %2A
+	u.User = user
+	c.URL = strings.Replace(u.String(), "//"+user.String()+"@", "//"+user.String()+":"+outbound.Masked+"@", 1)
 	return c
 }
 

@@ -149,6 +149,7 @@ func TestRabbitMQ_ConformanceFailsWithoutConfirms(t *testing.T) {
 	require.Contains(t, string(out), "--- FAIL: TestRabbitMQ_Conformance/DeliveredOnlyAfterConfirmationAndRetryOnCut")
 	require.Contains(t, string(out), "while the broker's confirmation was held back")
 	require.Contains(t, string(out), "--- FAIL: TestRabbitMQ_Conformance/RefusalIsRetryWithReason")
+	require.Contains(t, string(out), "a refusal must be Retry, was answered delivered")
 }
 
 func TestDestination_Send(t *testing.T) {
