@@ -169,6 +169,30 @@ func TestDestination_Send(t *testing.T) {
 		require.Equal(t, m.ID, got.ID())
 	})
 
+	t.Run("ConcurrentSendsAreEachConfirmed", func(t *testing.T) {
+		p := newPlace(t, broker)
+		c := config(t, `{"url":`+quote(broker)+`,"exchange":`+quote(p.exchange)+`}`)
+		d := newPool(t).Destination(c, target)
+		const n = 50
+		answers := make(chan outbound.Answer, n)
+		var wg gosync.WaitGroup
+		for i := range n {
+			wg.Go(func() { answers <- d.Send(t.Context(), outboundtest.Message("s1", int64(i+1)), time.Now()) })
+		}
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			require.Equal(t, outbound.Delivered, a.Kind, a.Err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for len(p.received()) < n {
+			require.False(t, time.Now().After(deadline), "%d of %d arrived", len(p.received()), n)
+			<-tick.C
+		}
+	})
+
 	t.Run("UnroutableIsRetryWithTheBrokersReason", func(t *testing.T) {
 		conn, err := amqp.Dial(broker)
 		require.NoError(t, err)
