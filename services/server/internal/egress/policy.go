@@ -3,9 +3,9 @@
 // and Web Push endpoints. A URL is checked when it is stored
 // (Policy.CheckURL, and Policy.CheckResolved for callers that resolve names
 // then; Policy.CheckAddress for a broker's host:port), and every address
-// is checked again when
-// a connection is made (Policy.Control, for net.Dialer.Control), so a name
-// that resolves somewhere else later (DNS rebinding) is refused as well.
+// is checked again when a connection is made (Policy.Control, for
+// net.Dialer.Control), so a name that resolves somewhere else later (DNS
+// rebinding) is refused as well.
 //
 // The table of special-purpose ranges is code.dny.dev/ssrf's copy of the
 // IANA IPv4 and IPv6 special-purpose registries. This package adds what a
