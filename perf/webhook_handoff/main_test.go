@@ -54,6 +54,29 @@ func TestWebhookHandoffShort(t *testing.T) {
 	}
 }
 
+// TestWebhookHandoffRabbitMQShort runs the short hand-off as a deployment
+// with RabbitMQ destinations: each subscription publishes to an exchange
+// of the run's own with its routing key, and the receiver consumes a
+// queue per subscription. It requires every delivery to arrive once with
+// a verified signature, in seq order on the ordered subscriptions, and
+// the JSON line to carry every figure and the destination. It needs the
+// PostgreSQL server binaries and RabbitMQ; without them it skips, except
+// under CI=true (tooltest.Need).
+func TestWebhookHandoffRabbitMQShort(t *testing.T) {
+	tooltest.Need(t, tooltest.PostgresServer)
+	broker := tooltest.Need(t, tooltest.RabbitMQ)
+	dir := t.TempDir()
+	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget,
+		"--short", "--json", "--out", dir, "--destination", "rabbitmq", "--rabbitmq-url", broker)
+	require.NoError(t, err)
+	require.Contains(t, out, "destination rabbitmq: exchange bothy-perf-")
+	line := lastJSON(t, out)
+	requireDeployment(t, line)
+	require.Equal(t, "rabbitmq", line["destination"])
+	require.EqualValues(t, 300, line["deliveries"])
+	require.GreaterOrEqual(t, line["requests"], float64(300), "a message per delivery, the warm-up's included")
+}
+
 // TestWebhookHandoffInProcessShort runs the short hand-off with the worker
 // in the load test's process (--in-process) and requires the same
 // deliveries, the summary and the histogram.

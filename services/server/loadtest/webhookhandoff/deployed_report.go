@@ -69,6 +69,7 @@ func (r *deployResult) latencies(h *handoff, res *deploy.ProducerResult, arrival
 // deployJSON is the --json line of a deployment-mode run.
 type deployJSON struct {
 	Mode             string  `json:"mode"`
+	Destination      string  `json:"destination"`
 	Deployment       string  `json:"deployment"`
 	Binary           string  `json:"binary"`
 	Workers          int     `json:"workers"`
@@ -119,7 +120,7 @@ type deployJSON struct {
 func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 	o, c := h.opts, r.cost
 	events, deliveries := max(r.events, 1), max(r.deliveries, 1)
-	j := deployJSON{Mode: "handoff", Deployment: "processes: 1 api, " + fmt.Sprint(o.workers) + " worker(s); producers over HTTP",
+	j := deployJSON{Mode: "handoff", Destination: o.destination, Deployment: "processes: 1 api, " + fmt.Sprint(o.workers) + " worker(s); producers over HTTP",
 		Binary: d, Workers: o.workers, Connections: o.connections, EventsPerRequest: o.eventsPerRequest,
 		Subscriptions: o.subscriptions, Unordered: o.unordered, Spaces: o.spaces, Fanout: o.fanout, MaxBatch: o.maxBatch,
 		Events: r.events, Deliveries: r.deliveries, Seconds: math.Round(c.Seconds*1000) / 1000,
@@ -183,6 +184,9 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 	o := h.opts
 	fmt.Fprintf(b, "\nwebhook_handoff (%s): %d subscriptions (%d unordered) on %d spaces, fanout %d\n", j.Mode, o.subscriptions, o.unordered, o.spaces, o.fanout)
 	h.header(b)
+	if h.broker != nil {
+		fmt.Fprintf(b, "destination %s: exchange %s, a queue per subscription consumed by the receiver\n", h.broker.Kind, h.broker.Exchange)
+	}
 	fmt.Fprintf(b, "load average before %s, after %s; worker cold start (start -> first delivery) %.3fs\n", r.loadBefore, r.loadAfter, j.WorkerColdStartS)
 	if j.Mode == "handoff" {
 		fmt.Fprintf(b, "offered %.0f events/s for %s: %d acknowledged (%.1f/s), %d requests failed %v\n",

@@ -27,6 +27,9 @@ const receiverRole = "webhook_handoff.receiver"
 // at /hook/k.
 type receiverParams struct {
 	Endpoints []endpointParams `json:"endpoints"`
+	// Broker, if set, is where the subscriptions publish instead: the
+	// receiver consumes a queue per subscription there.
+	Broker *brokerParams `json:"broker,omitempty"`
 }
 
 type endpointParams struct {
@@ -126,6 +129,11 @@ func runReceiver(ctx context.Context, cio *harness.ChildIO) error {
 			return err
 		}
 		r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
+	}
+	if p.Broker != nil {
+		if err := r.consumeRabbitMQ(ctx, p.Broker); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

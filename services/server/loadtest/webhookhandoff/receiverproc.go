@@ -29,10 +29,11 @@ type receiverProc struct {
 	client *http.Client
 }
 
-// startReceiver starts the receiver with one endpoint per subscription.
-func startReceiver(ctx context.Context, endpoints []endpointParams) (*receiverProc, error) {
+// startReceiver starts the receiver with one endpoint per subscription,
+// consuming from broker if it is set.
+func startReceiver(ctx context.Context, endpoints []endpointParams, broker *brokerParams) (*receiverProc, error) {
 	var hello receiverHello
-	child, err := harness.StartChild(ctx, receiverRole, receiverParams{Endpoints: endpoints}, &hello)
+	child, err := harness.StartChild(ctx, receiverRole, receiverParams{Endpoints: endpoints, Broker: broker}, &hello)
 	if err != nil {
 		return nil, err
 	}

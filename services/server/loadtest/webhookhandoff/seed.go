@@ -36,6 +36,7 @@ type handoff struct {
 	private *harness.PrivateServer // nil on the configured server
 	scratch *harness.Scratch
 	rcv     *receiverProc
+	broker  *brokerParams // nil: the subscriptions are HTTP receivers
 	targets []target
 	subs    []subscription
 	subIDs  []uuid.UUID // subscription index -> id
@@ -98,8 +99,16 @@ func (h *handoff) seed(ctx context.Context, cfg *config.Config) error {
 			policy = &webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(10)}
 		}
 		t := &h.targets[s.target]
-		sub, _, err := webhooks.Create(ctx, pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: owner, Space: t.space,
-			URL: h.rcv.hookURL(k), Secret: s.secret, EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits})
+		p := &webhooks.CreateParams{Owner: owner, Space: t.space, URL: h.rcv.hookURL(k), Secret: s.secret,
+			EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits}
+		if h.broker != nil {
+			dest, err := h.broker.destination(k)
+			if err != nil {
+				return err
+			}
+			p.URL, p.Destination = "", dest
+		}
+		sub, _, err := webhooks.Create(ctx, pool, postgres.CursorStore{}, p)
 		if err != nil {
 			return fmt.Errorf("subscription %d: %w", k, err)
 		}

@@ -64,6 +64,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/config"
@@ -110,6 +111,30 @@ type options struct {
 	eventsPerRequest int
 	pgSettings       harness.Settings
 	perfRecord       string
+
+	// destination is the subscriptions' kind; rabbitmqURL the broker of
+	// --destination rabbitmq.
+	destination string
+	rabbitmqURL string
+}
+
+// broker is where the subscriptions publish, nil for HTTP receivers;
+// without --rabbitmq-url the broker is BOTHY_TEST_RABBITMQ_URL's, or the
+// local one.
+func (o *options) broker(environ []string) *brokerParams {
+	if o.destination != destRabbitMQ {
+		return nil
+	}
+	url := o.rabbitmqURL
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "BOTHY_TEST_RABBITMQ_URL="); ok && url == "" && v != "" {
+			url = v
+		}
+	}
+	if url == "" {
+		url = defaultRabbitMQURL
+	}
+	return newBroker(destRabbitMQ, url)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -137,6 +162,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.connections, "connections", 64, "HTTP connections of the producers (requests open at once)")
 	fs.IntVar(&o.eventsPerRequest, "events-per-request", 1, "events in each POST")
 	fs.StringVar(&o.perfRecord, "perf-record", "", "directory: record the api's and the workers' CPU with perf record during the measured phase (api.perf.data, worker.perf.data)")
+	fs.StringVar(&o.destination, "destination", destHTTP, "the subscriptions' destination kind: http (a receiver serving HTTP) or rabbitmq "+
+		"(an exchange of the run's own, a queue per subscription the receiver consumes)")
+	fs.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "the broker of --destination rabbitmq (default $BOTHY_TEST_RABBITMQ_URL, else "+defaultRabbitMQURL+")")
 	fs.Var(&o.pgSettings, "pg-setting", "a PostgreSQL setting of the private cluster, k=v, on top of PostgreSQL's defaults (repeatable)")
 	if err := common.Parse(args); err != nil {
 		return nil, err
@@ -173,6 +201,12 @@ func (o *options) validate() error {
 	}
 	if o.workers < 1 || o.connections < 1 || o.eventsPerRequest < 1 || o.eventsPerRequest > 100 {
 		return errors.New("--workers and --connections must be positive, --events-per-request 1..100")
+	}
+	switch {
+	case o.destination != destHTTP && o.destination != destRabbitMQ:
+		return fmt.Errorf("--destination %q: want %s or %s", o.destination, destHTTP, destRabbitMQ)
+	case o.destination != destHTTP && o.inProcess:
+		return errors.New("--destination: brokers are measured in the deployment mode only, not with --in-process")
 	}
 	if o.maxBatch < 0 || o.maxBatch > 1000 {
 		return fmt.Errorf("--max-batch %d: want 1..1000, or 0 to leave max_batch alone", o.maxBatch)
@@ -211,7 +245,8 @@ func start(ctx context.Context, o *options, stdout io.Writer, environ []string) 
 	err := h.open(ctx, environ)
 	if err == nil {
 		h.plan()
-		h.rcv, err = startReceiver(ctx, h.endpoints())
+		h.broker = o.broker(environ)
+		h.rcv, err = startReceiver(ctx, h.endpoints(), h.broker)
 	}
 	if err == nil {
 		if err = h.seed(ctx, h.scratch.Cfg); err != nil {
