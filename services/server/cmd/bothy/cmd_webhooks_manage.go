@@ -39,7 +39,8 @@ func (h headerFlag) Set(v string) error {
 }
 
 func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
-	url := fs.String("url", "", "new absolute http(s) target URL")
+	url := fs.String("url", "", "new absolute http(s) target URL (makes the destination http)")
+	dest := destinationFlag(fs)
 	events := fs.String("events", "", "new comma-separated event types; \"*\" for all")
 	set := headerFlag{}
 	fs.Var(set, "header", "set a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
@@ -54,6 +55,9 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 		req := &webhooks.UpdateRequest{PolicyRequest: pf.request()}
 		if *url != "" {
 			req.URL = url
+		}
+		if req.Destination, err = readDestination(*dest); err != nil {
+			return err
 		}
 		if *events != "" {
 			types := []string{}
@@ -74,7 +78,7 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 			}
 		}
 		if req.Empty() {
-			return fmt.Errorf("%w: nothing to change: give --url, --events, --header, --remove-header or a policy flag", errUsage)
+			return fmt.Errorf("%w: nothing to change: give --url, --destination, --events, --header, --remove-header or a policy flag", errUsage)
 		}
 		svc, done, err := c.webhooks(ctx)
 		if err != nil {
@@ -88,7 +92,7 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if *asJSON {
 			return c.printSubscription(s)
 		}
-		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(&s), headersOf(&s),
+		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, targetOf(&s), typesOf(&s), headersOf(&s),
 			policyOf(&s.PolicyView))
 		return nil
 	}

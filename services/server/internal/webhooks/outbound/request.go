@@ -23,14 +23,19 @@ import (
 // ExcerptBytes is how much of a response body is kept with an answer.
 const ExcerptBytes = 1 << 10
 
-// Target is where and how a subscription's requests go: its URL, its
-// signing secrets (the previous one only during a rotation's overlap) and
-// its custom headers.
+// Target is where and how a subscription's messages go: its destination
+// (an HTTP URL, or a broker kind's fields), its signing secrets (the
+// previous one only during a rotation's overlap) and its custom headers.
 type Target struct {
 	URL            string
 	Secret         string
 	PreviousSecret string
 	Headers        map[string]string
+	// Kind is the destination's kind ("" or KindHTTP: URL); Config is a
+	// broker kind's fields as stored, credentials whole: never shown but
+	// through Kinds.Redacted.
+	Kind   string
+	Config json.RawMessage
 }
 
 // Message is the body of one request and the id it is signed under
