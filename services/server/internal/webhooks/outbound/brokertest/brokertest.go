@@ -8,49 +8,43 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
-// The brokers this machine runs, each overridable by its variable.
+// The brokers this machine runs (.ci/brokers installs and starts them).
 var (
-	NATS  = Broker{Name: "NATS JetStream", Env: "BOTHY_TEST_NATS_ADDR", Default: "127.0.0.1:4222"}
-	Redis = Broker{Name: "Redis", Env: "BOTHY_TEST_REDIS_ADDR", Default: "127.0.0.1:6379"}
-	MQTT  = Broker{Name: "Mosquitto", Env: "BOTHY_TEST_MQTT_ADDR", Default: "127.0.0.1:1883"}
+	NATS  = Broker{tool: tooltest.NATS}
+	Redis = Broker{tool: tooltest.Redis}
+	MQTT  = Broker{tool: tooltest.MQTT}
 )
 
 // Broker is a broker the tests use.
 type Broker struct {
-	Name    string
-	Env     string
-	Default string
+	tool *tooltest.Tool
 }
 
-// Addr returns the broker's host:port, and fails tb when nothing answers
-// there: the machine runs every broker (.ci/brokers installs and starts
-// them), so a missing one is a broken machine, not a test to skip.
+// Addr returns the broker's host:port (its tooltest variable names
+// another URL). Without a broker there, it fails tb under CI and skips it
+// elsewhere (tooltest.Need).
 func (b Broker) Addr(tb testing.TB) string {
 	tb.Helper()
-	addr := os.Getenv(b.Env)
-	if addr == "" {
-		addr = b.Default
-	}
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	raw := tooltest.Need(tb, b.tool)
+	u, err := url.Parse(raw)
 	if err != nil {
-		tb.Fatalf("brokertest: %s does not answer on %s (%v); bash .ci/brokers starts it, %s names another address", b.Name, addr, err, b.Env)
+		tb.Fatalf("brokertest: %s: %v", b.tool.Name, err)
 	}
-	_ = c.Close()
-	return addr
+	return u.Host
 }
 
 // Policy is the egress policy of tests: the brokers are on loopback.
