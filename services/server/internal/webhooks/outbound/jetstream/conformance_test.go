@@ -25,6 +25,9 @@ func TestJetStream_Conformance(t *testing.T) {
 		Setup: func(t *testing.T, through string, target *outbound.Target) *outboundtest.Place {
 			b := setup(t)
 			pool := bjs.NewPool(brokertest.Policy, brokertest.Log)
+			if brokertest.WithoutConfirms() {
+				pool.SkipConfirms()
+			}
 			t.Cleanup(pool.Close)
 			dest := func(subject string) outbound.Destination {
 				c, err := bjs.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"nats://%s","subject":%q}`, through, subject)))
@@ -62,4 +65,17 @@ func flat(h nats.Header) map[string]string {
 		out[k] = h.Get(k)
 	}
 	return out
+}
+
+// TestJetStream_ConformanceFailsWithoutConfirms runs the conformance suite
+// in a child process whose pool publishes without waiting for the PubAck,
+// and wants it to fail where a send is answered before the stream
+// confirmed: the cut test and the refusal (no stream answered delivered).
+func TestJetStream_ConformanceFailsWithoutConfirms(t *testing.T) {
+	t.Parallel()
+	brokertest.NATS.Addr(t)
+	brokertest.RequireFailsWithoutConfirms(t, "TestJetStream_Conformance",
+		"--- FAIL: TestJetStream_Conformance/DeliveredOnlyAfterConfirmationAndRetryOnCut",
+		"while the broker's confirmation was held back",
+		"--- FAIL: TestJetStream_Conformance/RefusalIsRetryWithReason")
 }

@@ -28,6 +28,9 @@ type Pool struct {
 	mu     gosync.Mutex
 	conns  map[string]*conn
 	closed bool
+	// noConfirm publishes without waiting for the PubAck: only for the
+	// test that shows the conformance suite fails without it.
+	noConfirm bool
 }
 
 // NewPool returns a pool whose connections dial through p and report
@@ -76,7 +79,7 @@ func (p *Pool) Destination(c Config, t *outbound.Target) outbound.Destination {
 	if c.url.Addr == "" {
 		return broker.Refusing("the destination's configuration was not checked")
 	}
-	return &destination{cfg: c, target: t, conn: p.conn(c)}
+	return &destination{cfg: c, target: t, conn: p.conn(c), noConfirm: p.noConfirm}
 }
 
 // conn returns the connection for c's URL, starting it if there is none.

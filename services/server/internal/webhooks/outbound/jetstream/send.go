@@ -15,9 +15,10 @@ import (
 
 // destination publishes one subscription's messages.
 type destination struct {
-	cfg    Config
-	target *outbound.Target
-	conn   *conn
+	cfg       Config
+	target    *outbound.Target
+	conn      *conn
+	noConfirm bool
 }
 
 // Send publishes m on the subject its space and type make, with the
@@ -46,6 +47,13 @@ func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Tim
 	js, err := d.conn.client(ctx)
 	if err != nil {
 		return retry("%s", err)
+	}
+	if d.noConfirm {
+		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+		if err := d.conn.nc.PublishMsg(msg); err != nil {
+			return retry("publishing on %q to %s: %s", subject, d.conn.addr, err)
+		}
+		return outbound.Answer{Kind: outbound.Delivered}
 	}
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.ID)}
 	if d.cfg.Stream != "" {

@@ -50,6 +50,9 @@ func TestMQTT_Conformance(t *testing.T) {
 				c, err := mqtt.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"mqtt://%s","topic":"%s/{space}/{type}"}`, through, b.prefix)))
 				require.NoError(t, err)
 				pool := mqtt.NewPool(p, brokertest.Log)
+				if brokertest.WithoutConfirms() {
+					pool.SkipConfirms()
+				}
 				t.Cleanup(pool.Close)
 				return pool.Destination(c, target)
 			}
@@ -65,4 +68,16 @@ func TestMQTT_Conformance(t *testing.T) {
 			}
 		},
 	})
+}
+
+// TestMQTT_ConformanceFailsWithoutConfirms runs the conformance suite in a
+// child process whose pool publishes at QoS 0, without a PUBACK, and wants
+// it to fail where a send is answered before the broker confirmed: the cut
+// test.
+func TestMQTT_ConformanceFailsWithoutConfirms(t *testing.T) {
+	t.Parallel()
+	brokertest.MQTT.Addr(t)
+	brokertest.RequireFailsWithoutConfirms(t, "TestMQTT_Conformance",
+		"--- FAIL: TestMQTT_Conformance/DeliveredOnlyAfterConfirmationAndRetryOnCut",
+		"while the broker's confirmation was held back")
 }

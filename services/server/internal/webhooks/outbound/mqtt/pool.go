@@ -29,6 +29,9 @@ type Pool struct {
 	mu     gosync.Mutex
 	conns  map[string]*conn
 	closed bool
+	// noConfirm publishes at QoS 0, without a PUBACK: only for the test
+	// that shows the conformance suite fails without it.
+	noConfirm bool
 }
 
 // NewPool returns a pool whose connections dial through p and report
@@ -69,7 +72,7 @@ func (p *Pool) Destination(c Config, t *outbound.Target) outbound.Destination {
 	if cn == nil {
 		return broker.Refusing("the destination pool is closed")
 	}
-	return &destination{cfg: c, target: t, conn: cn}
+	return &destination{cfg: c, target: t, conn: cn, noConfirm: p.noConfirm}
 }
 
 // conn returns the connection of c's URL, starting it if there is none;

@@ -17,9 +17,10 @@ const QoS = 1
 
 // destination publishes one subscription's messages.
 type destination struct {
-	cfg    Config
-	target *outbound.Target
-	conn   *conn
+	cfg       Config
+	target    *outbound.Target
+	conn      *conn
+	noConfirm bool
 }
 
 // Payload is what a message's MQTT payload is: MQTT 3.1.1 has no headers,
@@ -58,7 +59,11 @@ func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if !cn.client.IsConnected() {
 		return retry("not connected to %s: %s", cn.addr, cn.why())
 	}
-	tok := cn.client.Publish(topic, QoS, false, payload)
+	qos := byte(QoS)
+	if d.noConfirm {
+		qos = 0
+	}
+	tok := cn.client.Publish(topic, qos, false, payload)
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():

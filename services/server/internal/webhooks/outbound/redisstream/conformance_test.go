@@ -23,6 +23,9 @@ func TestRedisStream_Conformance(t *testing.T) {
 		Setup: func(t *testing.T, through string, target *outbound.Target) *outboundtest.Place {
 			b := setup(t)
 			pool := redisstream.NewPool(brokertest.Policy, brokertest.Log)
+			if brokertest.WithoutConfirms() {
+				pool.SkipConfirms()
+			}
 			t.Cleanup(pool.Close)
 			dest := func(key string) outbound.Destination {
 				c, err := redisstream.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"redis://%s","key":%q}`, through, key)))
@@ -59,4 +62,17 @@ func TestRedisStream_Conformance(t *testing.T) {
 			}
 		},
 	})
+}
+
+// TestRedisStream_ConformanceFailsWithoutConfirms runs the conformance
+// suite in a child process whose pool does not wait for Redis' answer, and
+// wants it to fail where a send is answered before Redis confirmed: the
+// cut test (a send answered while its command, or the connection's
+// handshake, is held back) and the refusal (WRONGTYPE answered delivered).
+func TestRedisStream_ConformanceFailsWithoutConfirms(t *testing.T) {
+	t.Parallel()
+	brokertest.Redis.Addr(t)
+	brokertest.RequireFailsWithoutConfirms(t, "TestRedisStream_Conformance",
+		"--- FAIL: TestRedisStream_Conformance/DeliveredOnlyAfterConfirmationAndRetryOnCut",
+		"--- FAIL: TestRedisStream_Conformance/RefusalIsRetryWithReason")
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +17,15 @@ import (
 
 // destination adds one subscription's messages to its stream.
 type destination struct {
-	cfg    Config
-	target *outbound.Target
-	client *redis.Client
-	addr   string
+	cfg       Config
+	target    *outbound.Target
+	client    *redis.Client
+	addr      string
+	noConfirm bool
+	// unanswered carries the commands of a noConfirm destination to the
+	// goroutine that sends them in order without reading the answers.
+	unanswered     chan *redis.XAddArgs
+	unansweredOnce gosync.Once
 }
 
 // Send adds m to the stream its space and type name, as entry
@@ -53,6 +59,10 @@ func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Tim
 	} else {
 		args.ID = entryID(m.LastSeq)
 	}
+	if d.noConfirm {
+		d.sendUnanswered(args)
+		return outbound.Answer{Kind: outbound.Delivered}
+	}
 	id, err := d.client.XAdd(ctx, args).Result()
 	switch {
 	case err == nil:
@@ -61,6 +71,21 @@ func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Tim
 		return d.repeat(ctx, key, m)
 	}
 	return d.failed(key, err)
+}
+
+// sendUnanswered hands args to a goroutine that adds entries in order and
+// reads no answer: a destination without Redis' confirmation, for the
+// test that shows the conformance suite fails without it.
+func (d *destination) sendUnanswered(args *redis.XAddArgs) {
+	d.unansweredOnce.Do(func() {
+		d.unanswered = make(chan *redis.XAddArgs, 1024)
+		go func() {
+			for a := range d.unanswered {
+				d.client.XAdd(context.Background(), a)
+			}
+		}()
+	})
+	d.unanswered <- args
 }
 
 // repeat answers for m, which Redis refused because the stream's last id
