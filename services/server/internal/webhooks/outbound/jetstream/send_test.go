@@ -29,7 +29,7 @@ type bundle struct {
 
 // setup makes a stream of its own for the test, taking "<prefix>.>", and
 // deletes it when the test ends.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	addr := brokertest.NATS.Addr(t)
 	nc, err := nats.Connect("nats://" + addr)
@@ -53,7 +53,7 @@ func setup(t *testing.T) *bundle {
 
 // destination is a destination for b's stream through addr, from a pool
 // of its own closed when the test ends.
-func (b *bundle) destination(t *testing.T, addr string, target *outbound.Target, extra string) outbound.Destination {
+func (b *bundle) destination(t testing.TB, addr string, target *outbound.Target, extra string) outbound.Destination {
 	t.Helper()
 	c, err := bjs.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"nats://%s","subject":"%s.{space}.{type}"%s}`, addr, b.prefix, extra)))
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ type bundle struct {
 }
 
 // setup gives the test keys of its own, deleted when it ends.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	b := &bundle{addr: brokertest.Redis.Addr(t), prefix: brokertest.Name("bothytest:")}
 	b.client = redis.NewClient(&redis.Options{Addr: b.addr, DisableIdentity: true})
@@ -49,12 +49,12 @@ func (b *bundle) key(space string) string { return b.prefix + ":" + space }
 
 // destination is a destination for the test's keys through addr, from a
 // pool of its own closed when the test ends.
-func (b *bundle) destination(t *testing.T, addr string, target *outbound.Target, extra string) outbound.Destination {
+func (b *bundle) destination(t testing.TB, addr string, target *outbound.Target, extra string) outbound.Destination {
 	t.Helper()
 	return b.destinationWith(t, brokertest.Policy, addr, target, extra)
 }
 
-func (b *bundle) destinationWith(t *testing.T, p egress.Policy, addr string, target *outbound.Target, extra string) outbound.Destination {
+func (b *bundle) destinationWith(t testing.TB, p egress.Policy, addr string, target *outbound.Target, extra string) outbound.Destination {
 	t.Helper()
 	c, err := redisstream.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"redis://%s","key":"%s:{space}"%s}`, addr, b.prefix, extra)))
 	require.NoError(t, err)
