@@ -5,10 +5,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // Masked stands for a credential wherever a configuration is shown.
-const Masked = "********"
+const Masked = outbound.Masked
 
 // MaxURLLength is the longest broker URL ParseURL accepts, in bytes.
 const MaxURLLength = 2048
