@@ -16,6 +16,7 @@ import (
 	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // rabbitURL is the machine's RabbitMQ (BOTHY_TEST_RABBITMQ_URL).
@@ -65,19 +66,14 @@ func newRabbitQueue(t *testing.T, broker string) *rabbitQueue {
 // waitFor waits until n messages arrived and returns them in arrival order.
 func (q *rabbitQueue) waitFor(t *testing.T, n int) []amqp.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	var got []amqp.Delivery
+	testwait.Until(t, 20*time.Second, func() bool {
 		q.mu.Lock()
-		got := append([]amqp.Delivery(nil), q.got...)
+		got = append([]amqp.Delivery(nil), q.got...)
 		q.mu.Unlock()
-		if len(got) >= n {
-			return got
-		}
-		require.False(t, time.Now().After(deadline), "waited for %d messages, have %d", n, len(got))
-		<-tick.C
-	}
+		return len(got) >= n
+	}, "%d messages in the queue", n)
+	return got
 }
 
 // TestAPI_WebhookRabbitMQ: a tenant creates a RabbitMQ subscription over
@@ -138,10 +134,7 @@ func TestAPI_WebhookRabbitMQ(t *testing.T) {
 				AttemptList []map[string]any `json:"attempt_list"`
 			} `json:"deliveries"`
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
+		testwait.Until(t, 20*time.Second, func() bool {
 			r := b.do(t, "GET", sp+"/deliveries", owner, "")
 			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 			require.NoError(t, json.Unmarshal(r.body, &page))
@@ -151,12 +144,8 @@ func TestAPI_WebhookRabbitMQ(t *testing.T) {
 					delivered++
 				}
 			}
-			if delivered == n {
-				break
-			}
-			require.False(t, time.Now().After(deadline), "deliveries: %s", r.body)
-			<-tick.C
-		}
+			return delivered == n
+		}, "%d deliveries listed as delivered", n)
 		for _, d := range page.Deliveries {
 			require.Len(t, d.AttemptList, 1)
 			require.Nil(t, d.AttemptList[0]["status_code"], "a broker answers no HTTP status")

@@ -189,7 +189,7 @@ type Deliverer struct {
 	running atomic.Int64
 	idle    idleSenders
 	// steps runs the senders' steps that come together as one transaction.
-	steps steps
+	steps *steps
 	// rec records the senders' 2xx answers as they come.
 	rec *recorder
 	// stopping is closed when the process stops (Run): idle senders end
@@ -216,7 +216,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
 	d.dests = kinds.All.Open(&outbound.OpenParams{Policy: egress.Policy{AllowPrivate: c.AllowPrivateTargets}, Timeout: c.Timeout,
 		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger})
-	d.steps.d = d
+	d.steps = newSteps(d)
 	d.rec = newRecorder(d, c.RecordEvery)
 	return d, nil
 }

@@ -175,8 +175,7 @@ WHERE id = $1 AND status = 'active'`
 
 // deadSQL makes the pending deliveries $2 dead with the error $3.
 const deadSQL = `
-UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
-    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
     ` + pendingAtSQL
 
 // failure is a failed request as its policy judges it: the head delivery

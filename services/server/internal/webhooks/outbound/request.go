@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/bothy/bothy/services/server/internal/retryafter"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -207,7 +208,7 @@ func Post(client *http.Client, req *http.Request, maxBody int) Answer {
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			a.Err += " (redirects are not followed)"
 		}
-		a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		a.RetryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 		if rerr != nil {
 			a.Err += "; reading body: " + ScrubURL(rerr)
 		}
@@ -236,22 +237,4 @@ func ScrubURL(err error) string {
 		return "timeout: " + err.Error()
 	}
 	return err.Error()
-}
-
-// ParseRetryAfter reads delay-seconds or an HTTP date; 0 if absent or bad.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(30*24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

@@ -21,6 +21,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -171,36 +172,20 @@ func testRefusal(t *testing.T, kit *Kit) {
 // retries would, within waitFor.
 func sendUntilDelivered(t *testing.T, d outbound.Destination, m *outbound.Message) {
 	t.Helper()
-	var last outbound.Answer
-	poll(t, func() bool {
-		last = d.Send(ctx(t), m, time.Now())
-		return last.Kind == outbound.Delivered
-	}, func() string { return "not delivered: " + last.Err })
+	testwait.Until(t, waitFor, func() bool {
+		return d.Send(ctx(t), m, time.Now()).Kind == outbound.Delivered
+	}, "message %d answered Delivered", m.Seq)
 }
 
 // waitArrivals waits until at least n messages arrived and returns them.
 func waitArrivals(t *testing.T, p *Place, n int) []Arrival {
 	t.Helper()
 	var got []Arrival
-	poll(t, func() bool {
+	testwait.Until(t, waitFor, func() bool {
 		got = p.Received()
 		return len(got) >= n
-	}, func() string { return fmt.Sprintf("%d of %d messages arrived", len(got), n) })
+	}, "%d messages to arrive", n)
 	return got
-}
-
-// poll calls cond every 20ms until it holds or waitFor passes.
-func poll(t *testing.T, cond func() bool, why func() string) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("outboundtest: gave up after %s: %s", waitFor, why())
-		}
-		<-tick.C
-	}
 }
 
 // ctx bounds one send.

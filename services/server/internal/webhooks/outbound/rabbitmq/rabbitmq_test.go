@@ -17,6 +17,7 @@ import (
 
 	"github.com/bothy/bothy/internal/tooltest"
 	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/outboundtest"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/rabbitmq"
@@ -169,6 +170,24 @@ func TestDestination_Send(t *testing.T) {
 		require.Equal(t, m.ID, got.ID())
 	})
 
+	t.Run("ConcurrentSendsAreEachConfirmed", func(t *testing.T) {
+		p := newPlace(t, broker)
+		c := config(t, `{"url":`+quote(broker)+`,"exchange":`+quote(p.exchange)+`}`)
+		d := newPool(t).Destination(c, target)
+		const n = 50
+		answers := make(chan outbound.Answer, n)
+		var wg gosync.WaitGroup
+		for i := range n {
+			wg.Go(func() { answers <- d.Send(t.Context(), outboundtest.Message("s1", int64(i+1)), time.Now()) })
+		}
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			require.Equal(t, outbound.Delivered, a.Kind, a.Err)
+		}
+		testwait.Until(t, 10*time.Second, func() bool { return len(p.received()) >= n }, "%d messages to arrive", n)
+	})
+
 	t.Run("UnroutableIsRetryWithTheBrokersReason", func(t *testing.T) {
 		conn, err := amqp.Dial(broker)
 		require.NoError(t, err)
@@ -211,16 +230,8 @@ func TestDestination_Send(t *testing.T) {
 
 func waitOne(t *testing.T, p *place) outboundtest.Arrival {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if got := p.received(); len(got) > 0 {
-			return got[0]
-		}
-		require.False(t, time.Now().After(deadline), "nothing arrived")
-		<-tick.C
-	}
+	testwait.Until(t, 10*time.Second, func() bool { return len(p.received()) > 0 }, "a message to arrive")
+	return p.received()[0]
 }
 
 func TestParseConfig(t *testing.T) {
