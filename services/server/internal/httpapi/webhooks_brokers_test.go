@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/brokertest"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/outboundtest"
 )
@@ -219,24 +220,21 @@ func TestAPI_WebhookBrokers(t *testing.T) {
 	}
 }
 
-// waitBrokerArrivals waits until n messages arrived at p and returns them all.
+// waitBrokerArrivals waits until n messages arrived at p and returns them
+// all.
 func waitBrokerArrivals(t *testing.T, p *brokerPlace, n int) []outboundtest.Arrival {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		got := p.arrivals(t)
-		if len(got) >= n {
-			return got
-		}
-		require.False(t, time.Now().After(deadline), "waited for %d messages, have %d", n, len(got))
-		<-tick.C
-	}
+	var got []outboundtest.Arrival
+	testwait.Until(t, 20*time.Second, func() bool {
+		got = p.arrivals(t)
+		return len(got) >= n
+	}, "%d messages on the broker", n)
+	return got
 }
 
-// waitBrokerDelivered waits until the subscription at sp lists n deliveries as
-// delivered, each after one attempt without a status code or an error.
+// waitBrokerDelivered waits until the subscription at sp lists n
+// deliveries as delivered, each after one attempt without a status code or
+// an error.
 func waitBrokerDelivered(t *testing.T, b *testBundle, owner, sp string, n int) {
 	t.Helper()
 	var page struct {
@@ -245,10 +243,7 @@ func waitBrokerDelivered(t *testing.T, b *testBundle, owner, sp string, n int) {
 			AttemptList []map[string]any `json:"attempt_list"`
 		} `json:"deliveries"`
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	testwait.Until(t, 20*time.Second, func() bool {
 		r := b.do(t, "GET", sp+"/deliveries", owner, "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.NoError(t, json.Unmarshal(r.body, &page))
@@ -258,12 +253,8 @@ func waitBrokerDelivered(t *testing.T, b *testBundle, owner, sp string, n int) {
 				delivered++
 			}
 		}
-		if delivered == n {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "deliveries: %s", r.body)
-		<-tick.C
-	}
+		return delivered == n
+	}, "%d deliveries listed as delivered", n)
 	for _, d := range page.Deliveries {
 		require.Len(t, d.AttemptList, 1)
 		require.Nil(t, d.AttemptList[0]["status_code"], "a broker answers no HTTP status")

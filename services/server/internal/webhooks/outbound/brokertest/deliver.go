@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -24,17 +25,19 @@ func Send(d outbound.Destination, m *outbound.Message) outbound.Answer {
 // delivery's answer.
 func Deliver(tb testing.TB, d outbound.Destination, m *outbound.Message) ([]outbound.Answer, outbound.Answer) {
 	tb.Helper()
-	deadline := time.Now().Add(time.Minute)
 	var retries []outbound.Answer
-	for {
-		a := Send(d, m)
-		if a.Kind == outbound.Delivered {
-			return retries, a
+	var a outbound.Answer
+	testwait.Until(tb, time.Minute, func() bool {
+		if a = Send(d, m); a.Kind == outbound.Delivered {
+			return true
 		}
 		retries = append(retries, a)
-		if time.Now().After(deadline) {
-			tb.Fatalf("brokertest: message %s not delivered within a minute; last answer %s: %s", m.ID, a.Kind, a.Err)
-		}
-		<-time.After(50 * time.Millisecond) // a sender's wait between attempts, not a wait for an event
-	}
+		return false
+	}, "message %s delivered (last answer: %v)", m.ID, lastAnswer{&a})
+	return retries, a
 }
+
+// lastAnswer prints an answer as it is when printed, not when passed.
+type lastAnswer struct{ a *outbound.Answer }
+
+func (l lastAnswer) String() string { return l.a.Kind.String() + ": " + l.a.Err }
