@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	gosync "sync"
@@ -33,10 +34,25 @@ type Pool struct {
 	noConfirm bool
 }
 
-// NewPool returns a pool whose clients dial through p. log is kept for
-// the pool's own reports; the clients report nothing.
+// NewPool returns a pool whose clients dial through p. The client
+// library's own reports (failed dials, with addresses and no credentials)
+// go to the first pool's log at Warn rather than to stderr: the library
+// has one logger per process.
 func NewPool(p egress.Policy, log *slog.Logger) *Pool {
+	if log == nil {
+		log = slog.Default()
+	}
+	libraryLog.Do(func() { redis.SetLogger(slogPrinter{log}) })
 	return &Pool{policy: p, log: log, clients: map[string]*redis.Client{}}
+}
+
+var libraryLog gosync.Once
+
+// slogPrinter passes the client library's reports to a slog.Logger.
+type slogPrinter struct{ log *slog.Logger }
+
+func (s slogPrinter) Printf(ctx context.Context, format string, v ...any) {
+	s.log.WarnContext(ctx, "redis client", slog.String("report", fmt.Sprintf(format, v...)))
 }
 
 // Destination returns where c's messages go, signed for t. c must come
