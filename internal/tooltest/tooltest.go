@@ -1,6 +1,6 @@
 // Package tooltest is how a test says it needs a program from outside Go:
 // promtool, Chromium, the PostgreSQL server binaries, pg_autoctl or a
-// broker (RabbitMQ). Without
+// broker (RabbitMQ, NATS, Redis, Mosquitto). Without
 // the program the test fails under CI (CI=true), which installs them all,
 // and is skipped elsewhere, naming the program and the command that
 // installs it. Since go test ./... shows a skipped test only with -v, the
@@ -57,8 +57,20 @@ var (
 	// amqp://guest:guest@127.0.0.1:5672/); Need returns that URL.
 	RabbitMQ = &Tool{Name: "RabbitMQ", For: "the RabbitMQ destination tests", find: findBroker("BOTHY_TEST_RABBITMQ_URL",
 		"amqp://guest:guest@127.0.0.1:5672/"), packages: fixed("rabbitmq-server")}
+	// NATS is a NATS server with JetStream answering at BOTHY_TEST_NATS_URL
+	// (default nats://127.0.0.1:4222); Need returns that URL.
+	NATS = &Tool{Name: "NATS", For: "the NATS JetStream destination tests", find: findBroker("BOTHY_TEST_NATS_URL",
+		"nats://127.0.0.1:4222"), packages: fixed("nats-server")}
+	// Redis is a Redis server answering at BOTHY_TEST_REDIS_URL (default
+	// redis://127.0.0.1:6379); Need returns that URL.
+	Redis = &Tool{Name: "Redis", For: "the Redis Streams destination tests", find: findBroker("BOTHY_TEST_REDIS_URL",
+		"redis://127.0.0.1:6379"), packages: fixed("redis-server")}
+	// MQTT is an MQTT broker answering at BOTHY_TEST_MQTT_URL (default
+	// mqtt://127.0.0.1:1883); Need returns that URL.
+	MQTT = &Tool{Name: "Mosquitto", For: "the MQTT destination tests", find: findBroker("BOTHY_TEST_MQTT_URL",
+		"mqtt://127.0.0.1:1883"), packages: fixed("mosquitto")}
 
-	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl, Root, RabbitMQ}
+	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl, Root, RabbitMQ, NATS, Redis, MQTT}
 )
 
 // Need returns the path of tool. Without it, it fails tb under CI and

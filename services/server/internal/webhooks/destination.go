@@ -137,6 +137,16 @@ func checkBatch(kind string, maxBatch int) error {
 	return nil
 }
 
+// checkOrdered refuses the unordered policy for a destination kind that
+// needs its messages in seq order: a Redis stream's entry ids are the
+// seqs, and an entry cannot be added below the stream's last one.
+func checkOrdered(kind, policy string) error {
+	if kind == "redis" && policy == PolicyUnordered {
+		return fmt.Errorf("%w: policy: a %s destination takes ordered delivery (its entry ids are the events' seqs)", ErrInvalid, kind)
+	}
+	return nil
+}
+
 // kindNames lists the destination kinds for an error.
 func kindNames() string {
 	return strings.Join(slices.Sorted(maps.Keys(kinds.All)), ", ")

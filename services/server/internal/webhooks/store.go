@@ -256,6 +256,9 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if err := checkBatch(dest.kind, pol.MaxBatch); err != nil {
 		return nil, "", err
 	}
+	if err := checkOrdered(dest.kind, pol.Name); err != nil {
+		return nil, "", err
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, "", err

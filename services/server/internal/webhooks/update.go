@@ -159,14 +159,18 @@ RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.kind, c
 }
 
 // checkStoredBatch refuses, within an update's transaction, a
-// subscription whose destination and max_batch no longer go together.
+// subscription whose destination and max_batch or policy no longer go
+// together.
 func checkStoredBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	var kind string
+	var kind, policy string
 	var maxBatch int
-	err := tx.QueryRow(ctx, `SELECT destination_kind, coalesce(max_batch, 0) FROM webhook_subscriptions WHERE id = $1`, id).
-		Scan(&kind, &maxBatch)
+	err := tx.QueryRow(ctx, `SELECT destination_kind, coalesce(max_batch, 0), policy FROM webhook_subscriptions WHERE id = $1`, id).
+		Scan(&kind, &maxBatch, &policy)
 	if err != nil {
 		return fmt.Errorf("update webhook subscription %s: %w", id, err)
 	}
-	return checkBatch(kind, maxBatch)
+	if err := checkBatch(kind, maxBatch); err != nil {
+		return err
+	}
+	return checkOrdered(kind, policy)
 }

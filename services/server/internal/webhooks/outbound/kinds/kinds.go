@@ -5,11 +5,17 @@ package kinds
 import (
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/httpdest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/jetstream"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/mqtt"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/rabbitmq"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/redisstream"
 )
 
 // All are the destination kinds a subscription may name.
 var All = outbound.Kinds{
 	outbound.KindHTTP: httpdest.Driver,
 	"rabbitmq":        outbound.NewDriver(rabbitmq.ParseConfig, rabbitmq.NewPool),
+	"jetstream":       outbound.NewDriver(jetstream.ParseConfig, jetstream.NewPool),
+	"redis":           outbound.NewDriver(redisstream.ParseConfig, redisstream.NewPool),
+	"mqtt":            outbound.NewDriver(mqtt.ParseConfig, mqtt.NewPool),
 }

@@ -1,0 +1,25 @@
+package mqtt_test
+
+import (
+	"testing"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/brokertest"
+)
+
+// BenchmarkDestination_Send is one ordered sender's cost per message on
+// the machine's broker: one QoS 1 publish and its PUBACK at a time, with
+// a subscriber of the topic connected.
+func BenchmarkDestination_Send(b *testing.B) {
+	bb := setup(b)
+	d := bb.destination(b, brokertest.Policy, bb.addr, brokertest.Target())
+	msgs := brokertest.Messages(b, "acme", "order.created", 1, b.N)
+	brokertest.Deliver(b, d, msgs[0]) // connected
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if a := brokertest.Send(d, msgs[i]); a.Kind != outbound.Delivered {
+			b.Fatal(a.Err)
+		}
+	}
+}

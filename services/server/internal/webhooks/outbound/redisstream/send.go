@@ -1,0 +1,170 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+)
+
+// destination adds one subscription's messages to its stream.
+type destination struct {
+	cfg       Config
+	target    *outbound.Target
+	client    *redis.Client
+	addr      string
+	noConfirm bool
+	// unanswered carries the commands of a noConfirm destination to the
+	// goroutine that sends them in order without reading the answers.
+	unanswered     chan *redis.XAddArgs
+	unansweredOnce gosync.Once
+}
+
+// Send adds m to the stream its space and type name, as entry
+// "<LastSeq>-0", and answers Delivered once Redis answered with the
+// entry's id. Redis refuses an id at or below the stream's last one; Send
+// then reads the entry at or after "<Seq>-0", and m counts as Delivered
+// if that entry is m (its id field) or holds m's seqs (a batch that
+// carried them): a repeat, not stored twice. Otherwise m cannot be added
+// in order and the answer is Retry saying so. A message without seqs (a
+// test send) goes in after the stream's last entry, under the same seq.
+func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
+	start := time.Now()
+	a := d.send(ctx, m, ts)
+	a.Duration = time.Since(start)
+	return a
+}
+
+func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
+	key := d.cfg.key.Render(m.Space, m.Type)
+	h, err := outbound.Signed(d.target, m, ts)
+	if err != nil {
+		return retry("%s", err)
+	}
+	args := &redis.XAddArgs{Stream: key, Values: fields(m, h), MaxLen: d.cfg.MaxLen, Approx: d.cfg.MaxLen > 0}
+	if m.LastSeq <= 0 {
+		top, err := d.lastEntry(ctx, key)
+		if err != nil {
+			return d.failed(key, err)
+		}
+		args.ID = strconv.FormatUint(top, 10) + "-*"
+	} else {
+		args.ID = entryID(m.LastSeq)
+	}
+	if d.noConfirm {
+		d.sendUnanswered(args)
+		return outbound.Answer{Kind: outbound.Delivered}
+	}
+	id, err := d.client.XAdd(ctx, args).Result()
+	switch {
+	case err == nil:
+		return outbound.Answer{Kind: outbound.Delivered, Excerpt: fmt.Sprintf("entry %s of stream %q", id, key)}
+	case m.LastSeq > 0 && redis.HasErrorPrefix(err, "The ID specified in XADD is equal or smaller"):
+		return d.repeat(ctx, key, m)
+	}
+	return d.failed(key, err)
+}
+
+// sendUnanswered hands args to a goroutine that adds entries in order and
+// reads no answer: a destination without Redis' confirmation, for the
+// test that shows the conformance suite fails without it.
+func (d *destination) sendUnanswered(args *redis.XAddArgs) {
+	d.unansweredOnce.Do(func() {
+		d.unanswered = make(chan *redis.XAddArgs, 1024)
+		go func() {
+			for a := range d.unanswered {
+				d.client.XAdd(context.Background(), a)
+			}
+		}()
+	})
+	d.unanswered <- args
+}
+
+// repeat answers for m, which Redis refused because the stream's last id
+// is at or past m's entry id.
+func (d *destination) repeat(ctx context.Context, key string, m *outbound.Message) outbound.Answer {
+	entries, err := d.client.XRangeN(ctx, key, entryID(m.Seq), "+", 1).Result()
+	if err != nil {
+		return d.failed(key, err)
+	}
+	if len(entries) == 1 && holds(entries[0], m) {
+		return outbound.Answer{Kind: outbound.Delivered,
+			Excerpt: fmt.Sprintf("a repeat: entry %s of stream %q already holds it", entries[0].ID, key)}
+	}
+	return retry("stream %q on %s is already past entry id %s and does not hold seqs %d to %d: Redis adds entries only after the last one "+
+		"(a stream key takes one ordered subscription's messages; an entry trimmed by maxlen or deleted does not come back)",
+		key, d.addr, entryID(m.LastSeq), m.Seq, m.LastSeq)
+}
+
+// holds says whether entry e is m, or a batch whose seqs include m's.
+func holds(e redis.XMessage, m *outbound.Message) bool {
+	if id, _ := e.Values["id"].(string); id == m.ID {
+		return true
+	}
+	last, ok := entrySeq(e.ID)
+	first, err := strconv.ParseInt(fmt.Sprint(e.Values["seq"]), 10, 64)
+	return ok && err == nil && first > 0 && first <= m.Seq && m.LastSeq <= last
+}
+
+// lastEntry is the seq part of the stream's last entry id, 0 for an
+// empty or missing stream.
+func (d *destination) lastEntry(ctx context.Context, key string) (uint64, error) {
+	entries, err := d.client.XRevRangeN(ctx, key, "+", "-", 1).Result()
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	ms, _, _ := strings.Cut(entries[0].ID, "-")
+	return strconv.ParseUint(ms, 10, 64)
+}
+
+// failed is the Retry of a command that failed for another reason than
+// the entry id: Redis' refusal (a key of another type, no permission, out
+// of memory), no answer in time, or no connection.
+func (d *destination) failed(key string, err error) outbound.Answer {
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return retry("Redis on %s refused stream %q: %s", d.addr, key, rerr.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return retry("no answer from Redis on %s for stream %q within the attempt's time", d.addr, key)
+	}
+	return retry("Redis on %s, stream %q: %s", d.addr, key, err)
+}
+
+// entryID is the stream entry id of the message whose last seq is seq.
+func entryID(seq int64) string { return strconv.FormatInt(seq, 10) + "-0" }
+
+// entrySeq is the seq an entry id was made of.
+func entrySeq(id string) (int64, bool) {
+	ms, _, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, ok && err == nil
+}
+
+// fields are an entry's: id, seq (the first event's), body, then the
+// signature headers under their names, sorted.
+func fields(m *outbound.Message, h map[string]string) []any {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]any, 0, 6+2*len(names))
+	out = append(out, "id", m.ID, "seq", strconv.FormatInt(m.Seq, 10), "body", m.Body)
+	for _, name := range names {
+		out = append(out, name, h[name])
+	}
+	return out
+}
+
+func retry(format string, args ...any) outbound.Answer {
+	return outbound.Answer{Kind: outbound.Retry, Err: fmt.Sprintf(format, args...)}
+}
