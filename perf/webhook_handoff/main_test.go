@@ -54,27 +54,40 @@ func TestWebhookHandoffShort(t *testing.T) {
 	}
 }
 
-// TestWebhookHandoffRabbitMQShort runs the short hand-off as a deployment
-// with RabbitMQ destinations: each subscription publishes to an exchange
-// of the run's own with its routing key, and the receiver consumes a
-// queue per subscription. It requires every delivery to arrive once with
-// a verified signature, in seq order on the ordered subscriptions, and
-// the JSON line to carry every figure and the destination. It needs the
-// PostgreSQL server binaries and RabbitMQ; without them it skips, except
-// under CI=true (tooltest.Need).
-func TestWebhookHandoffRabbitMQShort(t *testing.T) {
+// TestWebhookHandoffBrokerShort runs the short hand-off as a deployment
+// with each broker kind's destinations: each subscription publishes to an
+// address of its own under the run's exchange, stream, keys or topics, and
+// the receiver consumes them all. It requires every delivery to arrive
+// once with a verified signature, in seq order on the ordered
+// subscriptions, and the JSON line to carry every figure and the
+// destination. Redis runs with ordered subscriptions only, the one policy
+// its destinations take. It needs the PostgreSQL server binaries and the
+// broker; without them it skips, except under CI=true (tooltest.Need).
+func TestWebhookHandoffBrokerShort(t *testing.T) {
 	tooltest.Need(t, tooltest.PostgresServer)
-	broker := tooltest.Need(t, tooltest.RabbitMQ)
-	dir := t.TempDir()
-	out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget,
-		"--short", "--json", "--out", dir, "--destination", "rabbitmq", "--rabbitmq-url", broker)
-	require.NoError(t, err)
-	require.Contains(t, out, "destination rabbitmq: exchange bothy-perf-")
-	line := lastJSON(t, out)
-	requireDeployment(t, line)
-	require.Equal(t, "rabbitmq", line["destination"])
-	require.EqualValues(t, 300, line["deliveries"])
-	require.GreaterOrEqual(t, line["requests"], float64(300), "a message per delivery, the warm-up's included")
+	for _, tt := range []struct {
+		kind string
+		tool *tooltest.Tool
+		args []string
+	}{
+		{"rabbitmq", tooltest.RabbitMQ, nil},
+		{"jetstream", tooltest.NATS, nil},
+		{"redis", tooltest.Redis, []string{"--unordered", "0"}},
+		{"mqtt", tooltest.MQTT, nil},
+	} {
+		t.Run(tt.kind, func(t *testing.T) {
+			broker := tooltest.Need(t, tt.tool)
+			args := append([]string{"--short", "--json", "--out", t.TempDir(), "--destination", tt.kind, "--broker-url", broker}, tt.args...)
+			out, err := harness.RunForTest(t, webhookhandoff.Run, webhookhandoff.ErrP95OverBudget, args...)
+			require.NoError(t, err)
+			require.Contains(t, out, "destination "+tt.kind+", the run's own ")
+			line := lastJSON(t, out)
+			requireDeployment(t, line)
+			require.Equal(t, tt.kind, line["destination"])
+			require.EqualValues(t, 300, line["deliveries"])
+			require.GreaterOrEqual(t, line["requests"], float64(300), "a message per delivery, the warm-up's included")
+		})
+	}
 }
 
 // TestWebhookHandoffInProcessShort runs the short hand-off with the worker

@@ -5,134 +5,129 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Destination kinds the load test can deliver to.
+// Destination kinds the load test can deliver to: an HTTP receiver, or a
+// broker the receiver consumes from.
 const (
-	destHTTP     = "http"
-	destRabbitMQ = "rabbitmq"
+	destHTTP      = "http"
+	destRabbitMQ  = "rabbitmq"
+	destJetStream = "jetstream"
+	destRedis     = "redis"
+	destMQTT      = "mqtt"
 )
 
-// defaultRabbitMQURL is the broker when neither --rabbitmq-url nor
-// BOTHY_TEST_RABBITMQ_URL names one.
-const defaultRabbitMQURL = "amqp://guest:guest@127.0.0.1:5672/"
+// brokerURLs are, per broker kind, the variable naming its URL (as the
+// tests read it) and the local broker's URL when the variable is unset.
+var brokerURLs = map[string][2]string{
+	destRabbitMQ:  {"BOTHY_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"},
+	destJetStream: {"BOTHY_TEST_NATS_URL", "nats://127.0.0.1:4222"},
+	destRedis:     {"BOTHY_TEST_REDIS_URL", "redis://127.0.0.1:6379"},
+	destMQTT:      {"BOTHY_TEST_MQTT_URL", "mqtt://127.0.0.1:1883"},
+}
 
-// brokerParams is the broker the subscriptions publish to: the receiver
-// declares Exchange and, for subscription k, a queue bound with the
-// routing key routingKey(k).
+// brokerParams is the broker the subscriptions publish to. Name is the
+// run's own: an exchange, a stream's subjects, stream keys or topics under
+// it, which the receiver creates (where the broker needs it) and removes.
 type brokerParams struct {
-	Kind     string `json:"kind"`
-	URL      string `json:"url"`
-	Exchange string `json:"exchange"`
+	Kind string `json:"kind"`
+	URL  string `json:"url"`
+	Name string `json:"name"`
 }
 
-// newBroker names this run's exchange on the broker at url.
+// newBroker names this run's place on the broker of kind at url.
 func newBroker(kind, url string) *brokerParams {
-	return &brokerParams{Kind: kind, URL: url, Exchange: "bothy-perf-" + uuid.NewString()}
+	id := uuid.NewString()
+	name := "bothy-perf-" + id
+	if kind == destJetStream { // a stream name and a subject token
+		name = "bothyperf_" + strings.ReplaceAll(id, "-", "")
+	}
+	return &brokerParams{Kind: kind, URL: url, Name: name}
 }
 
-// routingKey is subscription k's routing key: a literal template, so each
-// subscription's messages reach its own queue only.
-func routingKey(k int) string { return fmt.Sprintf("sub.%d", k) }
+// address is where subscription k's messages go: a routing key, subject,
+// stream key or topic with no placeholder, so that each subscription's
+// messages reach its own queue, subscription or stream and no other.
+func (b *brokerParams) address(k int) string {
+	switch b.Kind {
+	case destJetStream:
+		return b.Name + ".sub." + strconv.Itoa(k)
+	case destRedis:
+		return b.Name + ":" + strconv.Itoa(k)
+	case destMQTT:
+		return b.Name + "/sub/" + strconv.Itoa(k)
+	}
+	return "sub." + strconv.Itoa(k)
+}
+
+// subOf is the subscription index at the end of an address.
+func subOf(address string) (int, bool) {
+	i := strings.LastIndexAny(address, "./:")
+	k, err := strconv.Atoi(address[i+1:])
+	return k, err == nil
+}
 
 // destination is subscription k's destination object for the API.
 func (b *brokerParams) destination(k int) (json.RawMessage, error) {
-	return json.Marshal(map[string]string{"kind": b.Kind, "url": b.URL, "exchange": b.Exchange, "routing_key": routingKey(k)})
+	d := map[string]string{"kind": b.Kind, "url": b.URL}
+	switch b.Kind {
+	case destRabbitMQ:
+		d["exchange"], d["routing_key"] = b.Name, b.address(k)
+	case destJetStream:
+		d["subject"], d["stream"] = b.address(k), b.Name
+	case destRedis:
+		d["key"] = b.address(k)
+	case destMQTT:
+		d["topic"] = b.address(k)
+	}
+	return json.Marshal(d)
 }
 
-// consumersPerConnection bounds the queues one AMQP connection consumes,
-// so the receiver reads the broker's sockets in parallel.
-const consumersPerConnection = 25
-
-// consumeRabbitMQ declares the exchange (deleted with its last queue) and
-// one exclusive queue per endpoint (deleted with the receiver's
-// connections), and consumes each with auto-ack on a channel of its own,
-// recording every message as the HTTP receiver records a request. It
-// returns once every consumer runs; they stop when ctx is done.
-func (r *receiver) consumeRabbitMQ(ctx context.Context, b *brokerParams) error {
-	var conns []*amqp.Connection
-	closeAll := func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
+// consumeBroker creates what the broker needs before the first message
+// (an exchange and queues, a stream) and starts consuming every
+// subscription's messages; the consumers stop, and what was created is
+// removed, when ctx is done.
+func (r *receiver) consumeBroker(ctx context.Context, b *brokerParams) error {
+	switch b.Kind {
+	case destRabbitMQ:
+		return r.consumeRabbitMQ(ctx, b)
+	case destJetStream:
+		return r.consumeJetStream(ctx, b)
+	case destRedis:
+		return r.consumeRedis(ctx, b)
+	case destMQTT:
+		return r.consumeMQTT(ctx, b)
 	}
-	for i := range r.endpoints {
-		if i%consumersPerConnection == 0 {
-			conn, err := amqp.Dial(b.URL)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("rabbitmq: %w", err)
-			}
-			conns = append(conns, conn)
-		}
-		msgs, err := declareQueue(conns[len(conns)-1], b.Exchange, i)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		go r.consume(i, msgs)
-	}
-	go func() {
-		<-ctx.Done()
-		closeAll()
-	}()
-	return nil
+	return fmt.Errorf("no consumer for destination kind %q", b.Kind)
 }
 
-// declareQueue declares, on a channel of conn, the exchange (the first
-// time) and subscription i's queue bound to it, and consumes the queue.
-func declareQueue(conn *amqp.Connection, exchange string, i int) (<-chan amqp.Delivery, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: channel: %w", err)
-	}
-	if i == 0 {
-		if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
-			return nil, fmt.Errorf("rabbitmq: exchange: %w", err)
-		}
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err == nil {
-		err = ch.QueueBind(q.Name, routingKey(i), exchange, false, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: queue %d: %w", i, err)
-	}
-	msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: consume %d: %w", i, err)
-	}
-	return msgs, nil
-}
-
-// consume records each message of subscription i's queue: its signature
-// headers verified over its body, like a request's.
-func (r *receiver) consume(i int, msgs <-chan amqp.Delivery) {
-	ep := r.endpoints[i]
-	header := http.Header{}
-	for m := range msgs {
-		clear(header)
-		for k, v := range m.Headers {
-			if s, ok := v.(string); ok {
-				header.Set(k, s)
-			}
-		}
-		verr := ep.verifier.Verify(m.Body, header)
-		at := time.Now()
-		envs, jerr := envelopes(m.Body)
+// deliver records one message of subscription i as the HTTP receiver
+// records a request: its signature headers verified over its body with
+// the Standard Webhooks library, then each envelope it holds.
+func (r *receiver) deliver(i int, header http.Header, body []byte) {
+	if i < 0 || i >= len(r.endpoints) {
 		r.mu.Lock()
 		r.stats.Requests++
-		if verr != nil || jerr != nil {
-			r.stats.BadSignatures++
-		} else {
-			for k := range envs {
-				r.record(i, &envs[k], at)
-			}
-		}
+		r.stats.Unexpected++
 		r.mu.Unlock()
+		return
+	}
+	verr := r.endpoints[i].verifier.Verify(body, header)
+	at := time.Now()
+	envs, jerr := envelopes(body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Requests++
+	if verr != nil || jerr != nil {
+		r.stats.BadSignatures++
+		return
+	}
+	for k := range envs {
+		r.record(i, &envs[k], at)
 	}
 }

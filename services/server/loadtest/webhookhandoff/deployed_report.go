@@ -185,7 +185,8 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 	fmt.Fprintf(b, "\nwebhook_handoff (%s): %d subscriptions (%d unordered) on %d spaces, fanout %d\n", j.Mode, o.subscriptions, o.unordered, o.spaces, o.fanout)
 	h.header(b)
 	if h.broker != nil {
-		fmt.Fprintf(b, "destination %s: exchange %s, a queue per subscription consumed by the receiver\n", h.broker.Kind, h.broker.Exchange)
+		fmt.Fprintf(b, "destination %s, the run's own %s: subscription 0 publishes to %s, and so on; the receiver consumes them all\n",
+			h.broker.Kind, h.broker.Name, h.broker.address(0))
 	}
 	fmt.Fprintf(b, "load average before %s, after %s; worker cold start (start -> first delivery) %.3fs\n", r.loadBefore, r.loadAfter, j.WorkerColdStartS)
 	if j.Mode == "handoff" {

@@ -131,7 +131,7 @@ func runReceiver(ctx context.Context, cio *harness.ChildIO) error {
 		r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
 	}
 	if p.Broker != nil {
-		if err := r.consumeRabbitMQ(ctx, p.Broker); err != nil {
+		if err := r.consumeBroker(ctx, p.Broker); err != nil {
 			return err
 		}
 	}

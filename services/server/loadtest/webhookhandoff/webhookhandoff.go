@@ -112,29 +112,30 @@ type options struct {
 	pgSettings       harness.Settings
 	perfRecord       string
 
-	// destination is the subscriptions' kind; rabbitmqURL the broker of
-	// --destination rabbitmq.
+	// destination is the subscriptions' kind; brokerURL the broker of a
+	// broker kind.
 	destination string
-	rabbitmqURL string
+	brokerURL   string
 }
 
 // broker is where the subscriptions publish, nil for HTTP receivers;
-// without --rabbitmq-url the broker is BOTHY_TEST_RABBITMQ_URL's, or the
-// local one.
+// without --broker-url the broker is the one the kind's test variable
+// (BOTHY_TEST_RABBITMQ_URL, ...) names, or the local one.
 func (o *options) broker(environ []string) *brokerParams {
-	if o.destination != destRabbitMQ {
+	urls, ok := brokerURLs[o.destination]
+	if !ok {
 		return nil
 	}
-	url := o.rabbitmqURL
+	url := o.brokerURL
 	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "BOTHY_TEST_RABBITMQ_URL="); ok && url == "" && v != "" {
+		if v, ok := strings.CutPrefix(kv, urls[0]+"="); ok && url == "" && v != "" {
 			url = v
 		}
 	}
 	if url == "" {
-		url = defaultRabbitMQURL
+		url = urls[1]
 	}
-	return newBroker(destRabbitMQ, url)
+	return newBroker(o.destination, url)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -162,9 +163,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.connections, "connections", 64, "HTTP connections of the producers (requests open at once)")
 	fs.IntVar(&o.eventsPerRequest, "events-per-request", 1, "events in each POST")
 	fs.StringVar(&o.perfRecord, "perf-record", "", "directory: record the api's and the workers' CPU with perf record during the measured phase (api.perf.data, worker.perf.data)")
-	fs.StringVar(&o.destination, "destination", destHTTP, "the subscriptions' destination kind: http (a receiver serving HTTP) or rabbitmq "+
-		"(an exchange of the run's own, a queue per subscription the receiver consumes)")
-	fs.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "the broker of --destination rabbitmq (default $BOTHY_TEST_RABBITMQ_URL, else "+defaultRabbitMQURL+")")
+	fs.StringVar(&o.destination, "destination", destHTTP, "the subscriptions' destination kind: http (a receiver serving HTTP), or rabbitmq, "+
+		"jetstream, redis or mqtt (the run's own exchange, stream, keys or topics on the broker, which the receiver consumes)")
+	fs.StringVar(&o.brokerURL, "broker-url", "", "the broker of a broker --destination (default: the kind's BOTHY_TEST_<KIND>_URL, else the local broker)")
 	fs.Var(&o.pgSettings, "pg-setting", "a PostgreSQL setting of the private cluster, k=v, on top of PostgreSQL's defaults (repeatable)")
 	if err := common.Parse(args); err != nil {
 		return nil, err
@@ -203,8 +204,8 @@ func (o *options) validate() error {
 		return errors.New("--workers and --connections must be positive, --events-per-request 1..100")
 	}
 	switch {
-	case o.destination != destHTTP && o.destination != destRabbitMQ:
-		return fmt.Errorf("--destination %q: want %s or %s", o.destination, destHTTP, destRabbitMQ)
+	case o.destination != destHTTP && brokerURLs[o.destination] == [2]string{}:
+		return fmt.Errorf("--destination %q: want %s, %s, %s, %s or %s", o.destination, destHTTP, destRabbitMQ, destJetStream, destRedis, destMQTT)
 	case o.destination != destHTTP && o.inProcess:
 		return errors.New("--destination: brokers are measured in the deployment mode only, not with --in-process")
 	}
