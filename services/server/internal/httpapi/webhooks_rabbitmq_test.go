@@ -130,6 +130,7 @@ func TestAPI_WebhookRabbitMQ(t *testing.T) {
 		}
 		var page struct {
 			Deliveries []struct {
+				Seq         int64            `json:"seq"`
 				Status      string           `json:"status"`
 				AttemptList []map[string]any `json:"attempt_list"`
 			} `json:"deliveries"`
@@ -151,6 +152,11 @@ func TestAPI_WebhookRabbitMQ(t *testing.T) {
 			require.Nil(t, d.AttemptList[0]["status_code"], "a broker answers no HTTP status")
 			require.Empty(t, d.AttemptList[0]["error"])
 		}
+		detail := b.do(t, "GET", fmt.Sprintf("%s/deliveries/%d", sp, page.Deliveries[0].Seq), owner, "")
+		require.Equal(t, http.StatusOK, detail.status, "%s", detail.body)
+		req := detail.json(t)["request"].(map[string]any)
+		require.Equal(t, "PUBLISH", req["method"])
+		require.Equal(t, "rabbitmq amqp://guest:********@127.0.0.1:5672/", req["url"])
 		st := b.do(t, "GET", sp+"/stats", owner, "").json(t)
 		require.EqualValues(t, n, st["ok"], "a broker's confirmation counts as ok")
 	})

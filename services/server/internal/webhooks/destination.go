@@ -34,6 +34,19 @@ func (d *Destination) Redacted() json.RawMessage {
 	return kinds.All.Redacted(d.Kind, d.Config)
 }
 
+// Summary names d where a line has room for it: a broker's kind and
+// URL, its password masked; "" for http (its URL is the subscription's).
+func (d *Destination) Summary() string {
+	if d.IsHTTP() {
+		return ""
+	}
+	var f struct {
+		URL string `json:"url"`
+	}
+	_ = json.Unmarshal(d.Redacted(), &f)
+	return strings.TrimSpace(d.Kind + " " + f.URL)
+}
+
 // checkedDestination is a validated destination: its kind, its fields as
 // stored and, for http, its URL in normal form.
 type checkedDestination struct {

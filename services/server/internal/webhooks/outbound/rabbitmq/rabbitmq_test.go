@@ -28,7 +28,7 @@ import (
 const noConfirmsEnv = "BOTHY_TEST_RABBITMQ_NO_CONFIRMS"
 
 // brokerURL is the machine's RabbitMQ (BOTHY_TEST_RABBITMQ_URL).
-func brokerURL(t *testing.T) string {
+func brokerURL(t testing.TB) string {
 	t.Helper()
 	return tooltest.Need(t, tooltest.RabbitMQ)
 }
@@ -50,7 +50,7 @@ type place struct {
 	got      []outboundtest.Arrival
 }
 
-func newPlace(t *testing.T, broker string) *place {
+func newPlace(t testing.TB, broker string) *place {
 	t.Helper()
 	conn, err := amqp.Dial(broker)
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func (p *place) received() []outboundtest.Arrival {
 }
 
 // newPool returns a pool reaching loopback, closed at the test's end.
-func newPool(t *testing.T) *rabbitmq.Pool {
+func newPool(t testing.TB) *rabbitmq.Pool {
 	t.Helper()
 	pool := rabbitmq.NewPool(egress.Policy{AllowPrivate: true}, slog.New(slog.DiscardHandler))
 	if os.Getenv(noConfirmsEnv) != "" {
@@ -110,7 +110,7 @@ func newPool(t *testing.T) *rabbitmq.Pool {
 	return pool
 }
 
-func config(t *testing.T, raw string) rabbitmq.Config {
+func config(t testing.TB, raw string) rabbitmq.Config {
 	t.Helper()
 	c, err := rabbitmq.ParseConfig(json.RawMessage(raw))
 	require.NoError(t, err)
