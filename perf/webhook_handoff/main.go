@@ -7,6 +7,7 @@
 //	go run ./perf/webhook_handoff [--rate 500/s] [--duration 30s] [--subscriptions 100] [--spaces 10]
 //	    [--fanout 1] [--unordered 0] [--short] [--out perf/out] [--json] [--statements] [--private]
 //	go run ./perf/webhook_handoff --backlog 2000 [--subscriptions 100] [--unordered K] [--max-batch K] [--json]
+//	go run ./perf/webhook_handoff ... --destination rabbitmq|jetstream|redis|mqtt [--broker-url URL]
 //
 // It exits 1 when the p95 is over budget, a delivery was missing, repeated,
 // out of order on an ordered subscription or badly signed, or the run

@@ -6,6 +6,7 @@
 //	go run ./perf/webhook_handoff [--rate 500/s] [--duration 30s] [--subscriptions 100] [--spaces 10]
 //	    [--fanout 1] [--unordered 0] [--producers 16] [--drain 30s] [--short] [--out perf/out] [--config FILE] [--keep]
 //	    [--backlog N] [--max-batch K] [--private] [--json] [--statements]
+//	    [--destination http|rabbitmq|jetstream|redis|mqtt] [--broker-url URL]
 //
 // The hand-off mode (the default) measures the time from a producer's
 // commit to the webhook request arriving at a local receiver with its
@@ -37,6 +38,18 @@
 // counts, per subscription, deliveries missing, received twice, out of
 // seq order on ordered subscriptions, and bad signatures; any of them
 // fails the run.
+//
+// With --destination and a broker kind (deployment mode only), the
+// subscriptions deliver to the broker instead (--broker-url, default the
+// kind's BOTHY_TEST_<KIND>_URL or the local broker): each publishes to an
+// address of its own under a name the run makes up (a RabbitMQ routing
+// key on the run's exchange, a JetStream subject of the run's stream, a
+// Redis stream key, an MQTT topic), and the receiver process consumes
+// every one of them (a queue per subscription with auto-ack, a plain
+// subscription, blocking XREADs, QoS 1 subscriptions), verifies each
+// message's signature headers over its body with the same library, and
+// counts it as the HTTP receiver counts a request. It removes what it
+// created when it stops. The broker's own CPU is not measured.
 //
 // Both report, per delivery, what the worker cost (package cost): the
 // round trips of the worker's pool (a pgx tracer), the transactions of the
