@@ -90,9 +90,9 @@ func (b *brokerParams) destination(k int) (json.RawMessage, error) {
 
 // consumeBroker creates what the broker needs before the first message
 // (an exchange and queues, a stream) and starts consuming every
-// subscription's messages; the consumers stop, and what was created is
-// removed, when ctx is done.
-func (r *receiver) consumeBroker(ctx context.Context, b *brokerParams) error {
+// subscription's messages until ctx is done. stop, called after that,
+// waits for the consumers and removes what the run created.
+func (r *receiver) consumeBroker(ctx context.Context, b *brokerParams) (stop func(), err error) {
 	switch b.Kind {
 	case destRabbitMQ:
 		return r.consumeRabbitMQ(ctx, b)
@@ -103,7 +103,7 @@ func (r *receiver) consumeBroker(ctx context.Context, b *brokerParams) error {
 	case destMQTT:
 		return r.consumeMQTT(ctx, b)
 	}
-	return fmt.Errorf("no consumer for destination kind %q", b.Kind)
+	return nil, fmt.Errorf("no consumer for destination kind %q", b.Kind)
 }
 
 // deliver records one message of subscription i as the HTTP receiver

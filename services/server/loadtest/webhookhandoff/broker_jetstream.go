@@ -15,12 +15,12 @@ import (
 // receives what is published on them through a plain subscription, with
 // no limit on what it may hold pending: the stream is the destination's
 // confirmation, the subscription only how the receiver sees each message
-// arrive. The stream is deleted when ctx is done; its messages expire
-// within an hour should the receiver be killed first.
-func (r *receiver) consumeJetStream(ctx context.Context, b *brokerParams) error {
+// arrive. Stopping deletes the stream; its messages expire within an hour
+// should the receiver be killed first.
+func (r *receiver) consumeJetStream(ctx context.Context, b *brokerParams) (func(), error) {
 	nc, err := nats.Connect(b.URL)
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
+		return nil, fmt.Errorf("nats: %w", err)
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
@@ -29,7 +29,7 @@ func (r *receiver) consumeJetStream(ctx context.Context, b *brokerParams) error 
 	}
 	if err != nil {
 		nc.Close()
-		return fmt.Errorf("nats: stream %s: %w", b.Name, err)
+		return nil, fmt.Errorf("nats: stream %s: %w", b.Name, err)
 	}
 	sub, err := nc.Subscribe(b.Name+".sub.*", func(m *nats.Msg) {
 		k, ok := subOf(m.Subject)
@@ -52,15 +52,13 @@ func (r *receiver) consumeJetStream(ctx context.Context, b *brokerParams) error 
 	}
 	if err != nil {
 		nc.Close()
-		return fmt.Errorf("nats: subscribe: %w", err)
+		return nil, fmt.Errorf("nats: subscribe: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
+	return func() {
 		_ = sub.Unsubscribe()
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = js.DeleteStream(dctx, b.Name)
 		nc.Close()
-	}()
-	return nil
+	}, nil
 }

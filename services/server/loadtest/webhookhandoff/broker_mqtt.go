@@ -20,8 +20,8 @@ const topicsPerClient = 25
 // consumeMQTT subscribes at QoS 1 (so the broker queues for the receiver
 // rather than drops) to every subscription's topic, up to topicsPerClient
 // per client with a clean session, and decodes each payload's headers and
-// body. The clients disconnect when ctx is done.
-func (r *receiver) consumeMQTT(ctx context.Context, b *brokerParams) error {
+// body. Stopping disconnects the clients.
+func (r *receiver) consumeMQTT(_ context.Context, b *brokerParams) (func(), error) {
 	broker := "tcp://" + strings.TrimPrefix(b.URL, "mqtt://")
 	var clients []paho.Client
 	closeAll := func() {
@@ -44,14 +44,10 @@ func (r *receiver) consumeMQTT(ctx context.Context, b *brokerParams) error {
 		}
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("mqtt: %w", err)
+			return nil, fmt.Errorf("mqtt: %w", err)
 		}
 	}
-	go func() {
-		<-ctx.Done()
-		closeAll()
-	}()
-	return nil
+	return closeAll, nil
 }
 
 func waitToken(t paho.Token) error {

@@ -15,7 +15,7 @@ const consumersPerConnection = 25
 // consumeRabbitMQ declares the exchange (deleted with its last queue) and
 // one exclusive queue per subscription (deleted with the receiver's
 // connections), and consumes each with auto-ack on a channel of its own.
-func (r *receiver) consumeRabbitMQ(ctx context.Context, b *brokerParams) error {
+func (r *receiver) consumeRabbitMQ(_ context.Context, b *brokerParams) (func(), error) {
 	var conns []*amqp.Connection
 	closeAll := func() {
 		for _, c := range conns {
@@ -27,22 +27,18 @@ func (r *receiver) consumeRabbitMQ(ctx context.Context, b *brokerParams) error {
 			conn, err := amqp.Dial(b.URL)
 			if err != nil {
 				closeAll()
-				return fmt.Errorf("rabbitmq: %w", err)
+				return nil, fmt.Errorf("rabbitmq: %w", err)
 			}
 			conns = append(conns, conn)
 		}
 		msgs, err := declareQueue(conns[len(conns)-1], b, i)
 		if err != nil {
 			closeAll()
-			return err
+			return nil, err
 		}
 		go r.consumeQueue(i, msgs)
 	}
-	go func() {
-		<-ctx.Done()
-		closeAll()
-	}()
-	return nil
+	return closeAll, nil
 }
 
 // declareQueue declares, on a channel of conn, the exchange (the first

@@ -16,18 +16,18 @@ const keysPerReader = 25
 
 // consumeRedis reads every subscription's stream key with blocking XREADs
 // from the start, each reader on its own connection over up to
-// keysPerReader keys; the keys are deleted when ctx is done.
-func (r *receiver) consumeRedis(ctx context.Context, b *brokerParams) error {
+// keysPerReader keys, until ctx is done; stopping deletes the keys.
+func (r *receiver) consumeRedis(ctx context.Context, b *brokerParams) (func(), error) {
 	opts, err := redis.ParseURL(b.URL)
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	opts.DisableIdentity = true
 	opts.PoolSize = len(r.endpoints)/keysPerReader + 2
 	client := redis.NewClient(opts)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return fmt.Errorf("redis: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	keys := make([]string, len(r.endpoints))
 	for i := range keys {
@@ -42,8 +42,7 @@ func (r *receiver) consumeRedis(ctx context.Context, b *brokerParams) error {
 			r.readStreams(ctx, client, keys[lo:hi], lo)
 		}(lo, min(lo+keysPerReader, len(keys)))
 	}
-	go func() {
-		<-ctx.Done()
+	return func() {
 		for range readers {
 			<-done
 		}
@@ -51,8 +50,7 @@ func (r *receiver) consumeRedis(ctx context.Context, b *brokerParams) error {
 		defer cancel()
 		_ = client.Del(dctx, keys...).Err()
 		_ = client.Close()
-	}()
-	return nil
+	}, nil
 }
 
 // readStreams records every entry of keys (subscriptions first, first+1,

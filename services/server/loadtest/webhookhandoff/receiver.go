@@ -131,9 +131,12 @@ func runReceiver(ctx context.Context, cio *harness.ChildIO) error {
 		r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
 	}
 	if p.Broker != nil {
-		if err := r.consumeBroker(ctx, p.Broker); err != nil {
+		stop, err := r.consumeBroker(ctx, p.Broker)
+		if err != nil {
 			return err
 		}
+		// Before the process exits: what the run made on the broker goes.
+		defer stop()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
