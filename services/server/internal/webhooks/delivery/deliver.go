@@ -21,6 +21,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -182,6 +183,8 @@ type Deliverer struct {
 	client  *http.Client
 	metrics *Metrics
 	cfg     DeliverConfig
+	// exprs holds the subscriptions' compiled transforms.
+	exprs *eventexpr.Cache
 
 	// running counts the senders of this process; idle is the registry of
 	// senders waiting for their subscription's wake-up.
@@ -212,7 +215,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
+		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{}), exprs: eventexpr.NewCache()}
 	d.steps.d = d
 	d.rec = newRecorder(d, c.RecordEvery)
 	return d, nil

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 )
 
 // Results counted by bothy_webhook_deliveries_total.
@@ -21,6 +23,9 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   prometheus.Histogram
 	steps      prometheus.Counter
+	// Expressions counts the filters (of the consumer's rounds) and
+	// transforms (of the senders) that failed on an event.
+	Expressions *webhooks.ExpressionErrors
 }
 
 // NewMetrics registers the webhook metrics on reg. The gauges read pool at
@@ -48,12 +53,19 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.Dura
 		m.deliveries.WithLabelValues(r)
 	}
 	reg.MustRegister(m.deliveries, m.duration, m.steps, &dbCollector{pool: pool, durable: durable, logger: logger})
+	m.Expressions = webhooks.NewExpressionErrors(reg)
 	return m
 }
 
 func (m *Metrics) delivery(result string) {
 	if m != nil {
 		m.deliveries.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) expressionError(err error) {
+	if m != nil {
+		m.Expressions.Inc(eventexpr.Transform, err)
 	}
 }
 
