@@ -54,7 +54,7 @@ func (e *PreviewEvent) Event(space string) sync.Event {
 		ev.Space = space
 	}
 	if ev.OccurredAt.IsZero() {
-		ev.OccurredAt = time.Now().UTC()
+		ev.OccurredAt = time.Now().UTC().Truncate(time.Microsecond) // as the log keeps it
 	}
 	if len(ev.Data) == 0 {
 		ev.Data = json.RawMessage(`{}`)
