@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -37,6 +38,21 @@ type subscriptionView struct {
 	RetryMaxSeconds      *float64 `json:"retry_max_seconds"`
 	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds"`
 	MaxBatch             int      `json:"max_batch"`
+	// Filter and Transform are the CEL expressions; "" for none.
+	Filter    string `json:"filter"`
+	Transform string `json:"transform"`
+}
+
+// previewView is the API's answer to a preview: per event, whether the
+// subscription would be sent it and the body.
+type previewView struct {
+	Results []struct {
+		Seq     int64           `json:"seq"`
+		Type    string          `json:"type"`
+		Matched bool            `json:"matched"`
+		Body    json.RawMessage `json:"body"`
+		Error   string          `json:"error"`
+	} `json:"results"`
 }
 
 type subscriptionsPage struct {
