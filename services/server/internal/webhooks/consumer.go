@@ -101,24 +101,32 @@ cand AS (
 // filter, which it does not insert, the hit's seq with the filter's text:
 // those are evaluated in Go and inserted by insertHeldSQL.
 const handleSQL = `
-WITH ` + matchSQL + `, live AS (
-    SELECT hit.subscription_id, hit.seq, hit.id, s.filter
-    FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
-    WHERE (s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq -- probing: its backlog keeps growing
-      AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)
-), ins AS (
+WITH ` + matchSQL + `, ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
-    SELECT subscription_id, seq, id FROM live WHERE filter IS NULL
+    SELECT s.id, hit.seq, hit.id
+    FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
+    WHERE ` + liveHitSQL + ` AND s.filter IS NULL
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
+), held AS (
+    SELECT s.id, hit.seq, s.filter
+    FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
+    WHERE ` + liveHitSQL + ` AND s.filter IS NOT NULL
 ), mark AS (
     UPDATE webhook_subscriptions SET backlog_from_seq = $5
     WHERE status = 'disabled' AND backlog_from_seq IS NULL AND NOT probing
 )
 SELECT subscription_id, min(event_seq), NULL FROM ins GROUP BY subscription_id
 UNION ALL
-SELECT subscription_id, seq, filter FROM live WHERE filter IS NOT NULL
+SELECT id, seq, filter FROM held
 ORDER BY 1, 2`
+
+// liveHitSQL says whether a hit of subscription s is delivered: s is
+// active (or probing: its backlog keeps growing), the event comes after
+// where s resumes, and it is not an operational event ($6, about $7) about
+// s itself.
+const liveHitSQL = `(s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq
+      AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)`
 
 // insertHeldSQL inserts the deliveries of the held hits whose filter was
 // true and returns, per subscription, the lowest new seq.

@@ -352,10 +352,6 @@ func BenchmarkRoundExpressionFilters(b *testing.B) {
 			ctx := context.Background()
 			_, err := bn.db.Pool.Exec(ctx, `ANALYZE webhook_subscriptions; ANALYZE webhook_subscription_filters`)
 			require.NoError(b, err)
-			jobs := subs
-			if variant.name == "drop" {
-				jobs = 0
-			}
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()
@@ -364,7 +360,6 @@ func BenchmarkRoundExpressionFilters(b *testing.B) {
 				res, err := bn.rounds.Run(ctx, bn.consumer)
 				require.NoError(b, err)
 				require.Equal(b, events, res.Events)
-				require.Equal(b, jobs, res.Jobs)
 			}
 		})
 	}
