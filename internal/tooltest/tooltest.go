@@ -1,5 +1,6 @@
 // Package tooltest is how a test says it needs a program from outside Go:
-// promtool, Chromium, the PostgreSQL server binaries or pg_autoctl. Without
+// promtool, Chromium, the PostgreSQL server binaries, pg_autoctl or a
+// broker (RabbitMQ). Without
 // the program the test fails under CI (CI=true), which installs them all,
 // and is skipped elsewhere, naming the program and the command that
 // installs it. Since go test ./... shows a skipped test only with -v, the
@@ -10,13 +11,18 @@
 package tooltest
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bothy/bothy/internal/pgbin"
 )
@@ -47,8 +53,12 @@ var (
 	// what bothy dev --ha does with its directories then. No package
 	// brings it; CI runs as root.
 	Root = &Tool{Name: "root", For: "the tests of running as root", find: findRoot, packages: fixed()}
+	// RabbitMQ is a broker answering at BOTHY_TEST_RABBITMQ_URL (default
+	// amqp://guest:guest@127.0.0.1:5672/); Need returns that URL.
+	RabbitMQ = &Tool{Name: "RabbitMQ", For: "the RabbitMQ destination tests", find: findBroker("BOTHY_TEST_RABBITMQ_URL",
+		"amqp://guest:guest@127.0.0.1:5672/"), packages: fixed("rabbitmq-server")}
 
-	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl, Root}
+	All = []*Tool{Promtool, Chromium, PostgresServer, Autoctl, Root, RabbitMQ}
 )
 
 // Need returns the path of tool. Without it, it fails tb under CI and
@@ -157,4 +167,22 @@ func findAutoctl() (string, error) {
 func autoctlPackages() []string {
 	bin, _ := pgbin.Server()
 	return pgbin.AutoctlPackages(bin)
+}
+
+// findBroker returns the URL in env (def when unset) if its host:port
+// accepts a TCP connection within two seconds.
+func findBroker(env, def string) func() (string, error) {
+	return func() (string, error) {
+		raw := cmp.Or(os.Getenv(env), def)
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return "", fmt.Errorf("%s: not a URL with a host", env)
+		}
+		c, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+		if err != nil {
+			return "", fmt.Errorf("nothing answers at %s (%s)", u.Host, env)
+		}
+		_ = c.Close()
+		return raw, nil
+	}
 }

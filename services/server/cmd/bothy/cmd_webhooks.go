@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +44,40 @@ func subscriptionID(c *call) (uuid.UUID, error) {
 func (c *call) printSubscription(v webhooks.SubscriptionView) error {
 	v.URL = redactURL(v.URL)
 	return c.printJSON(v)
+}
+
+// targetOf shows where a subscription's messages go as the tables do: an
+// http destination's URL with its query hidden, a broker's kind and
+// fields (credentials come masked from the API).
+func targetOf(s *webhooks.SubscriptionView) string {
+	if s.URL != "" {
+		return redactURL(s.URL)
+	}
+	return string(s.Destination)
+}
+
+// destinationFlag adds --destination to fs.
+func destinationFlag(fs *pflag.FlagSet) *string {
+	return fs.String("destination", "", `a broker destination as JSON, {"kind":"rabbitmq","url":"amqp://user:password@host:5672/vhost",`+
+		`"exchange":"events","routing_key":"{space}.{type}"}, or @file to read it from a file (keeps the password off the command line)`)
+}
+
+// readDestination reads --destination: JSON, or @file; nil when not given.
+func readDestination(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b := []byte(v)
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("%w: --destination: %w", errUsage, err)
+		}
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: --destination: not JSON", errUsage)
+	}
+	return json.RawMessage(b), nil
 }
 
 // redactURL hides a URL's query.
@@ -100,7 +136,7 @@ func setupWebhooksList(fs *pflag.FlagSet) func(context.Context, *call) error {
 				last = strconv.FormatInt(*s.LastSuccessSeq, 10)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, s.Owner, s.Space, status, last, s.Pending,
-				typesOf(&s), policyOf(&s.PolicyView), redactURL(s.URL))
+				typesOf(&s), policyOf(&s.PolicyView), targetOf(&s))
 		}
 		return tw.Flush()
 	}
@@ -109,7 +145,8 @@ func setupWebhooksList(fs *pflag.FlagSet) func(context.Context, *call) error {
 func setupWebhooksCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	owner := fs.String("owner", "", "principal the deliveries act for (required on the database; needs read on the space; through --server: the token's)")
 	space := fs.String("space", "", "space whose events are delivered (required)")
-	url := fs.String("url", "", "absolute http(s) target URL (required)")
+	url := fs.String("url", "", "absolute http(s) target URL (required unless --destination)")
+	dest := destinationFlag(fs)
 	events := fs.String("events", "", "comma-separated event types: item.created, item.* or * (default all)")
 	tokenID := fs.String("token-id", "", "on the database: ID of the token whose current scopes bound every delivery (default: the owner's full rights); "+
 		"through --server the calling token does")
@@ -120,11 +157,15 @@ func setupWebhooksCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
-		if *space == "" || *url == "" {
-			return fmt.Errorf("%w: webhooks create needs --space and --url", errUsage)
+		if *space == "" || (*url == "" && *dest == "") {
+			return fmt.Errorf("%w: webhooks create needs --space and --url (or --destination)", errUsage)
 		}
-		p := &createParams{Owner: *owner, CreateRequest: webhooks.CreateRequest{Space: *space, URL: *url, Headers: headers, PolicyRequest: pf.request(),
-			Filter: *filter, Transform: *transform}}
+		raw, err := readDestination(*dest)
+		if err != nil {
+			return err
+		}
+		p := &createParams{Owner: *owner, CreateRequest: webhooks.CreateRequest{Space: *space, URL: *url, Destination: raw, Headers: headers,
+			PolicyRequest: pf.request(), Filter: *filter, Transform: *transform}}
 		if *events != "" {
 			for _, t := range strings.Split(*events, ",") {
 				p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))

@@ -40,7 +40,8 @@ func (h headerFlag) Set(v string) error {
 }
 
 func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
-	url := fs.String("url", "", "new absolute http(s) target URL")
+	url := fs.String("url", "", "new absolute http(s) target URL (makes the destination http)")
+	dest := destinationFlag(fs)
 	events := fs.String("events", "", "new comma-separated event types; \"*\" for all")
 	set := headerFlag{}
 	fs.Var(set, "header", "set a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
@@ -57,6 +58,9 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 		req := &webhooks.UpdateRequest{PolicyRequest: pf.request()}
 		if *url != "" {
 			req.URL = url
+		}
+		if req.Destination, err = readDestination(*dest); err != nil {
+			return err
 		}
 		if *events != "" {
 			types := []string{}
@@ -83,7 +87,7 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 			req.Transform = transform
 		}
 		if req.Empty() {
-			return fmt.Errorf("%w: nothing to change: give --url, --events, --header, --remove-header, --filter, --transform or a policy flag", errUsage)
+			return fmt.Errorf("%w: nothing to change: give --url, --destination, --events, --header, --remove-header, --filter, --transform or a policy flag", errUsage)
 		}
 		svc, done, err := c.webhooks(ctx)
 		if err != nil {
@@ -97,7 +101,7 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 		if *asJSON {
 			return c.printSubscription(s)
 		}
-		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, redactURL(s.URL), typesOf(&s), headersOf(&s),
+		fmt.Fprintf(c.stdout, "subscription %s updated: %s, events %s, headers %s, policy %s\n", s.ID, targetOf(&s), typesOf(&s), headersOf(&s),
 			policyOf(&s.PolicyView))
 		return nil
 	}

@@ -159,7 +159,8 @@ func (d *dbWebhooks) Create(ctx context.Context, p *createParams) (webhooks.Subs
 		return webhooks.SubscriptionView{}, fmt.Errorf("%w: webhooks create needs --owner on the database (through --server the token's principal owns it)", errUsage)
 	}
 	s, secret, err := webhooks.Create(ctx, d.pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: p.Owner, Space: p.Space, URL: p.URL,
-		EventTypes: p.EventTypes, TokenID: p.TokenID, Secret: p.Secret, Headers: p.Headers, Policy: p.Params(), Filter: p.Filter, Transform: p.Transform,
+		Destination: p.Destination, EventTypes: p.EventTypes, TokenID: p.TokenID, Secret: p.Secret, Headers: p.Headers, Policy: p.Params(),
+		Filter: p.Filter, Transform: p.Transform,
 		AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets, Limits: d.limits()})
 	if err != nil {
 		return webhooks.SubscriptionView{}, err
@@ -170,7 +171,7 @@ func (d *dbWebhooks) Create(ctx context.Context, p *createParams) (webhooks.Subs
 }
 
 func (d *dbWebhooks) Update(ctx context.Context, id uuid.UUID, req *webhooks.UpdateRequest) (webhooks.SubscriptionView, error) {
-	s, err := webhooks.Update(ctx, d.pool, id, &webhooks.UpdateParams{URL: req.URL, EventTypes: req.EventTypes, Headers: req.Headers,
+	s, err := webhooks.Update(ctx, d.pool, id, &webhooks.UpdateParams{URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, Headers: req.Headers,
 		Filter: req.Filter, Transform: req.Transform,
 		Policy: req.Params(), AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets, Limits: d.limits()})
 	if err != nil {
@@ -268,6 +269,7 @@ func (d *dbWebhooks) Test(ctx context.Context, id uuid.UUID) (webhooks.TestView,
 	if err != nil {
 		return webhooks.TestView{}, err
 	}
+	defer tester.Close()
 	res, err := tester.Send(ctx, d.pool, id)
 	if err != nil {
 		return webhooks.TestView{}, err

@@ -20,6 +20,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/dburl"
 	"github.com/bothy/bothy/services/server/internal/pgcluster"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // TestServer_WaitsForTheDatabase: a server started while PostgreSQL is
@@ -38,7 +39,7 @@ func TestServer_WaitsForTheDatabase(t *testing.T) {
 
 	logs := &recordedLogs{}
 	base, done := runServer(t, apptest.Flags(p.URL, "all"), slog.New(logs))
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		code, body := readyzIfUp(base)
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the database")
 	}, "/readyz does not say that the server waits for the database")
@@ -55,14 +56,14 @@ func TestServer_WaitsForTheDatabase(t *testing.T) {
 	}
 
 	require.NoError(t, p.Start(ctx))
-	eventually(t, 60*time.Second, func() bool {
+	testwait.Until(t, 60*time.Second, func() bool {
 		code, _ := readyz(t, base)
 		return code == http.StatusOK
 	}, "the server did not become ready once the database was up")
 	status = apptest.CallAPI(t, base, http.MethodPost, "/v1/spaces/acme/events", token, appendBody(), nil)
 	require.Equal(t, http.StatusCreated, status)
 	db := p.Pool(t)
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		var behind bool
 		require.NoError(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_consumer_cursors
 			WHERE last_seq < (SELECT max(seq) FROM event_log))`).Scan(&behind))
@@ -158,18 +159,6 @@ func readyzIfUp(base string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
-}
-
-// eventually polls cond until it holds, or fails the test at the deadline.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, msg)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // recordedLogs is a slog handler that keeps every record's message and

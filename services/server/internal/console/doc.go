@@ -87,7 +87,8 @@
 //   - a subscription (/console/subscriptions/ID[?status=&event_id=&type=
 //     &since=&until=&limit=&cursor=&back=]): p#saved-message after an edit;
 //     h1#subscription-url; dd#subscription-id, #subscription-space,
-//     #subscription-owner, #subscription-status, #subscription-policy,
+//     #subscription-owner, #subscription-destination (the kind and a
+//     broker's fields, credentials masked), #subscription-status, #subscription-policy,
 //     #subscription-rate, #subscription-max-batch, #subscription-lag,
 //     #subscription-last-delivered; ul#actions with a#action-edit and
 //     a[data-testid=action-NAME] for NAME in enable or disable, test,

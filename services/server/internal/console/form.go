@@ -102,7 +102,9 @@ func (f *subscriptionForm) read(r *http.Request) map[string]any {
 	if f.Sub == nil {
 		body["space"] = f.Values["space"]
 	}
-	body["url"] = f.Values["url"]
+	if f.Sub == nil || f.Sub.URL != "" || f.Values["url"] != "" {
+		body["url"] = f.Values["url"] // a broker destination's form leaves url empty: the destination stays
+	}
 	types := strings.FieldsFunc(f.Values["event_types"], func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
 	if types == nil {
 		types = []string{}

@@ -2,6 +2,9 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
@@ -38,6 +41,9 @@ type subscriptionView struct {
 	RetryMaxSeconds      *float64 `json:"retry_max_seconds"`
 	RetryBudgetSeconds   *float64 `json:"retry_budget_seconds"`
 	MaxBatch             int      `json:"max_batch"`
+	// Destination is {"kind": ...} and a broker's fields, credentials
+	// masked by the API.
+	Destination map[string]any `json:"destination"`
 	// Filter and Transform are the CEL expressions; "" for none.
 	Filter    string `json:"filter"`
 	Transform string `json:"transform"`
@@ -53,6 +59,39 @@ type previewView struct {
 		Body    json.RawMessage `json:"body"`
 		Error   string          `json:"error"`
 	} `json:"results"`
+}
+
+// Target is where the subscription's messages go, as the console names
+// it: an http destination's URL, or a broker's kind and URL.
+func (v subscriptionView) Target() string {
+	if v.URL != "" {
+		return v.URL
+	}
+	u, _ := v.Destination["url"].(string)
+	return v.DestinationKind() + " " + u
+}
+
+// DestinationKind is the destination's kind; http when the API names none.
+func (v subscriptionView) DestinationKind() string {
+	if k, ok := v.Destination["kind"].(string); ok && k != "" {
+		return k
+	}
+	return "http"
+}
+
+// destinationField is one field of a broker destination.
+type destinationField struct{ Name, Value string }
+
+// DestinationFields are a broker destination's fields but its kind, by
+// name.
+func (v subscriptionView) DestinationFields() []destinationField {
+	var out []destinationField
+	for _, k := range slices.Sorted(maps.Keys(v.Destination)) {
+		if k != "kind" {
+			out = append(out, destinationField{Name: k, Value: fmt.Sprint(v.Destination[k])})
+		}
+	}
+	return out
 }
 
 type subscriptionsPage struct {

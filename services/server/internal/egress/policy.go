@@ -1,9 +1,11 @@
 // Package egress is the one rule for connections bothy opens to addresses
-// that its users name: webhook targets and Web Push endpoints. A URL is
-// checked when it is stored (Policy.CheckURL, and Policy.CheckResolved for
-// callers that resolve names then), and every address is checked again when
-// a connection is made (Policy.Control, for net.Dialer.Control), so a name
-// that resolves somewhere else later (DNS rebinding) is refused as well.
+// that its users name: webhook targets, brokers of webhook destinations
+// and Web Push endpoints. A URL is checked when it is stored
+// (Policy.CheckURL, and Policy.CheckResolved for callers that resolve names
+// then; Policy.CheckAddress for a broker's host:port), and every address
+// is checked again when a connection is made (Policy.Control, for
+// net.Dialer.Control), so a name that resolves somewhere else later (DNS
+// rebinding) is refused as well.
 //
 // The table of special-purpose ranges is code.dny.dev/ssrf's copy of the
 // IANA IPv4 and IPv6 special-purpose registries. This package adds what a

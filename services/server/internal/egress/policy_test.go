@@ -301,3 +301,38 @@ func TestPolicy_Control(t *testing.T) {
 		require.ErrorIs(t, p.Control("tcp4", "not an address", nil), egress.ErrRefused)
 	})
 }
+
+func TestPolicy_CheckAddress(t *testing.T) {
+	t.Parallel()
+	r := fakeResolver{"mq.example.com": {"93.184.216.34"}, "intranet.example": {"10.0.0.7"}, "localhost": {"127.0.0.1"}}
+	for _, tc := range []struct {
+		name    string
+		addr    string
+		strict  bool
+		private bool
+	}{
+		{"PublicName", "mq.example.com:5672", allowed, allowed},
+		{"PrivateName", "intranet.example:5672", refused, allowed},
+		{"Loopback", "127.0.0.1:5672", refused, allowed},
+		{"Localhost", "localhost:5672", refused, allowed},
+		{"Metadata", "169.254.169.254:80", refused, refused},
+		{"NumericNotDottedQuad", "0x7f.1:5672", refused, refused},
+		{"NoPort", "mq.example.com", refused, refused},
+		{"PortZero", "mq.example.com:0", refused, refused},
+		{"PortOutOfRange", "mq.example.com:70000", refused, refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range []struct {
+				policy egress.Policy
+				want   bool
+			}{{egress.Policy{}, tc.strict}, {egress.Policy{AllowPrivate: true}, tc.private}} {
+				err := p.policy.CheckAddress(context.Background(), r, tc.addr)
+				if p.want {
+					require.NoError(t, err, "AllowPrivate=%v", p.policy.AllowPrivate)
+				} else {
+					require.ErrorIs(t, err, egress.ErrRefused, "AllowPrivate=%v", p.policy.AllowPrivate)
+				}
+			}
+		})
+	}
+}

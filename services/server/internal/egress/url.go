@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -104,4 +105,21 @@ func (p Policy) CheckResolved(ctx context.Context, r Resolver, host string) erro
 		}
 	}
 	return nil
+}
+
+// CheckAddress checks a broker's host:port as CheckURL and CheckResolved
+// check a URL's host: a port from 1 to 65535, the host's form, then every
+// address it resolves to.
+func (p Policy) CheckAddress(ctx context.Context, r Resolver, hostport string) error {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil || host == "" {
+		return refuse("address %q: want host:port", hostport)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return refuse("port %s: want 1 to 65535", port)
+	}
+	if err := p.checkHost(host); err != nil {
+		return err
+	}
+	return p.CheckResolved(ctx, r, host)
 }

@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"context"
-	gosync "sync"
 	"time"
 
+	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -21,63 +21,36 @@ type sharedBarrier struct {
 	// timeout bounds one flush, which runs for all its callers and so on
 	// no caller's context.
 	timeout time.Duration
-
-	mu      gosync.Mutex
-	running bool
-	next    *flush
+	flushes *coalesce.Batcher[*flush]
 }
 
-// flush is one call of the underlying barrier and its outcome.
-type flush struct {
-	done chan struct{}
-	err  error
-	// waiters counts the calls that wait for it.
-	waiters int
-}
+// flush is one caller's share of a flush: the flush's outcome.
+type flush struct{ err error }
 
 var _ sync.DurabilityBarrier = (*sharedBarrier)(nil)
 
 func newSharedBarrier(b sync.DurabilityBarrier) *sharedBarrier {
-	return &sharedBarrier{barrier: b, timeout: 10 * time.Second}
+	s := &sharedBarrier{barrier: b, timeout: 10 * time.Second}
+	s.flushes = coalesce.New(s.flush, coalesce.Options[*flush]{})
+	return s
 }
 
 // Durable implements sync.DurabilityBarrier: it returns once a flush that
 // began after the call has ended, or ctx has.
 func (s *sharedBarrier) Durable(ctx context.Context) error {
-	s.mu.Lock()
-	if s.next == nil {
-		s.next = &flush{done: make(chan struct{})}
-	}
-	f := s.next
-	f.waiters++
-	if !s.running {
-		s.running = true
-		go s.run()
-	}
-	s.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.err
-	case <-ctx.Done():
+	f := &flush{}
+	if err := s.flushes.Do(ctx, f); err != nil {
 		return ctx.Err()
 	}
+	return f.err
 }
 
-// run makes the waiting flushes one after the other until none waits.
-func (s *sharedBarrier) run() {
-	for {
-		s.mu.Lock()
-		f := s.next
-		s.next = nil
-		if f == nil {
-			s.running = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		f.err = s.barrier.Durable(ctx)
-		cancel()
-		close(f.done)
+// flush makes one flush for all the calls of a batch.
+func (s *sharedBarrier) flush(calls []*flush) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	err := s.barrier.Durable(ctx)
+	for _, f := range calls {
+		f.err = err
 	}
 }

@@ -50,11 +50,7 @@ func TestSharedBarrier_ACallWaitsForAFlushThatBeganAfterIt(t *testing.T) {
 		go func() { returned <- s.Durable(ctx) }()
 	}
 	// Let them all queue up behind the running flush.
-	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.next != nil && s.next.waiters == later
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.flushes.Waiting() == later }, 10*time.Second, time.Millisecond)
 	g.release <- struct{}{} // flush 1 ends
 	require.NoError(t, <-first)
 	require.Equal(t, 2, <-g.started, "the later calls share one flush")

@@ -141,6 +141,9 @@ type API struct {
 // cancelled, after telling long polls and event streams to end.
 func (a *API) Run(ctx context.Context) error {
 	defer a.stoppingOnce.Do(func() { close(a.stopping) })
+	if a.tester != nil {
+		defer a.tester.Close()
+	}
 	if a.ui != nil {
 		if err := a.ui.Start(ctx); err != nil {
 			return fmt.Errorf("river ui: %w", err)
@@ -176,7 +179,7 @@ func New(d *module.Deps, cfg *Config) *API {
 		barrier = newSharedBarrier(d.Events)
 	}
 	tester, testerErr := webhooks.NewTester(&webhooks.TesterConfig{AllowPrivateTargets: c.AllowPrivateWebhookTargets,
-		Timeout: c.WebhookTimeout})
+		Timeout: c.WebhookTimeout, Logger: c.Logger})
 	return &API{pool: d.Pool, auth: authz.NewCache(d.Pool, &authz.CacheConfig{TTL: c.AuthCacheTTL}), log: d.Events, source: d.Source, rounds: d.Rounds, status: d.ConsumerStatus,
 		jobsIns: d.Jobs, cfg: c,
 		registry: push.NewRegistry(&push.RegistryConfig{AllowPrivateTargets: c.AllowPrivatePushEndpoints}),

@@ -376,7 +376,8 @@ func TestOpenAPIValidator_FailsOnWrongAnswers(t *testing.T) {
 	client := &http.Client{Transport: &validatingTransport{next: http.DefaultTransport}}
 	const id = "0199c0de-0000-7000-8000-000000000000"
 	sub := func(extra string) string {
-		return `{"id":"` + id + `","owner":"alice","space":"s1","url":"https://example.com/hook","event_types":[],` +
+		return `{"id":"` + id + `","owner":"alice","space":"s1","url":"https://example.com/hook","destination":{"kind":"http"},` +
+			`"event_types":[],` +
 			`"status":"active","resume_after_seq":0,"last_delivered_seq":0,"last_success_seq":null,"last_success_at":null,"pending":0,` +
 			`"created_at":"2026-01-02T03:04:05Z"` + extra + `}`
 	}

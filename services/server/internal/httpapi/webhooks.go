@@ -184,14 +184,14 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	if err := decodeBody(w, r, a.cfg.MaxBodyBytes, &req, false); err != nil {
 		return err
 	}
-	if req.Space == "" || req.URL == "" {
-		return errorf(http.StatusUnprocessableEntity, kindInvalid, "space and url are required")
+	if req.Space == "" || (req.URL == "" && req.Destination == nil) {
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "space and url (or destination) are required")
 	}
 	// webhooks.Create checks webhooks.manage itself, with the token's
 	// current scopes, and stores the token so deliveries keep to them.
 	tokenID := s.TokenID
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
-		Owner: s.Principal, Space: req.Space, URL: req.URL, EventTypes: req.EventTypes, TokenID: &tokenID,
+		Owner: s.Principal, Space: req.Space, URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, TokenID: &tokenID,
 		Secret: req.Secret, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 		Policy: req.Params(), Filter: req.Filter, Transform: req.Transform,
 	})
@@ -224,10 +224,10 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 		return err
 	}
 	if req.Empty() {
-		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, event_types, headers, filter, transform and/or policy fields")
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, destination, event_types, headers, filter, transform and/or policy fields")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
-		URL: req.URL, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
+		URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
 		Policy: req.Params(), Filter: req.Filter, Transform: req.Transform,
 	})
 	if err != nil {

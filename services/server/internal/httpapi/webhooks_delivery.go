@@ -20,6 +20,10 @@ type deliveryDetail struct {
 	Request requestView    `json:"request"`
 }
 
+// methodPublish is a broker destination's "method" in a delivery's
+// request view: its messages are published, not posted.
+const methodPublish = "PUBLISH"
+
 // requestView is the request of a delivery, as far as it may be shown:
 // its headers as the newest attempt sent them (webhooks.ShownHeaders).
 type requestView struct {
@@ -62,6 +66,9 @@ func (a *API) getDelivery(w http.ResponseWriter, r *http.Request, s *authz.Subje
 	}
 	out := deliveryDetail{DeliveryView: webhooks.NewDeliveryView(&ds[0], atts, true)}
 	out.Request = requestView{Method: http.MethodPost, URL: sub.URL, Headers: webhooks.ShownHeaders(sub, &out.DeliveryView)}
+	if !sub.Destination.IsHTTP() {
+		out.Request.Method, out.Request.URL = methodPublish, sub.Destination.Summary()
+	}
 	d, err := authz.Allowed(r.Context(), a.pool, &authz.Request{Action: authz.ActionEventsRead, Principal: s.Principal,
 		Scopes: scopesOf(s), Space: sub.Space})
 	if err != nil {

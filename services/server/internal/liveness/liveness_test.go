@@ -19,6 +19,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/liveness"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -51,18 +52,6 @@ func newHolder(t *testing.T, db *dbtest.DB, id string) *liveness.Holder {
 	return h
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", d, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestHolder(t *testing.T) {
 	t.Parallel()
 
@@ -75,7 +64,7 @@ func TestHolder(t *testing.T) {
 		require.NoError(t, h.Close(context.Background()))
 		// The server ends the backend, and so releases the lock, a moment
 		// after the client closed.
-		eventually(t, 10*time.Second, func() bool { return lockFree(t, db, h.ID()) }, "free once the session ended")
+		testwait.Until(t, 10*time.Second, func() bool { return lockFree(t, db, h.ID()) }, "free once the session ended")
 	})
 
 	t.Run("RunReturnsOnCancelAndKeepsTheLock", func(t *testing.T) {
@@ -96,7 +85,7 @@ func TestHolder(t *testing.T) {
 		require.False(t, lockFree(t, db, h.ID()), "still held after Run returned")
 		require.NotZero(t, h.HeldFor())
 		require.NoError(t, h.Close(context.Background()))
-		eventually(t, 10*time.Second, func() bool { return lockFree(t, db, h.ID()) }, "free once the session ended")
+		testwait.Until(t, 10*time.Second, func() bool { return lockFree(t, db, h.ID()) }, "free once the session ended")
 	})
 
 	t.Run("LocksAgainAfterTheSessionIsCut", func(t *testing.T) {
@@ -110,7 +99,7 @@ func TestHolder(t *testing.T) {
 		old := h.PID()
 		_, err := db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, old)
 		require.NoError(t, err)
-		eventually(t, 10*time.Second, func() bool { p := h.PID(); return p != 0 && p != old }, "a new session holds the lock")
+		testwait.Until(t, 10*time.Second, func() bool { p := h.PID(); return p != 0 && p != old }, "a new session holds the lock")
 		require.False(t, lockFree(t, db, h.ID()))
 	})
 
@@ -251,7 +240,7 @@ func TestRescuer(t *testing.T) {
 		require.Equal(t, live.holder.ID(), live.waitStart(t, 30*time.Second), "the job runs again on the live process")
 		took := time.Since(killedAt)
 		t.Logf("taken over after %s", took)
-		eventually(t, 10*time.Second, func() bool { return readJob(t, db, res.Job.ID).State == "completed" }, "completed")
+		testwait.Until(t, 10*time.Second, func() bool { return readJob(t, db, res.Job.ID).State == "completed" }, "completed")
 		s := readJob(t, db, res.Job.ID)
 		require.Equal(t, 1, s.RescueCount)
 		require.Equal(t, 1, s.Errors, "the rescue is recorded as an attempt error")
@@ -302,7 +291,7 @@ func TestRescuer(t *testing.T) {
 		young, err := liveness.NewRescuer(db.Pool, h, &liveness.RescuerConfig{Settle: time.Hour, Logger: quiet})
 		require.NoError(t, err)
 		var got []liveness.Rescued
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			// The young judge asks first each time: once the dead session
 			// is gone, it must still not rescue, and the settled one must.
 			g, err := young.RescueOnce(context.Background())
@@ -333,7 +322,7 @@ func TestRescuer(t *testing.T) {
 		require.NoError(t, err)
 		dead.waitStart(t, 10*time.Second)
 		require.NoError(t, dead.holder.Close(ctx))
-		eventually(t, 10*time.Second, func() bool { return time.Since(started) > settle }, "the witness is older than the settle interval")
+		testwait.Until(t, 10*time.Second, func() bool { return time.Since(started) > settle }, "the witness is older than the settle interval")
 		// A judge whose process has just started: its pool's sessions are
 		// new, younger than the settle interval.
 		pool, err := pgxpool.New(ctx, db.URL)
@@ -344,7 +333,7 @@ func TestRescuer(t *testing.T) {
 		var got []liveness.Rescued
 		// Well within the settle interval, so the judge's own sessions
 		// stay young throughout.
-		eventually(t, settle/2, func() bool {
+		testwait.Until(t, settle/2, func() bool {
 			got, err = judge.RescueOnce(ctx)
 			require.NoError(t, err)
 			return len(got) > 0
@@ -362,7 +351,7 @@ func TestRescuer(t *testing.T) {
 		require.NoError(t, dead.holder.Close(context.Background()))
 		h := newHolder(t, db, "")
 		var got []liveness.Rescued
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			got, err = newRescuer(t, db, h).RescueOnce(context.Background())
 			require.NoError(t, err)
 			return len(got) > 0
@@ -416,7 +405,7 @@ func TestHolders(t *testing.T) {
 	require.Contains(t, got[0].String(), "bothy-alive")
 
 	require.NoError(t, h.Close(ctx))
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		got, err := liveness.Holders(ctx, db.Pool)
 		require.NoError(t, err)
 		return len(got) == 0
@@ -470,7 +459,7 @@ func TestHolder_LocksAgainWhenItsServerStopsAnswering(t *testing.T) {
 	old.Freeze()
 	_, err = db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, first)
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, func() bool { p := h.PID(); return p != 0 && p != first },
+	testwait.Until(t, 30*time.Second, func() bool { p := h.PID(); return p != 0 && p != first },
 		"the holder still waits on the session whose server stopped answering")
 	require.False(t, lockFree(t, db, h.ID()), "the lock is held again")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 func TestDevices_JSON(t *testing.T) {
@@ -206,7 +207,7 @@ func TestDeliver_RecordsEachSendBeforeTheBatchEnds(t *testing.T) {
 
 	b.write(t, "s1", "alice")
 	require.Equal(t, 1, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var n int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM push_sends WHERE registration_id = $1`, bob.ID).Scan(&n))
@@ -242,7 +243,7 @@ func TestDeliver_RunAgainAfterABatchSendsNothing(t *testing.T) {
 
 	b.waitRecorded(t, 3)
 	b.runAgain(t, jobs[0].ID)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		j := b.jobs(t)
 		return j[0].State == "completed" && j[0].Attempt == 2
 	}, "the job ran a second time")
@@ -347,7 +348,7 @@ func TestDeliver_OriginConcurrencyIsBounded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job never waited for a slot")
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return inFlight == limit

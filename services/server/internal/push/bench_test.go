@@ -25,6 +25,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // BenchmarkSendLog_Window measures the window in which a crash loses the
@@ -124,7 +125,7 @@ func recordWindow(b *testing.B, own bool) []time.Duration {
 		_, err = rounds.Run(ctx, consumer)
 		require.NoError(b, err)
 	}
-	eventually(b, 2*time.Minute, func() bool {
+	testwait.Until(b, 2*time.Minute, func() bool {
 		var n int
 		require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM push_sends`).Scan(&n))
 		return n == devices*events

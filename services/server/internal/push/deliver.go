@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -26,6 +25,9 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/coalesce"
+	"github.com/bothy/bothy/services/server/internal/egress"
+	"github.com/bothy/bothy/services/server/internal/retryafter"
 )
 
 // DeliverConfig configures a DeliverWorker.
@@ -144,7 +146,7 @@ type DeliverWorker struct {
 	client *http.Client
 	vapid  *vapidSigner
 	slots  originSlots
-	sends  sendLog
+	sends  *sendLog
 
 	// retryAt carries a Retry-After from Work to NextRetry, which River
 	// calls right after Work returns, in the same process, for the same job,
@@ -193,20 +195,14 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 	if rt == nil {
 		rt = newTransport(c.AllowPrivateTargets)
 	}
-	client := &http.Client{
-		Transport: rt,
-		Timeout:   c.Timeout,
-		// A push service answers; it does not redirect. Following one
-		// would send the message somewhere the subscription did not name.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := egress.Client(rt, c.Timeout)
 	signer, err := newVAPIDSigner(c.VAPIDPublicKey, c.VAPIDPrivateKey, c.VAPIDSubject, c.Now)
 	if err != nil {
 		return nil, err
 	}
 	w := &DeliverWorker{db: db, cfg: c, client: client, vapid: signer, slots: originSlots{m: map[string]*originSlot{}},
 		retryMu: retryAfters{at: map[int64]time.Time{}}}
-	w.sends.w, w.sends.inserts = w, make(chan struct{}, RecordConns)
+	w.sends = newSendLog(w)
 	return w, nil
 }
 
@@ -214,17 +210,13 @@ func NewDeliverWorker(db authz.Querier, cfg *DeliverConfig) (*DeliverWorker, err
 // enough idle connections per host: a handful of push services (one per
 // browser vendor) receive all messages.
 func newTransport(allowPrivate bool) *http.Transport {
-	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guardDial(allowPrivate)}
-	return &http.Transport{
-		Proxy:                 nil, // a proxy would bypass the address guard
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
+	return egress.Policy{AllowPrivate: allowPrivate}.Transport(egress.TransportConfig{
+		DialTimeout:           5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: 10 * time.Second,
-	}
+		Refused:               func(err error) error { return fmt.Errorf("%w: %w", errPrivateTarget, err) },
+	})
 }
 
 // errNoAnswer marks a request that went out in full and got no answer
@@ -687,16 +679,17 @@ const RecordConns = 2
 // TestDeliver_RecordWaitsForNoOtherWork). It writes even when the job's
 // context ends right after the answers, since the sends happened. A
 // failed insert is logged and counted: the jobs still go on, and only a
-// run of one of them again would send those messages a second time. Its
-// gathering goroutine runs while answers wait and ends when none do. A job
+// run of one of them again would send those messages a second time. A job
 // that will be retried waits for its own answers to be written (see Work).
 type sendLog struct {
-	w         *DeliverWorker
-	mu        gosync.Mutex
-	pending   []sendRecord
-	gathering bool
-	// inserts holds a token per insert under way.
-	inserts chan struct{}
+	w       *DeliverWorker
+	records *coalesce.Batcher[sendRecord]
+}
+
+func newSendLog(w *DeliverWorker) *sendLog {
+	l := &sendLog{w: w}
+	l.records = coalesce.New(l.writeAll, coalesce.Options[sendRecord]{Runners: RecordConns, Linger: recordLinger})
+	return l
 }
 
 type sendRecord struct {
@@ -710,42 +703,15 @@ type sendRecord struct {
 // add queues one answer; done is released once it is written or failed.
 func (l *sendLog) add(m *message, status int, done *gosync.WaitGroup) {
 	done.Add(1)
-	l.mu.Lock()
-	l.pending = append(l.pending, sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
-	start := !l.gathering
-	l.gathering = true
-	l.mu.Unlock()
-	if start {
-		go l.gather()
-	}
+	l.records.Add(sendRecord{reg: m.device.RegistrationID, seq: m.ev.Seq, event: m.ev.EventID, status: int16(status), done: done})
 }
 
-// gather hands what came in during each recordLinger to an insert of its
-// own, once one of RecordConns is free, until nothing comes in.
-func (l *sendLog) gather() {
-	t := time.NewTimer(recordLinger)
-	defer t.Stop()
-	for {
-		<-t.C
-		l.inserts <- struct{}{}
-		l.mu.Lock()
-		batch := l.pending
-		l.pending = nil
-		if len(batch) == 0 {
-			l.gathering = false
-			l.mu.Unlock()
-			<-l.inserts
-			return
-		}
-		l.mu.Unlock()
-		go func() {
-			defer func() { <-l.inserts }()
-			l.write(batch)
-			for _, r := range batch {
-				r.done.Done()
-			}
-		}()
-		t.Reset(recordLinger)
+// writeAll writes what came in during a recordLinger with one insert and
+// releases each answer's waiter.
+func (l *sendLog) writeAll(batch []sendRecord) {
+	l.write(batch)
+	for _, r := range batch {
+		r.done.Done()
 	}
 }
 
@@ -873,7 +839,7 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	resp.Body.Close()
-	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
+	return resp.StatusCode, retryafter.Parse(resp.Header.Get("Retry-After"), w.cfg.Now()), nil
 }
 
 // Topic is the RFC 8030 Topic header of the message about event: its 16
@@ -883,20 +849,6 @@ func (w *DeliverWorker) send(ctx context.Context, m *message, t *target, r *righ
 // new one, so a copy sent again by a rerun job while the device was offline
 // reaches it once.
 func Topic(event uuid.UUID) string { return base64.RawURLEncoding.EncodeToString(event[:]) }
-
-// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if at, err := http.ParseTime(v); err == nil && at.After(now) {
-		return at.Sub(now)
-	}
-	return 0
-}
 
 func (w *DeliverWorker) count(result string) { w.countN(result, 1) }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // countingDeliverer stands in for the push.deliver worker: it counts the
@@ -156,7 +157,7 @@ func TestPushRound_LargeFanOutKeepsAdvancing(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		var open int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed')`).Scan(&open))
 		return open == 0

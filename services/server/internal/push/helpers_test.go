@@ -3,7 +3,6 @@ package push_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -23,6 +22,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -210,7 +210,7 @@ func (b *bundle) jobs(t testing.TB) []jobRow {
 func (b *bundle) waitJobs(t *testing.T, want int, states ...string) []jobRow {
 	t.Helper()
 	var jobs []jobRow
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		jobs = b.jobs(t)
 		if len(jobs) != want {
 			return false
@@ -237,16 +237,4 @@ func (b *bundle) registrationExists(t *testing.T, reg push.Registration) bool {
 	}
 	require.NoError(t, err)
 	return true
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", d, fmt.Sprintf(msg, args...))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

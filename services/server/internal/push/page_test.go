@@ -11,6 +11,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // handlePrefix runs the consumer's HandlePrefix on events in a
@@ -105,7 +106,7 @@ func TestPushPage_SendsEachDeviceOnce(t *testing.T) {
 	e1, e2 := b.write(t, "s1", "alice"), b.write(t, "s1", "alice")
 	res := b.round(t)
 	require.Equal(t, 1, res.Jobs, "one page job for both events")
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var open int
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state <> 'completed'`).Scan(&open))
 		return open == 0 && len(b.rcv.Messages()) >= 2*len(receivers)

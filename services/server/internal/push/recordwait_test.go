@@ -17,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/module"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // TestDeliver_RetryWaitsForItsRecords: a job that will be retried does not
@@ -58,7 +59,7 @@ func TestDeliver_RetryWaitsForItsRecords(t *testing.T) {
 
 	b.write(t, "s1", "alice")
 	require.Equal(t, 1, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var waiting bool
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO push_sends%')`).Scan(&waiting))
@@ -107,7 +108,7 @@ func TestDeliver_RecordWaitsForNoOtherWork(t *testing.T) {
 		b.start(t)
 		b.write(t, "s1", "alice")
 		require.Equal(t, 1, b.round(t).Jobs)
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			return b.rcv.Requests("bob-phone") == 1 && b.rcv.Requests("carol-phone") == 1
 		}, "both requests on their way")
 
@@ -127,7 +128,7 @@ func TestDeliver_RecordWaitsForNoOtherWork(t *testing.T) {
 		}
 		releaseAnswers()
 		check := ownPool(t, b.db.URL, 1)
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			var n int
 			require.NoError(t, check.QueryRow(ctx, `SELECT count(*) FROM push_sends WHERE status = 201`).Scan(&n))
 			return n == 2
@@ -174,14 +175,14 @@ func TestDeliver_RecordWaitsForNoOtherWork(t *testing.T) {
 
 		b.write(t, "s1", "alice")
 		require.Equal(t, 1, b.round(t).Jobs)
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			var waiting bool
 			require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO push_sends%')`).Scan(&waiting))
 			return waiting
 		}, "bob's record waits for the lock")
 		releaseCarol()
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, func() bool {
 			return len(b.sendStatuses(t, carol.ID)) == 1
 		}, "carol's record waited for bob's insert")
 		require.Empty(t, b.sendStatuses(t, bob.ID))

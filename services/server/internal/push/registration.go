@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -292,17 +291,4 @@ func scanRegistration(row pgx.CollectableRow) (Registration, error) {
 	var g Registration
 	err := row.Scan(&g.ID, &g.Principal, &g.Endpoint, &g.P256dh, &g.Auth, &g.UserAgent, &g.TokenID, &g.CreatedAt, &g.UpdatedAt)
 	return g, err
-}
-
-// guardDial refuses connections the egress policy refuses, marked as
-// errPrivateTarget. It runs after name resolution, so a public host name
-// that resolves to a private address is caught too.
-func guardDial(allowPrivate bool) func(network, address string, c syscall.RawConn) error {
-	p := egress.Policy{AllowPrivate: allowPrivate}
-	return func(network, address string, c syscall.RawConn) error {
-		if err := p.Control(network, address, c); err != nil {
-			return fmt.Errorf("%w: %w", errPrivateTarget, err)
-		}
-		return nil
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // runAgain makes a finished job available again, as River's rescuer (or
@@ -30,7 +31,7 @@ func (b *bundle) runAgain(t *testing.T, id int64) {
 // log writes within milliseconds.
 func (b *bundle) waitRecorded(t *testing.T, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var got int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM push_sends`).Scan(&got))
 		return got == n
@@ -60,7 +61,7 @@ func TestDeliver_RunAgainAfterASendSendsNothing(t *testing.T) {
 
 	b.waitRecorded(t, 1)
 	b.runAgain(t, jobs[0].ID)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		j := b.jobs(t)
 		return j[0].State == "completed" && j[0].Attempt == 2
 	}, "the job ran a second time")

@@ -12,6 +12,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // startTimes records when each push request starts, on the sending side:
@@ -66,7 +67,7 @@ func TestDeliver_RevokeStopsSendsWithinTheBound(t *testing.T) {
 	require.Equal(t, 2, b.round(t).Jobs, "600 messages, 500 a job")
 	b.start(t)
 
-	eventually(t, 30*time.Second, func() bool { return len(b.rcv.Messages()) >= 50 }, "the backlog drains")
+	testwait.Until(t, 30*time.Second, func() bool { return len(b.rcv.Messages()) >= 50 }, "the backlog drains")
 	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "bob"))
 	revoked := time.Now() // after the commit
 	b.waitJobs(t, 2, "completed", "cancelled")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -68,7 +69,7 @@ func benchDeliveries(b *testing.B, subs, total int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*events*subs)/elapsed.Seconds(), "deliveries/s")
 	// The last outcome is recorded right after the receiver answered.
-	eventually(b, 10*time.Second, func() bool {
+	testwait.Until(b, 10*time.Second, func() bool {
 		var pending int
 		require.NoError(b, bn.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending))
 		return pending == 0

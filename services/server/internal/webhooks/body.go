@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"encoding/json"
 	"math"
 	"time"
 )
@@ -12,9 +13,13 @@ import (
 // CreateRequest is the body of POST /v1/webhooks. The owner is the
 // caller.
 type CreateRequest struct {
-	Space      string   `json:"space"`
-	URL        string   `json:"url"`
-	EventTypes []string `json:"event_types,omitempty"`
+	Space string `json:"space"`
+	// URL is an HTTP receiver's; a broker's destination is Destination.
+	URL string `json:"url,omitempty"`
+	// Destination is {"kind": "http", "url": ...} or a broker kind with
+	// its fields; absent: URL.
+	Destination json.RawMessage `json:"destination,omitempty"`
+	EventTypes  []string        `json:"event_types,omitempty"`
 	// Secret, if set, is used instead of a generated one (whsec_ form).
 	Secret string `json:"secret,omitempty"`
 	// Headers are sent with every request.
@@ -29,8 +34,11 @@ type CreateRequest struct {
 // UpdateRequest is the body of PATCH /v1/webhooks/{id}: absent fields keep
 // their value.
 type UpdateRequest struct {
-	URL        *string   `json:"url,omitempty"`
-	EventTypes *[]string `json:"event_types,omitempty"`
+	URL *string `json:"url,omitempty"`
+	// Destination replaces the destination whole (how a broker's
+	// credentials are rotated).
+	Destination json.RawMessage `json:"destination,omitempty"`
+	EventTypes  *[]string       `json:"event_types,omitempty"`
 	// Headers is a merge patch: a value sets the header, null removes it.
 	Headers map[string]*string `json:"headers,omitempty"`
 	// Filter and Transform replace the expressions; "" removes one.
@@ -41,7 +49,7 @@ type UpdateRequest struct {
 
 // Empty reports whether r changes nothing.
 func (r *UpdateRequest) Empty() bool {
-	return r.URL == nil && r.EventTypes == nil && r.Headers == nil && r.Filter == nil && r.Transform == nil &&
+	return r.URL == nil && r.Destination == nil && r.EventTypes == nil && r.Headers == nil && r.Filter == nil && r.Transform == nil &&
 		r.PolicyRequest.Params() == nil
 }
 

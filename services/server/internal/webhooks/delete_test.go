@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -40,7 +41,7 @@ func TestDelete_RemovesItAndItsRecords(t *testing.T) {
 	b.round(t)
 	// The receiver counts a request before its sender records it: wait for
 	// the records of all three, so the snapshot below is final.
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		return failing.count() >= 2 && ok.count() == 3 && b.recordsOf(t, kept.ID)[2] == 3
 	}, "attempts on both")
 	before := b.recordsOf(t, gone.ID)
@@ -98,7 +99,7 @@ func TestDelete_InFlightDeliveryStops(t *testing.T) {
 	close(release)
 
 	var job *rivertype.JobRow
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		res, err := b.river.JobList(ctx, river.NewJobListParams().Kinds(webhooks.KindDeliver))
 		require.NoError(t, err)
 		require.Len(t, res.Jobs, 1)
@@ -133,7 +134,7 @@ CREATE TRIGGER test_hold BEFORE INSERT ON webhook_deliveries FOR EACH ROW EXECUT
 		_, err := b.rounds.Run(ctx, b.consumer)
 		roundDone <- err
 	}()
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var sleeping bool
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event = 'PgSleep')`).Scan(&sleeping))

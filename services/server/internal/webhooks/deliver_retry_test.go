@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -45,7 +46,7 @@ func TestDelivery_RetriesWithinSecondsAfterDatabaseTrouble(t *testing.T) {
 
 	var attempt int
 	var last, next time.Time
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		err := b.db.Pool.QueryRow(context.Background(), `
 SELECT attempt, attempted_at, scheduled_at FROM river_job WHERE kind = $1 AND state = 'retryable'`,
 			webhooks.KindDeliver).Scan(&attempt, &last, &next)

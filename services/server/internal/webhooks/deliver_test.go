@@ -12,6 +12,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -26,7 +27,7 @@ func TestDelivery_InOrderSignedAndVerified(t *testing.T) {
 	b.emit(t, "other", 5) // another space: not delivered
 	b.round(t)
 
-	eventually(t, 10*time.Second, func() bool { return rv.count() >= 20 }, "20 deliveries")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 20 }, "20 deliveries")
 	reqs := rv.requests()
 	require.Len(t, reqs, 20)
 	for i, r := range reqs {
@@ -36,7 +37,7 @@ func TestDelivery_InOrderSignedAndVerified(t *testing.T) {
 		require.Equal(t, "application/json", r.Header.Get("Content-Type"))
 		require.True(t, strings.HasPrefix(r.Header.Get("webhook-signature"), "v1,"))
 	}
-	eventually(t, 5*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[19].Seq }, "last_delivered_seq advances")
+	testwait.Until(t, 5*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[19].Seq }, "last_delivered_seq advances")
 	b.waitCounter(t, "delivered", 20)
 
 	t.Run("TamperedBodyFailsVerification", func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestDelivery_OrderUnderRetries(t *testing.T) {
 	b.start(t)
 	b.round(t)
 
-	eventually(t, 10*time.Second, func() bool { return rv.count() >= 13 }, "13 requests")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 13 }, "13 requests")
 	var want []int64
 	for i, e := range evs {
 		want = append(want, e.Seq)
@@ -78,7 +79,7 @@ func TestDelivery_OrderUnderRetries(t *testing.T) {
 	require.Equal(t, 4, ids[evs[4].ID.String()], "webhook-id is stable across retries")
 
 	var atts []webhooks.Attempt
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Until(t, 5*time.Second, func() bool {
 		var err error
 		atts, err = webhooks.Attempts(context.Background(), b.db.Pool, s.ID, failSeq)
 		require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestDelivery_OrderUnderRetries(t *testing.T) {
 	require.Equal(t, []string{"<nil>", "<nil>", "<nil>", "<nil>"}, messageIDs(atts),
 		"a request of one event is signed under the event's id, which its attempts need not store")
 	require.Contains(t, atts[0].Error, "500")
-	eventually(t, 5*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[9].Seq }, "all delivered")
+	testwait.Until(t, 5*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[9].Seq }, "all delivered")
 	b.waitCounter(t, "retry", 3)
 }
 
@@ -110,7 +111,7 @@ func TestDelivery_HonoursRetryAfter(t *testing.T) {
 	b.emit(t, "s1", 1)
 	b.start(t)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "retried")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "retried")
 	reqs := rv.requests()
 	require.GreaterOrEqual(t, reqs[1].At.Sub(reqs[0].At), 900*time.Millisecond, "waited as Retry-After asked")
 }
@@ -125,7 +126,7 @@ func TestDeliveryRevokedRightIsDeadWithoutRequest(t *testing.T) {
 	require.NoError(t, authz.Grant(context.Background(), b.db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightWrite}))
 	next := b.emit(t, "s1", 1)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered after re-grant")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered after re-grant")
 	require.Equal(t, next[0].Seq, rv.requests()[0].Seq)
 	b.waitCounter(t, "dead", 2)
 }
@@ -149,7 +150,7 @@ func TestDeliveryScopeRemovedIsDead(t *testing.T) {
 	require.NoError(t, authz.SetTokenScopes(ctx, b.db.Pool, tok.ID, []string{authz.ScopeWebhooksManage, "events:read@s2"}))
 	b.start(t)
 
-	eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[0].Seq) == webhooks.DeliveryDead }, "dead")
+	testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[0].Seq) == webhooks.DeliveryDead }, "dead")
 	require.Zero(t, rv.count(), "the receiver saw no request at all")
 	atts, err := webhooks.Attempts(ctx, b.db.Pool, s.ID, evs[0].Seq)
 	require.NoError(t, err)
@@ -161,7 +162,7 @@ func TestDeliveryScopeRemovedIsDead(t *testing.T) {
 		require.NoError(t, authz.RevokeToken(ctx, b.db.Pool, tok.ID))
 		evs := b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[0].Seq) == webhooks.DeliveryDead }, "dead")
+		testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[0].Seq) == webhooks.DeliveryDead }, "dead")
 		require.Zero(t, rv.count())
 	})
 }
@@ -182,7 +183,7 @@ func TestDelivery_GapAtHeadDisables(t *testing.T) {
 	require.NoError(t, err)
 	b.start(t)
 
-	eventually(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
+	testwait.Until(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
 	got := b.sub(t, s.ID)
 	require.Equal(t, webhooks.CauseGap, got.DisabledCause)
 	require.Contains(t, got.DisabledDetail, "left the log")
@@ -197,7 +198,7 @@ func TestDelivery_GapAtHeadDisables(t *testing.T) {
 		require.Equal(t, int64(2), res.Skipped)
 		next := b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered after enable")
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered after enable")
 		require.Equal(t, next[0].Seq, rv.requests()[0].Seq)
 	})
 	b.waitCounter(t, "gap", 1)
@@ -211,7 +212,7 @@ func TestDelivery_GoneDisables(t *testing.T) {
 	b.start(t)
 	evs := b.emit(t, "s1", 3)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
+	testwait.Until(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
 	require.Equal(t, webhooks.CauseGone, b.sub(t, s.ID).DisabledCause)
 	require.Equal(t, 1, rv.count(), "nothing is sent after 410")
 	require.Equal(t, webhooks.DeliveryDead, b.deliveryStatus(t, s.ID, evs[0].Seq))
@@ -232,7 +233,7 @@ func TestDelivery_RetryBudgetExhaustedDisables(t *testing.T) {
 	b.start(t)
 	evs := b.emit(t, "s1", 2)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
+	testwait.Until(t, 10*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
 	got := b.sub(t, s.ID)
 	require.Equal(t, webhooks.CauseFailing, got.DisabledCause)
 	require.Contains(t, got.DisabledDetail, "retry budget")
@@ -256,7 +257,7 @@ func TestDelivery_NoRedirectsFollowed(t *testing.T) {
 	b.start(t)
 	evs := b.emit(t, "s1", 1)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "retried")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "retried")
 	require.Zero(t, target.count(), "the redirect target saw nothing")
 	atts, err := webhooks.Attempts(context.Background(), b.db.Pool, s.ID, evs[0].Seq)
 	require.NoError(t, err)
@@ -276,7 +277,7 @@ func TestDelivery_DialTimeCheckRefusesLoopback(t *testing.T) {
 	b.start(t)
 	evs := b.emit(t, "s1", 1)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		atts, err := webhooks.Attempts(context.Background(), b.db.Pool, s.ID, evs[0].Seq)
 		require.NoError(t, err)
 		return len(atts) > 0
@@ -300,7 +301,7 @@ func TestDelivery_RotatedSecretSignsWithBoth(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 1)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered")
 	r := rv.requests()[0]
 	for _, sec := range []string{oldSecret, newSecret} {
 		wh, err := standardwebhooks.NewWebhook(sec)
@@ -335,7 +336,7 @@ func TestDelivery_ManySubscriptionsKeepOrder(t *testing.T) {
 		b.round(t)
 	}
 	for _, rv := range rvs {
-		eventually(t, 90*time.Second, func() bool {
+		testwait.Until(t, 90*time.Second, func() bool {
 			rs := rv.requests()
 			return len(rs) > 0 && rs[len(rs)-1].Seq == all[len(all)-1] && rs[len(rs)-1].Status == 200
 		}, "all delivered")

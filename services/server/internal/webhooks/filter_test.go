@@ -17,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -90,16 +91,16 @@ func TestFilter_DropsEventsWithoutDeliveryRowsAndTheCursorMovesOn(t *testing.T) 
 	require.Equal(t, evs[5].Seq, b.cursor(t), "the cursor moves past the dropped events as past a type mismatch")
 
 	b.start(t)
-	eventually(t, 10*time.Second, func() bool { return rvEven.count() == 3 && rvAll.count() == 6 }, "the receivers get their events")
+	testwait.Until(t, 10*time.Second, func() bool { return rvEven.count() == 3 && rvAll.count() == 6 }, "the receivers get their events")
 	require.Equal(t, []int64{evs[0].Seq, evs[2].Seq, evs[4].Seq}, seqsOf(rvEven.requests()))
-	eventually(t, 10*time.Second, func() bool { return b.pending(t, even.ID) == 0 }, "nothing stays pending")
+	testwait.Until(t, 10*time.Second, func() bool { return b.pending(t, even.ID) == 0 }, "nothing stays pending")
 
 	// More events after the dropped ones are delivered: the sender never
 	// waits for a seq that has no row.
 	more := b.emit(t, "s1", 2)
 	b.round(t)
 	require.Equal(t, more[1].Seq, b.cursor(t))
-	eventually(t, 10*time.Second, func() bool { return rvEven.count() == 4 }, "the next even event arrives")
+	testwait.Until(t, 10*time.Second, func() bool { return rvEven.count() == 4 }, "the next even event arrives")
 	require.Equal(t, more[0].Seq, rvEven.requests()[3].Seq)
 }
 
@@ -170,7 +171,7 @@ func TestFilter_HostileExpressionsAreRefusedOrStoppedWhileTheNeighbourFlows(t *t
 	require.Len(t, b.deliverySeqs(t, neighbour.ID), 5)
 
 	b.start(t)
-	eventually(t, 10*time.Second, func() bool { return rvNeighbour.count() == 5 }, "the neighbour's deliveries flow")
+	testwait.Until(t, 10*time.Second, func() bool { return rvNeighbour.count() == 5 }, "the neighbour's deliveries flow")
 	require.Zero(t, rvEvil.count())
 }
 
@@ -215,7 +216,7 @@ func TestTransform_BodyIsWhatArrivesAndVerifies(t *testing.T) {
 	b.round(t)
 	b.start(t)
 
-	eventually(t, 10*time.Second, func() bool { return single.count() == 3 && batched.count() >= 1 }, "the transformed requests arrive")
+	testwait.Until(t, 10*time.Second, func() bool { return single.count() == 3 && batched.count() >= 1 }, "the transformed requests arrive")
 	for i, r := range single.requests() {
 		require.NoError(t, r.Verified, "the signature covers the transformed body")
 		require.JSONEq(t, fmt.Sprintf(`{"kind": "item.created", "n": %d, "tags": ["s1", "bob"]}`, i), string(r.Body))
@@ -238,7 +239,7 @@ func TestTransform_ErrorIsAFailedAttemptRetried(t *testing.T) {
 	b.start(t)
 
 	var attempts []webhooks.Attempt
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var err error
 		attempts, err = webhooks.Attempts(context.Background(), b.db.Pool, s.ID, evs[0].Seq)
 		require.NoError(t, err)
@@ -253,7 +254,7 @@ func TestTransform_ErrorIsAFailedAttemptRetried(t *testing.T) {
 	fixed := "{'x': int(data.i)}"
 	_, err := webhooks.Update(context.Background(), b.db.Pool, s.ID, &webhooks.UpdateParams{Transform: &fixed})
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "the retry with the fixed transform arrives")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "the retry with the fixed transform arrives")
 	require.JSONEq(t, `{"x": 0}`, string(rv.requests()[0].Body))
 }
 

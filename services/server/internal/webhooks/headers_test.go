@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -24,7 +25,7 @@ func TestDelivery_CustomHeadersArrive(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 2)
 	b.round(t)
-	eventually(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "2 deliveries")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "2 deliveries")
 
 	t.Run("OnEveryRequestBesideAValidSignature", func(t *testing.T) {
 		for _, r := range rv.requests() {
@@ -44,7 +45,7 @@ func TestDelivery_CustomHeadersArrive(t *testing.T) {
 		require.Equal(t, map[string]string{"Authorization": token, "User-Agent": "acme-relay/2"}, got.Headers)
 		b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() >= 3 }, "third delivery")
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 3 }, "third delivery")
 		r := rv.requests()[2]
 		require.Equal(t, token, r.Header.Get("Authorization"))
 		require.Empty(t, r.Header.Values("X-Tenant"))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -63,7 +64,7 @@ func TestCreate_WaitsForTheRoundInFlight(t *testing.T) {
 		created <- s
 	}()
 	// The create waits on the cursor row lock the round holds.
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var waiting bool
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM pg_stat_activity

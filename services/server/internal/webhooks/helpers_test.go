@@ -26,6 +26,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
@@ -229,18 +230,6 @@ func (b *bundle) deliveryStatus(t testing.TB, id uuid.UUID, seq int64) string {
 	return st
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: "+msg, append([]any{d}, args...)...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // request is what a receiver saw.
 type request struct {
 	Seq      int64
@@ -361,7 +350,7 @@ func (b *bundle) steps(t testing.TB) float64 {
 // after the commit that made the outcome visible).
 func (b *bundle) waitCounter(t testing.TB, result string, want float64) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() bool { return b.counter(t, result) >= want }, "counter %s reaches %v", result, want)
+	testwait.Until(t, 5*time.Second, func() bool { return b.counter(t, result) >= want }, "counter %s reaches %v", result, want)
 	require.Equal(t, want, b.counter(t, result))
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -95,7 +96,7 @@ func TestConsumer_TenantIsolation(t *testing.T) {
 	})
 
 	rounds := lazy(func() string { return fmt.Sprintf("%d failed rounds, the last: %v", failed.Load(), lastErr.Load()) })
-	eventually(t, 60*time.Second, func() bool { return rv.count() >= 3 }, "alice's 3 deliveries behind mallory's batch (%s)", rounds)
+	testwait.Until(t, 60*time.Second, func() bool { return rv.count() >= 3 }, "alice's 3 deliveries behind mallory's batch (%s)", rounds)
 	require.Equal(t, []int64{evs[0].Seq, evs[1].Seq, evs[2].Seq}, seqsOf(rv.requests()))
 }
 

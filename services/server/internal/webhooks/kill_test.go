@@ -26,6 +26,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
@@ -79,9 +80,9 @@ func TestDelivery_WorkerKilledMidDrainRepeatsOnlyInFlight(t *testing.T) {
 	b.emit(t, "s1", killEvents)
 	b.round(t)
 
-	eventually(t, 2*time.Minute, func() bool { return rv.fewestFirsts() >= killAfter }, "every subscription is %d into its drain", killAfter)
+	testwait.Until(t, 2*time.Minute, func() bool { return rv.fewestFirsts() >= killAfter }, "every subscription is %d into its drain", killAfter)
 	killedAt := child.kill(t)
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		hs, err := liveness.Holders(context.Background(), b.db.Pool)
 		require.NoError(t, err)
 		return !slices.ContainsFunc(hs, func(s liveness.Session) bool { return uint32(s.PID) == child.session })
@@ -90,7 +91,7 @@ func TestDelivery_WorkerKilledMidDrainRepeatsOnlyInFlight(t *testing.T) {
 	workerProcessWith(t, b, cfg, killSubs+10)
 	b.emit(t, "s1", 1)
 	b.round(t) // a new job for every subscription, which the live process runs
-	eventually(t, 2*time.Minute, func() bool { return rv.fewestFirsts() == killEvents+1 }, "the live process delivers the rest")
+	testwait.Until(t, 2*time.Minute, func() bool { return rv.fewestFirsts() == killEvents+1 }, "the live process delivers the rest")
 
 	window := cfg.RecordEvery + killSlack
 	total, worst, last := 0, 0, time.Duration(0)

@@ -17,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -84,7 +85,7 @@ func (b *bundle) settle(t testing.TB, d time.Duration) []sync.Event {
 	t.Helper()
 	ctx := context.Background()
 	quiet := 0
-	eventually(t, d, func() bool {
+	testwait.Until(t, d, func() bool {
 		res := b.round(t)
 		var pending int
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription_id
@@ -327,13 +328,13 @@ func TestNotice_AutoRecoverProbes(t *testing.T) {
 	b.emit(t, "s1", 1)
 	b.start(t)
 	b.round(t)
-	eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "disabled as failing and probing")
+	testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "disabled as failing and probing")
 	probes := rv.count()
-	eventually(t, 20*time.Second, func() bool { return rv.count() > probes+1 }, "probed twice more")
+	testwait.Until(t, 20*time.Second, func() bool { return rv.count() > probes+1 }, "probed twice more")
 	mu.Lock()
 	healthy = true
 	mu.Unlock()
-	eventually(t, 30*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusActive }, "active again")
+	testwait.Until(t, 30*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusActive }, "active again")
 	ops := b.settle(t, 20*time.Second)
 
 	types := map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -51,7 +52,7 @@ func TestPolicy_DeadLetterIsListedAndRecoverable(t *testing.T) {
 	b.start(t)
 	b.round(t)
 
-	eventually(t, 30*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[4].Seq }, "the others are delivered")
+	testwait.Until(t, 30*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[4].Seq }, "the others are delivered")
 	dead, err := webhooks.Deliveries(ctx, b.db.Pool, &webhooks.DeliveriesParams{SubscriptionID: s.ID, Status: webhooks.DeliveryDead})
 	require.NoError(t, err)
 	require.Equal(t, []int64{evs[3].Seq, evs[1].Seq}, []int64{dead[0].Seq, dead[1].Seq}, "both dead letters listed, newest first")
@@ -147,10 +148,10 @@ func TestPolicy_AutoRecoverOff(t *testing.T) {
 		evs := b.emit(t, "s1", 2)
 		b.start(t)
 		b.round(t)
-		eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled as failing")
+		testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled as failing")
 		sent := rv.count()
 		healthy.Store(true)
-		eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+		testwait.Until(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
 
 		got := b.sub(t, s.ID)
 		require.Equal(t, webhooks.StatusDisabled, got.Status)
@@ -170,16 +171,16 @@ func TestPolicy_AutoRecoverOff(t *testing.T) {
 		evs := b.emit(t, "s1", 1)
 		b.start(t)
 		b.round(t)
-		eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "probing")
+		testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "probing")
 		probes := rv.count()
-		eventually(t, 20*time.Second, func() bool { return rv.count() > probes }, "probed")
+		testwait.Until(t, 20*time.Second, func() bool { return rv.count() > probes }, "probed")
 
 		got, err := webhooks.Update(context.Background(), b.db.Pool, s.ID, &webhooks.UpdateParams{
 			Policy: &webhooks.PolicyParams{AutoRecover: new(false)}})
 		require.NoError(t, err)
 		require.False(t, got.Probing)
 		sent := rv.count()
-		eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+		testwait.Until(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
 		require.LessOrEqual(t, rv.count(), sent+1, "at most the probe that was in flight")
 		got = b.sub(t, s.ID)
 		require.Equal(t, webhooks.StatusDisabled, got.Status)
@@ -212,18 +213,18 @@ func TestUnordered_ResendRecoverAndEnableFromBacklog(t *testing.T) {
 	bad.Store(evs[2].Seq)
 	b.start(t)
 	b.round(t)
-	eventually(t, 20*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[2].Seq) == webhooks.DeliveryDead }, "dead after its budget")
+	testwait.Until(t, 20*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[2].Seq) == webhooks.DeliveryDead }, "dead after its budget")
 	b.waitDelivered(t, s.ID, seqs(append(evs[:2:2], evs[3:]...)...)...)
 	healed.Store(true)
 
 	// Each step starts once the sender is idle: its own job must send.
 	idle := func() {
-		eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+		testwait.Until(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
 	}
 	idle()
 	_, err := b.resend(s.ID, evs[0].Seq)
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool { return len(okSeqs(rv.requests())) == len(evs) }, "the resent delivery is sent")
+	testwait.Until(t, 10*time.Second, func() bool { return len(okSeqs(rv.requests())) == len(evs) }, "the resent delivery is sent")
 	idle()
 	res, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: evs[0].Seq, ToSeq: evs[5].Seq})
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
@@ -104,7 +105,7 @@ func TestPolicy_OrderedStaysOrderedUnderFailures(t *testing.T) {
 				}
 				return delivered, true
 			}
-			eventually(t, 30*time.Second, func() bool {
+			testwait.Until(t, 30*time.Second, func() bool {
 				delivered, ok := inOrder()
 				return !ok || len(delivered) == len(all)
 			}, "all delivered")
@@ -132,7 +133,7 @@ func TestPolicy_DeadLetterContinuesAfterBudget(t *testing.T) {
 	b.start(t)
 	b.round(t)
 
-	eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[3].Seq }, "the events after the dead one are delivered")
+	testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[3].Seq }, "the events after the dead one are delivered")
 	got := b.sub(t, s.ID)
 	require.Equal(t, webhooks.StatusActive, got.Status, "the subscription goes on")
 	dead, err := webhooks.Deliveries(context.Background(), b.db.Pool, &webhooks.DeliveriesParams{SubscriptionID: s.ID, Status: webhooks.DeliveryDead})
@@ -244,7 +245,7 @@ func TestUnordered_CompetingJobsSendEachDeliveryOnce(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 60*time.Second, func() bool {
+	testwait.Until(t, 60*time.Second, func() bool {
 		if _, overlaps, answers := rcv.snapshot(); len(overlaps) > 0 || len(twice(answers)) > 0 {
 			return true
 		}
@@ -278,8 +279,8 @@ func TestUnordered_RespectsMaxInFlight(t *testing.T) {
 	evs := b.emit(t, "s1", 80)
 	b.round(t)
 	b.extraJobs(t, s.ID, 6)
-	eventually(t, 60*time.Second, func() bool { return b.sub(t, s.ID).Pending == 0 }, "all delivered")
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Until(t, 60*time.Second, func() bool { return b.sub(t, s.ID).Pending == 0 }, "all delivered")
+	testwait.Until(t, 5*time.Second, func() bool {
 		_, _, answers := rcv.snapshot()
 		return len(answers) == len(evs)
 	}, "the receiver answered all")
@@ -304,7 +305,7 @@ func TestPolicy_ThrottleRespected(t *testing.T) {
 			b.emit(t, "s1", events)
 			b.round(t)
 			b.extraJobs(t, s.ID, 3)
-			eventually(t, 30*time.Second, func() bool { return rv.count() >= events }, "all sent")
+			testwait.Until(t, 30*time.Second, func() bool { return rv.count() >= events }, "all sent")
 			// Each request's slot is at least 1/rate after the one before,
 			// and kept across batches and sender jobs, so the last of the
 			// events requests cannot arrive sooner than (events-1)/rate after
@@ -338,7 +339,7 @@ func TestPolicy_AutoRecoverResumes(t *testing.T) {
 	b.start(t)
 	b.round(t)
 
-	eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "disabled as failing and probing")
+	testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Probing }, "disabled as failing and probing")
 	got := b.sub(t, s.ID)
 	require.Equal(t, webhooks.StatusDisabled, got.Status)
 	require.Equal(t, webhooks.CauseFailing, got.DisabledCause)
@@ -347,7 +348,7 @@ func TestPolicy_AutoRecoverResumes(t *testing.T) {
 	evs = append(evs, b.emit(t, "s1", 2)...)
 	b.round(t)
 	probes := rv.count()
-	eventually(t, 20*time.Second, func() bool { return rv.count() > probes }, "probed again")
+	testwait.Until(t, 20*time.Second, func() bool { return rv.count() > probes }, "probed again")
 	for _, r := range rv.requests() {
 		require.Equal(t, evs[0].Seq, r.Seq, "only the head is probed")
 	}
@@ -355,7 +356,7 @@ func TestPolicy_AutoRecoverResumes(t *testing.T) {
 	mu.Lock()
 	healthy = true
 	mu.Unlock()
-	eventually(t, 30*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[4].Seq }, "active again with its backlog")
+	testwait.Until(t, 30*time.Second, func() bool { return b.sub(t, s.ID).LastDeliveredSeq == evs[4].Seq }, "active again with its backlog")
 	got = b.sub(t, s.ID)
 	require.Equal(t, webhooks.StatusActive, got.Status)
 	require.False(t, got.Probing)
@@ -446,7 +447,7 @@ func TestUnordered_FailuresDoNotBlockOthers(t *testing.T) {
 	b.start(t)
 	b.round(t)
 
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Until(t, 20*time.Second, func() bool {
 		return b.deliveryStatus(t, s.ID, bad) == webhooks.DeliveryDead
 	}, "the failing delivery is dead after its own budget")
 	for _, e := range evs[1:] {

@@ -183,8 +183,7 @@ WITH ` + matchSQL + `, mine AS (
     SELECT seq, id FROM hit WHERE subscription_id = $5
 ), reset AS (
     UPDATE webhook_deliveries d
-    SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL,
-        claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+    SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL
     FROM mine WHERE $6 AND d.subscription_id = $5 AND d.event_seq = mine.seq AND d.status IN ('dead', 'skipped')
     RETURNING 1
 ), ins AS (
@@ -261,8 +260,7 @@ type ResendParams struct {
 // resend; its creation time, its attempts and their records are kept.
 const resendSQL = `
 UPDATE webhook_deliveries
-SET status = 'pending', resent_at = now(), first_attempt_at = NULL, next_attempt_at = now(), finished_at = NULL, last_error = NULL,
-    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+SET status = 'pending', resent_at = now(), first_attempt_at = NULL, next_attempt_at = now(), finished_at = NULL, last_error = NULL
 WHERE subscription_id = $1 AND event_seq = $2 AND status IN ('delivered', 'dead', 'skipped')
 RETURNING subscription_id, event_seq, event_id, status, attempts, created_at, finished_at, next_attempt_at, coalesce(last_error, ''), resent_at`
 
@@ -643,8 +641,7 @@ func (b *backlogRow) startAt(next, read int64) int64 {
 // dead letter) stay dead. Their retry budget starts again.
 const reviveSQL = `
 UPDATE webhook_deliveries
-SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL,
-    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+SET status = 'pending', created_at = now(), first_attempt_at = NULL, next_attempt_at = NULL, finished_at = NULL, last_error = NULL
 WHERE subscription_id = $1 AND status = 'dead' AND finished_at = $2`
 
 // revive makes pending the deliveries that disabled b (reviveSQL), if a

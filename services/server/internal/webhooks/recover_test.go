@@ -20,6 +20,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -70,7 +71,7 @@ func (b *bundle) enableFromBacklog(t testing.TB, id uuid.UUID) *webhooks.EnableR
 func (b *bundle) waitDelivered(t testing.TB, id uuid.UUID, seqs ...int64) {
 	t.Helper()
 	for _, seq := range seqs {
-		eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, id, seq) == webhooks.DeliveryDelivered },
+		testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, id, seq) == webhooks.DeliveryDelivered },
 			"delivery %d delivered", seq)
 	}
 }
@@ -151,7 +152,7 @@ func TestResend(t *testing.T) {
 		require.True(t, before[0].CreatedAt.Equal(d.CreatedAt), "created_at %s, then %s", before[0].CreatedAt, d.CreatedAt)
 		require.NotNil(t, d.ResentAt)
 		require.True(t, d.ResentAt.After(before[0].CreatedAt))
-		eventually(t, 10*time.Second, func() bool { return rv.count() == 3 }, "the resent request arrives")
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 3 }, "the resent request arrives")
 		b.waitDelivered(t, s.ID, evs[0].Seq)
 
 		reqs := rv.requests()
@@ -293,14 +294,14 @@ func TestRecover(t *testing.T) {
 		dead := b.write(t, "s1", "item.created", "item.updated")
 		b.round(t)
 		for _, e := range dead {
-			eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, e.Seq) == webhooks.DeliveryDead }, "dead")
+			testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, e.Seq) == webhooks.DeliveryDead }, "dead")
 		}
 		require.NoError(t, authz.Grant(ctx, b.db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
 
 		skipped := b.write(t, "s1", "item.created")[0]
 		failing.Store(skipped.Seq)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "the failing delivery is tried")
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() >= 2 }, "the failing delivery is tried")
 		require.NoError(t, webhooks.Disable(ctx, b.db.Pool, s.ID, ""))
 		whileDisabled := b.write(t, "s1", "item.created", "note.deleted")
 		other := b.write(t, "s2", "item.created")[0]
@@ -754,8 +755,8 @@ func TestEnableFromBacklog(t *testing.T) {
 			evs := b.emit(t, "s1", 2)
 			b.start(t)
 			b.round(t)
-			eventually(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
-			eventually(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
+			testwait.Until(t, 20*time.Second, func() bool { return b.sub(t, s.ID).Status == webhooks.StatusDisabled }, "disabled")
+			testwait.Until(t, 20*time.Second, func() bool { return b.liveJobs(t, s.ID) == 0 }, "no delivery job left")
 			require.Equal(t, webhooks.DeliveryDead, b.deliveryStatus(t, s.ID, evs[0].Seq))
 			healthy.Store(true)
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -48,10 +49,10 @@ func TestDeliveryRevokedWhileSendingStopsTheNextSend(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
 	revoked := time.Now()
-	eventually(t, time.Second, func() bool { return time.Since(revoked) > cfg.RightsMaxAge }, "the bound has passed")
+	testwait.Until(t, time.Second, func() bool { return time.Since(revoked) > cfg.RightsMaxAge }, "the bound has passed")
 	unblock()
 
-	eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[1].Seq) == webhooks.DeliveryDead }, "second dead")
+	testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, evs[1].Seq) == webhooks.DeliveryDead }, "second dead")
 	require.Equal(t, []int64{evs[0].Seq}, seqsOf(rv.requests()), "no request after the revocation")
 	atts, err := webhooks.Attempts(ctx, b.db.Pool, s.ID, evs[1].Seq)
 	require.NoError(t, err)
@@ -85,7 +86,7 @@ func revokedBeforeSend(t *testing.T, policy *webhooks.PolicyParams, n int) (*bun
 	b.start(t)
 
 	for _, e := range evs {
-		eventually(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, e.Seq) == webhooks.DeliveryDead }, "dead")
+		testwait.Until(t, 10*time.Second, func() bool { return b.deliveryStatus(t, s.ID, e.Seq) == webhooks.DeliveryDead }, "dead")
 	}
 	require.Zero(t, rv.count(), "the receiver saw no request")
 	atts, err := webhooks.Attempts(ctx, b.db.Pool, s.ID, evs[0].Seq)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -53,11 +54,11 @@ func TestDelivery_RevokeStopsRequestsWithinTheBound(t *testing.T) {
 			b.round(t)
 			b.start(t)
 
-			eventually(t, 30*time.Second, func() bool { return arrived.Load() >= 350 }, "350 requests, mid-batch")
+			testwait.Until(t, 30*time.Second, func() bool { return arrived.Load() >= 350 }, "350 requests, mid-batch")
 			ctx := context.Background()
 			require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
 			revoked := time.Now() // after the commit
-			eventually(t, 60*time.Second, func() bool { return b.pending(t, s.ID) == 0 }, "the backlog ended")
+			testwait.Until(t, 60*time.Second, func() bool { return b.pending(t, s.ID) == 0 }, "the backlog ended")
 
 			var lastStart time.Time
 			var sent, refused int

@@ -88,13 +88,15 @@ func intervals(window, step time.Duration) int64 {
 // intervals of $4 seconds, in one pass over the attempts of the window
 // (the index webhook_attempts_subscription_time), each attempt put in its
 // interval by arithmetic, and the intervals without attempts filled in by
-// generate_series. ok: a 2xx answer. failed: every other attempt, also a
+// generate_series. ok: a 2xx answer, or, for a broker destination, its
+// confirmation (no status and no error). failed: every other attempt, also a
 // refusal before any request (no status, no duration), which is why the
 // latency percentiles leave those out: they measure requests.
 const statsSQL = `
 WITH a AS (
     SELECT floor(extract(epoch FROM attempted_at - $2::timestamptz) / $4::float8)::int AS i,
-           coalesce(status_code BETWEEN 200 AND 299, false) AS ok,
+           coalesce(status_code BETWEEN 200 AND 299,
+               error IS NULL AND (SELECT destination_kind <> 'http' FROM webhook_subscriptions WHERE id = $1), false) AS ok,
            CASE WHEN status_code IS NOT NULL OR duration_seconds > 0 THEN duration_seconds END AS secs
     FROM webhook_attempts
     WHERE subscription_id = $1 AND attempted_at >= $2::timestamptz AND attempted_at < $3::timestamptz

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -181,6 +182,9 @@ type Subscription struct {
 	// Headers are the custom request headers, values whole: show them
 	// through MaskHeaders only.
 	Headers map[string]string
+	// Destination is where messages go; its Config carries credentials
+	// whole: show it through Destination.Redacted only.
+	Destination Destination
 	// Filter and Transform are the CEL expressions over the event ("" for
 	// none): which matching events are delivered, and the body sent.
 	Filter    string
@@ -204,6 +208,10 @@ type CreateParams struct {
 	Owner string
 	Space string
 	URL   string
+	// Destination, if set, is the API's destination object: {"kind":
+	// "http", "url": ...} or a broker kind with its fields (package kinds).
+	// Nil: URL is an HTTP receiver.
+	Destination json.RawMessage
 	// EventTypes filter what is delivered: exact types ("item.created"),
 	// prefixes ("item.*") or "*". Empty delivers every type.
 	EventTypes []string
@@ -240,7 +248,7 @@ type CreateParams struct {
 // allowed webhooks.manage on the space (with the token's scopes, if one is
 // given).
 func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *CreateParams) (*Subscription, string, error) {
-	url, limits, headers, err := validateCreate(ctx, p)
+	dest, limits, headers, err := validateCreate(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}
@@ -255,6 +263,9 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if err != nil {
 		return nil, "", err
 	}
+	if err := checkBatch(dest.kind, pol.MaxBatch); err != nil {
+		return nil, "", err
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, "", err
@@ -263,8 +274,9 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	if types == nil {
 		types = []string{}
 	}
-	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: url, EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
-		Headers: headers, Filter: p.Filter, Transform: p.Transform}
+	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: dest.url, EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
+		Headers: headers, Destination: Destination{Kind: dest.kind, Config: dest.config},
+		Filter: p.Filter, Transform: p.Transform}
 	err = atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
@@ -284,30 +296,35 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	return s, secret, nil
 }
 
-// validateCreate checks the target, the event-type filter, the custom
-// headers and the expressions of a new subscription, in that order, and returns the target in its
-// normal form, the limits with their defaults and the headers.
-func validateCreate(ctx context.Context, p *CreateParams) (string, Limits, map[string]string, error) {
+// validateCreate checks the destination, the event-type filter, the
+// custom headers and the expressions of a new subscription, in that order, and returns the
+// destination (an http one's URL in its normal form), the limits with
+// their defaults and the headers.
+func validateCreate(ctx context.Context, p *CreateParams) (*checkedDestination, Limits, map[string]string, error) {
 	res := p.Resolver
 	if res == nil {
 		res = defaultResolver
 	}
-	u, err := ValidateTarget(ctx, res, p.URL, p.AllowPrivateTargets)
+	raw := p.Destination
+	if raw == nil {
+		raw = json.RawMessage(`{"kind":"http"}`)
+	}
+	dest, err := checkDestination(ctx, res, raw, p.URL, p.AllowPrivateTargets)
 	if err != nil {
-		return "", Limits{}, nil, err
+		return nil, Limits{}, nil, err
 	}
 	limits := p.Limits.withDefaults()
 	if err := validateEventTypes(p.EventTypes, limits); err != nil {
-		return "", Limits{}, nil, err
+		return nil, Limits{}, nil, err
 	}
 	headers, err := normalizeHeaders(p.Headers)
 	if err != nil {
-		return "", Limits{}, nil, err
+		return nil, Limits{}, nil, err
 	}
 	if err := validateExpressions(p.Filter, p.Transform); err != nil {
-		return "", Limits{}, nil, err
+		return nil, Limits{}, nil, err
 	}
-	return u.String(), limits, headers, nil
+	return dest, limits, headers, nil
 }
 
 // allowedToManage refuses with ErrForbidden unless the owner (with the
@@ -344,16 +361,16 @@ func createSecret(given string) (string, error) {
 func insertSubscription(ctx context.Context, tx pgx.Tx, s *Subscription, secret string) error {
 	return tx.QueryRow(ctx, `
 INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers,
-    filter, transform)
-SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8, nullif($9, ''), nullif($10, '') FROM event_seq
+    destination_kind, destination, filter, transform)
+SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8, $9, $10, nullif($11, ''), nullif($12, '') FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
-		s.ID, s.Owner, s.Space, s.URL, secret, s.EventTypes, s.TokenID, s.Headers, s.Filter, s.Transform).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+		s.ID, s.Owner, s.Space, s.URL, secret, s.EventTypes, s.TokenID, s.Headers, s.Destination.Kind, s.Destination.Config, s.Filter, s.Transform).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
 }
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, ` + deliveredThroughSQL + `, s.created_at,
 (SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
-` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at, coalesce(s.filter, ''), coalesce(s.transform, '')`
+` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at, s.destination_kind, s.destination, coalesce(s.filter, ''), coalesce(s.transform, '')`
 
 // subscriptionFrom is the FROM of subscriptionColumns: the subscription
 // with its newest delivered delivery, found walking its deliveries back
@@ -368,7 +385,7 @@ func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	ps := ScanPolicy(&s.Policy)
 	err := row.Scan(append(append([]any{&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
 		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers},
-		ps.Dest()...), &s.Probing, &s.LastSuccessSeq, &s.LastSuccessAt, &s.Filter, &s.Transform)...)
+		ps.Dest()...), &s.Probing, &s.LastSuccessSeq, &s.LastSuccessAt, &s.Destination.Kind, &s.Destination.Config, &s.Filter, &s.Transform)...)
 	ps.Done()
 	return s, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/config"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -142,7 +143,7 @@ func TestRotateSecret(t *testing.T) {
 		b.start(t)
 		b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered")
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered")
 		r := rv.requests()[0]
 		require.NoError(t, r.Verified, "the first secret still verifies inside its overlap")
 		wh, err := standardwebhooks.NewWebhook(second)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
 )
@@ -105,7 +106,7 @@ func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams) (sent, got 
 	// The server releases the lock once it has ended the session, a moment
 	// after Close returns; a round before that sees the sender alive and
 	// only wakes it (in a process, the rescuer would then step in).
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		hs, err := liveness.Holders(context.Background(), b.db.Pool)
 		require.NoError(t, err)
 		return !slices.ContainsFunc(hs, func(s liveness.Session) bool { return uint32(s.PID) == deadPID })
@@ -113,7 +114,7 @@ func deadSenderTakeover(t *testing.T, policy *webhooks.PolicyParams) (sent, got 
 	evs = append(evs, b.emit(t, "s1", 1)...)
 	b.round(t) // a new job for the subscription, which only the live process can run
 
-	eventually(t, 30*time.Second, func() bool { return rv.count() >= 2 }, "the live process delivers both events")
+	testwait.Until(t, 30*time.Second, func() bool { return rv.count() >= 2 }, "the live process delivers both events")
 	t.Logf("delivered after %s", time.Since(killedAt))
 	return seqsOfEvents(evs), seqsOf(rv.requests())
 }

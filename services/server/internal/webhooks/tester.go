@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/kinds"
 )
 
 // TypeTest is the type of a test message. It is sent only by Tester and
@@ -25,13 +28,13 @@ const TypeTest = "bothy.webhook.test"
 // (test messages, operational events). It is not a principal.
 const SystemActor = "bothy"
 
-// Tester sends test messages to subscriptions' receivers: signed and
-// carrying the custom headers like any delivery, through the same request
-// building, HTTP client and egress policy (package outbound), but outside
-// the log. It is safe for concurrent use.
+// Tester sends test messages to subscriptions' destinations (an HTTP
+// receiver, a broker): signed and carrying the custom headers like any
+// delivery, through the same destinations and egress policy (packages
+// outbound and kinds), but outside the log. It is safe for concurrent use;
+// Close lets its broker connections go.
 type Tester struct {
-	client  *http.Client
-	maxBody int
+	dests *outbound.Destinations
 }
 
 // TesterConfig configures a Tester; zero values are the deliveries'
@@ -46,6 +49,8 @@ type TesterConfig struct {
 	// MaxResponseBytes is the most of a response body read
 	// (webhooks.max_response_bytes). Default 64 KiB.
 	MaxResponseBytes int
+	// Logger for the broker connections. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // NewTester returns a tester.
@@ -57,9 +62,12 @@ func NewTester(cfg *TesterConfig) (*Tester, error) {
 	if c.Timeout < 0 || c.MaxResponseBytes < 0 {
 		return nil, errors.New("webhooks tester config: Timeout and MaxResponseBytes must not be negative")
 	}
-	return &Tester{client: outbound.NewHTTPClient(cmp.Or(c.Timeout, 15*time.Second), c.AllowPrivateTargets),
-		maxBody: cmp.Or(c.MaxResponseBytes, 64<<10)}, nil
+	return &Tester{dests: kinds.All.Open(&outbound.OpenParams{Policy: egress.Policy{AllowPrivate: c.AllowPrivateTargets},
+		Timeout: cmp.Or(c.Timeout, 15*time.Second), MaxResponseBytes: cmp.Or(c.MaxResponseBytes, 64<<10), Logger: c.Logger})}, nil
 }
+
+// Close closes the connections the tester opened to brokers.
+func (t *Tester) Close() { t.dests.Close() }
 
 // TestResult is what a test send found out.
 type TestResult struct {
@@ -81,7 +89,8 @@ type TestResult struct {
 // testSubSQL reads what a test send needs, in one statement and no
 // transaction.
 const testSubSQL = `
-SELECT space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END, headers
+SELECT space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END, headers,
+    destination_kind, destination
 FROM webhook_subscriptions WHERE id = $1`
 
 // Send sends one test message to the subscription's receiver, whatever the
@@ -96,7 +105,8 @@ FROM webhook_subscriptions WHERE id = $1`
 func (t *Tester) Send(ctx context.Context, q authz.Querier, id uuid.UUID) (*TestResult, error) {
 	var tg outbound.Target
 	var space string
-	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &tg.URL, &tg.Secret, &tg.PreviousSecret, &tg.Headers)
+	err := q.QueryRow(ctx, testSubSQL, id).Scan(&space, &tg.URL, &tg.Secret, &tg.PreviousSecret, &tg.Headers,
+		&tg.Kind, &tg.Config)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -121,11 +131,11 @@ func (t *Tester) Send(ctx context.Context, q authz.Querier, id uuid.UUID) (*Test
 	return res, nil
 }
 
-// send makes one request of msg to tg.
+// send sends msg to tg's destination.
 func (t *Tester) send(ctx context.Context, tg *outbound.Target, msg *outbound.Message) outbound.Answer {
-	req, err := outbound.NewRequest(ctx, tg, msg, time.Now())
+	dest, err := t.dests.For(tg)
 	if err != nil {
 		return outbound.Answer{Kind: outbound.Retry, Err: err.Error()}
 	}
-	return outbound.Post(t.client, req, t.maxBody)
+	return dest.Send(ctx, msg, time.Now())
 }

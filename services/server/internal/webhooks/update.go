@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,8 +17,13 @@ import (
 // UpdateParams changes a subscription; nil fields stay as they are. It
 // serves the HTTP API's PATCH.
 type UpdateParams struct {
-	// URL is the new target, validated like Create's.
+	// URL is the new target, validated like Create's; it makes the
+	// destination an HTTP receiver.
 	URL *string
+	// Destination, if set, replaces the destination whole (the API's
+	// object, as CreateParams.Destination): how a broker's credentials
+	// are rotated.
+	Destination json.RawMessage
 	// EventTypes replaces the filter; an empty slice delivers every type.
 	EventTypes *[]string
 	// Headers is a merge patch of the custom headers: a value sets a
@@ -70,7 +76,10 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 		if err := c.announce(ctx, tx, id, before); err != nil {
 			return err
 		}
-		return setPolicy(ctx, tx, id, p.Policy, p.Limits)
+		if err := setPolicy(ctx, tx, id, p.Policy, p.Limits); err != nil {
+			return err
+		}
+		return checkStoredBatch(ctx, tx, id)
 	})
 	if err != nil {
 		return nil, err
@@ -82,6 +91,8 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 // UPDATE takes it.
 type subscriptionChange struct {
 	url           *string  // nil: keep the target
+	kind          *string  // nil: keep the destination
+	config        []byte   // the destination's fields when kind is set
 	types         []string // nil: keep the filter
 	setHeaders    any      // nil: keep the headers
 	removeHeaders []string // names to remove when setHeaders is not nil
@@ -93,8 +104,7 @@ type subscriptionChange struct {
 // patch, the policy and the expressions of an update, in that order.
 func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, error) {
 	c := &subscriptionChange{removeHeaders: []string{}}
-	var err error
-	if c.url, err = updateTarget(ctx, p); err != nil {
+	if err := c.target(ctx, p); err != nil {
 		return nil, err
 	}
 	if p.EventTypes != nil {
@@ -130,22 +140,29 @@ func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, 
 	return c, nil
 }
 
-// updateTarget validates the new target, if one is given, and returns it
-// in its normal form; nil keeps the target.
-func updateTarget(ctx context.Context, p *UpdateParams) (*string, error) {
-	if p.URL == nil {
-		return nil, nil
+// target validates the new destination or URL, if one is given; a URL
+// alone makes the destination an HTTP receiver.
+func (c *subscriptionChange) target(ctx context.Context, p *UpdateParams) error {
+	if p.URL == nil && p.Destination == nil {
+		return nil
 	}
 	res := p.Resolver
 	if res == nil {
 		res = defaultResolver
 	}
-	u, err := ValidateTarget(ctx, res, *p.URL, p.AllowPrivateTargets)
-	if err != nil {
-		return nil, err
+	raw, url := p.Destination, ""
+	if raw == nil {
+		raw = json.RawMessage(`{"kind":"http"}`)
 	}
-	s := u.String()
-	return &s, nil
+	if p.URL != nil {
+		url = *p.URL
+	}
+	d, err := checkDestination(ctx, res, raw, url, p.AllowPrivateTargets)
+	if err != nil {
+		return err
+	}
+	c.url, c.kind, c.config = &d.url, &d.kind, d.config
+	return nil
 }
 
 // apply writes the change to subscription id in tx and checks the patched
@@ -156,10 +173,11 @@ func (c *subscriptionChange) apply(ctx context.Context, tx pgx.Tx, id uuid.UUID)
 UPDATE webhook_subscriptions
 SET url = coalesce($2, url), event_types = coalesce($3, event_types),
     headers = CASE WHEN $4::jsonb IS NULL THEN headers ELSE (headers - $5::text[]) || $4::jsonb END,
-    filter = CASE WHEN $6::text IS NULL THEN filter ELSE nullif($6, '') END,
-    transform = CASE WHEN $7::text IS NULL THEN transform ELSE nullif($7, '') END, updated_at = now()
+    destination_kind = coalesce($6, destination_kind), destination = coalesce($7::jsonb, destination),
+    filter = CASE WHEN $8::text IS NULL THEN filter ELSE nullif($8, '') END,
+    transform = CASE WHEN $9::text IS NULL THEN transform ELSE nullif($9, '') END, updated_at = now()
 WHERE id = $1
-RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.filter, c.transform).Scan(&headers)
+RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.kind, c.config, c.filter, c.transform).Scan(&headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -167,6 +185,19 @@ RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.filter,
 		return fmt.Errorf("update webhook subscription %s: %w", id, err)
 	}
 	return checkHeaderTotals(headers)
+}
+
+// checkStoredBatch refuses, within an update's transaction, a
+// subscription whose destination and max_batch no longer go together.
+func checkStoredBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	var kind string
+	var maxBatch int
+	err := tx.QueryRow(ctx, `SELECT destination_kind, coalesce(max_batch, 0) FROM webhook_subscriptions WHERE id = $1`, id).
+		Scan(&kind, &maxBatch)
+	if err != nil {
+		return fmt.Errorf("update webhook subscription %s: %w", id, err)
+	}
+	return checkBatch(kind, maxBatch)
 }
 
 // expressions is a subscription's filter and transform as stored, and its

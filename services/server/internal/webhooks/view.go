@@ -1,9 +1,13 @@
 package webhooks
 
 import (
+	"cmp"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // DeliveryView is a delivery as the HTTP API and the CLI's --json show it.
@@ -116,11 +120,15 @@ func (r *RecoverResult) View() RecoverView {
 // CLI prints it with --json (which hides the URL's query, as its tables
 // do).
 type SubscriptionView struct {
-	ID         uuid.UUID `json:"id"`
-	Owner      string    `json:"owner"`
-	Space      string    `json:"space"`
-	URL        string    `json:"url"`
-	EventTypes []string  `json:"event_types"`
+	ID    uuid.UUID `json:"id"`
+	Owner string    `json:"owner"`
+	Space string    `json:"space"`
+	// URL is an http destination's, "" for a broker's.
+	URL string `json:"url"`
+	// Destination is {"kind": ...} and, for a broker kind, its fields
+	// with credentials masked (outbound.Masked).
+	Destination json.RawMessage `json:"destination"`
+	EventTypes  []string        `json:"event_types"`
 	// TokenID is the token whose current scopes bound every delivery;
 	// absent: the owner's full rights.
 	TokenID        *uuid.UUID `json:"token_id,omitempty"`
@@ -162,7 +170,19 @@ func NewSubscriptionView(s *Subscription) SubscriptionView {
 		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
 		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, LastSuccessSeq: s.LastSuccessSeq,
 		LastSuccessAt: utcPtr(s.LastSuccessAt), Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: MaskHeaders(s.Headers), Filter: s.Filter, Transform: s.Transform, PolicyView: NewPolicyView(s)}
+		Headers: MaskHeaders(s.Headers), Destination: s.Destination.View(), Filter: s.Filter, Transform: s.Transform, PolicyView: NewPolicyView(s)}
+}
+
+// View is d as the API shows it: its kind beside its redacted fields.
+func (d *Destination) View() json.RawMessage {
+	fields := map[string]any{}
+	_ = json.Unmarshal(d.Redacted(), &fields) // {} when unreadable
+	fields["kind"] = cmp.Or(d.Kind, outbound.KindHTTP)
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return json.RawMessage(`{"kind":"` + outbound.KindHTTP + `"}`)
+	}
+	return out
 }
 
 // utcPtr returns *t in UTC, nil for nil.
@@ -324,7 +344,7 @@ type StatsView struct {
 type StatsInterval struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
-	// OK counts attempts answered 2xx; Failed every other attempt: another
+	// OK counts attempts answered 2xx or confirmed by a broker; Failed every other attempt: another
 	// status, no answer, or a refusal before any request.
 	OK     int64 `json:"ok"`
 	Failed int64 `json:"failed"`

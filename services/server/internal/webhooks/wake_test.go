@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
@@ -24,12 +25,12 @@ func TestConsumer_WakesTheLiveSenderWithoutAJob(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 1)
 	require.Equal(t, 1, b.round(t).Jobs, "no sender yet: a job")
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
 
 	for i := 2; i <= 4; i++ {
 		b.emit(t, "s1", 1)
 		require.Zero(t, b.round(t).Jobs, "round %d: the sender is live", i)
-		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d, well before the linger ends", i)
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d, well before the linger ends", i)
 	}
 	var jobs int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
@@ -68,9 +69,9 @@ func TestSender_KeepsItsSubscriptionAcrossRuns(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 1)
 	require.Equal(t, 1, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "first delivery")
 	ctx := context.Background()
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var ended bool
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce((metadata->>'snoozes')::int, 0) > 0 OR state = 'completed'
 			FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&ended))
@@ -78,7 +79,7 @@ func TestSender_KeepsItsSubscriptionAcrossRuns(t *testing.T) {
 	}, "the job's first run ended")
 	b.emit(t, "s1", 1)
 	require.Zero(t, b.round(t).Jobs, "the yielded sender still holds the subscription")
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 2 }, "second delivery")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 2 }, "second delivery")
 	var jobs int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, webhooks.KindDeliver).Scan(&jobs))
 	require.Equal(t, 1, jobs)
@@ -103,7 +104,7 @@ func TestSender_KeepsItsJobWhileItKeepsUp(t *testing.T) {
 	for i := 1; ; i++ {
 		b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
 		if i == 1 {
 			require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river_job WHERE kind = $1`,
 				webhooks.KindDeliver).Scan(&started))
@@ -140,7 +141,7 @@ func TestSender_RecordsATrickleWithTheNextClaim(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		b.emit(t, "s1", 1)
 		b.round(t)
-		eventually(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
+		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == i }, "delivery %d", i)
 	}
 	b.waitCounter(t, "delivered", n-1)
 	require.Equal(t, float64(n), b.steps(t), "one step per delivery: each records the one before and claims the next")
@@ -163,12 +164,12 @@ func TestSenders_StepTogether(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 1)
 	require.Equal(t, n, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == n }, "first deliveries")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == n }, "first deliveries")
 	before := b.steps(t)
 
 	b.emit(t, "s1", 1)
 	require.Zero(t, b.round(t).Jobs, "every sender is live")
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 2*n }, "second deliveries")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 2*n }, "second deliveries")
 	b.waitCounter(t, "delivered", n)
 	require.Less(t, b.steps(t)-before, float64(n), "%d woken senders stepped in fewer transactions than one each", n)
 }
@@ -195,7 +196,7 @@ func TestSenders_AGroupSkipsAHeldSubscription(t *testing.T) {
 	b.start(t)
 	b.emit(t, "s1", 1)
 	require.Equal(t, others+1, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool { return held.count() == 1 && rv.count() == others }, "first deliveries")
+	testwait.Until(t, 10*time.Second, func() bool { return held.count() == 1 && rv.count() == others }, "first deliveries")
 
 	ctx := context.Background()
 	tx, err := b.db.Pool.Begin(ctx)
@@ -205,10 +206,10 @@ func TestSenders_AGroupSkipsAHeldSubscription(t *testing.T) {
 	require.NoError(t, err)
 	b.emit(t, "s1", 1)
 	b.round(t)
-	eventually(t, 5*time.Second, func() bool { return rv.count() == 2*others }, "the other subscriptions' deliveries, while one is held")
+	testwait.Until(t, 5*time.Second, func() bool { return rv.count() == 2*others }, "the other subscriptions' deliveries, while one is held")
 	require.Equal(t, 1, held.count(), "the held subscription's sender waits for the row")
 	require.NoError(t, tx.Rollback(ctx))
-	eventually(t, 10*time.Second, func() bool { return held.count() == 2 }, "the held subscription's delivery once the row is free")
+	testwait.Until(t, 10*time.Second, func() bool { return held.count() == 2 }, "the held subscription's delivery once the row is free")
 }
 
 // TestSender_AnUnorderedRetryEndsTheLinger: an unordered sender with
@@ -233,7 +234,7 @@ func TestSender_AnUnorderedRetryEndsTheLinger(t *testing.T) {
 	b.start(t)
 	evs := b.emit(t, "s1", 1)
 	require.Equal(t, 1, b.round(t).Jobs)
-	eventually(t, 10*time.Second, func() bool { return rv.count() == 1 }, "the first attempt")
+	testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "the first attempt")
 	b.waitDelivered(t, s.ID, evs[0].Seq)
 	require.Equal(t, []int{500, 200}, statuses(rv.requests()))
 }

@@ -3,6 +3,7 @@ package cost
 import (
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -177,4 +178,18 @@ func (s *Statement) OneLine(width int) string {
 		q = q[:width-3] + "..."
 	}
 	return q
+}
+
+// PrintTop writes the statements that took the most PostgreSQL time as a
+// table: calls, time, rows, WAL, share, JIT-compiled functions and the
+// statement on one line.
+func PrintTop(w io.Writer, top []Statement) {
+	if len(top) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
+	fmt.Fprintf(w, "%9s %10s %9s %10s %12s %6s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "wal_bytes", "share", "jit fn", "statement")
+	for _, s := range top {
+		fmt.Fprintf(w, "%9d %10.1f %9.3f %10d %12d %5.1f%% %6d  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, s.WALBytes, 100*s.ShareOfTime, s.JITFunctions, s.OneLine(150))
+	}
 }

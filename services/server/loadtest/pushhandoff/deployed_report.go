@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bothy/bothy/services/server/loadtest/cost"
 	"github.com/bothy/bothy/services/server/loadtest/deploy"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
@@ -162,6 +163,7 @@ func (r *deployed) summary(b *strings.Builder, res *deployResult, j *deployJSON)
 			*j.APIRoundTripsPerEvent, *j.WorkerRoundTripsPerMsg)
 	}
 	fmt.Fprintf(b, "budget perf.push_handoff_p95 = %s, judged on the p95 from the 201\n", ms(r.budget))
+	cost.PrintTop(b, res.top)
 }
 
 // deployVerdict says why the run fails, or "", and whether the p95 was

@@ -25,6 +25,7 @@ type deployResult struct {
 	// nil without pg_stat_statements.
 	transactions, riverJobs int64
 	statements              *int64
+	top                     []cost.Statement
 	stages                  []shared.Stage
 	stagesErr               error
 	// badMessages are the requests that failed VAPID or decryption.
@@ -79,18 +80,23 @@ func (r *deployed) measure(ctx context.Context) (*deployResult, error) {
 	}
 	res.loadAfter = shared.LoadAvg()
 	res.producer, res.producerCPU = sent, cpu
-	return res, r.finish(ctx, meter, res)
+	return res, r.finish(ctx, meter, others, res)
 }
 
 // finish stops the processes and the receiver, closes the meter's window
 // and takes the counts, the latencies and where the time went.
-func (r *deployed) finish(ctx context.Context, meter *cost.Meter, res *deployResult) error {
+func (r *deployed) finish(ctx context.Context, meter *cost.Meter, others *deploy.Others, res *deployResult) error {
 	r.d.Stop()
 	totals, err := meter.Finish(ctx)
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
 	res.transactions, res.statements, res.riverJobs = totals.Transactions, totals.Statements, totals.RiverJobs
+	if r.opts.statements && others.DB.Statements {
+		if res.top, err = others.DB.TopStatements(ctx, 40); err != nil {
+			return err
+		}
+	}
 	res.badMessages = r.stopReceiver()
 	res.counts = r.count(res.producer.Sent)
 	res.latency = deploy.NewLatencies(res.producer.Sent, r.arrivalTimes)

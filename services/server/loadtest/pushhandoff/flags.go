@@ -34,7 +34,9 @@ type options struct {
 	config    string
 	short     bool
 	keep      bool
-	profile   string
+	// statements: print the statements that took the most PostgreSQL time.
+	statements bool
+	profile    string
 	// mode is "handoff" or "fanout"; events is fanout's measured events.
 	mode   string
 	events int
@@ -65,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for push_handoff.txt and push_handoff.png")
 	fs.StringVar(&o.config, "config", "", "bothy configuration file (perf.push_handoff_p95, river.*, push.*)")
 	fs.BoolVar(&o.short, "short", false, "a few seconds, for CI: --duration 3s --devices 20 unless given")
+	fs.BoolVar(&o.statements, "statements", false, "print the statements that took the most PostgreSQL time (pg_stat_statements)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database (and the deployment's private cluster and logs) for inspection")
 	fs.StringVar(&o.profile, "cpuprofile", "", "--in-process only: write a CPU profile of the measured load to this file (the deployment has --perf-record)")
 	fs.StringVar(&o.mode, "mode", "handoff", "handoff: events at --rate, latency of every message; fanout (--in-process only): one event to all --devices in one space, --events times, one after another")

@@ -204,13 +204,7 @@ func (h *handoff) deployedText(b *strings.Builder, r *deployResult, j *deployJSO
 		j.TransactionsPerDelivery, orNA(j.StatementsPerDelivery, "%.2f"), j.RiverJobsPerDelivery, j.WALBytesPerEvent)
 	fmt.Fprintf(b, "round trips to PostgreSQL (bothy_database_round_trips_total): api %s/event, worker %s/delivery\n",
 		orNA(j.APIRoundTripsPerEvent, "%.3f"), orNA(j.WorkerRoundTripsPerDeliv, "%.3f"))
-	if len(r.top) > 0 {
-		fmt.Fprintf(b, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
-		fmt.Fprintf(b, "%9s %10s %9s %10s %6s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "share", "jit fn", "statement")
-		for _, s := range r.top {
-			fmt.Fprintf(b, "%9d %10.1f %9.3f %10d %5.1f%% %6d  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, 100*s.ShareOfTime, s.JITFunctions, s.OneLine(150))
-		}
-	}
+	cost.PrintTop(b, r.top)
 }
 
 // deployVerdict says why the run fails, or "": any delivery missing,

@@ -186,14 +186,7 @@ func (h *handoff) costText(b *strings.Builder, r *result) {
 	r.cost.Print(b)
 	fmt.Fprintf(b, "worker pool round trips: %s; %d requests, %d duplicates, %d out of order, %d bad signatures, %d missing, %d unexpected\n",
 		r.tripKinds, r.requests, r.duplicates, r.outOfOrder, r.badSig, r.missing, r.unexpected)
-	if len(r.statements) == 0 {
-		return
-	}
-	fmt.Fprintf(b, "\ntop statements by PostgreSQL time (pg_stat_statements, this database, the whole window):\n")
-	fmt.Fprintf(b, "%9s %10s %9s %10s %12s %6s  %s\n", "calls", "total ms", "mean ms", "rows", "wal_bytes", "share", "statement")
-	for _, s := range r.statements {
-		fmt.Fprintf(b, "%9d %10.1f %9.3f %10d %12d %5.1f%%  %s\n", s.Calls, s.TotalMS, s.MeanMS, s.Rows, s.WALBytes, 100*s.ShareOfTime, s.OneLine(110))
-	}
+	cost.PrintTop(b, r.statements)
 }
 
 func passText(verdict, pass string) string {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -18,11 +17,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/bothy/bothy/services/server/internal/egress"
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/kinds"
 )
 
 // DeliverConfig configures a Deliverer.
@@ -180,7 +181,7 @@ type Deliverer struct {
 	river.WorkerDefaults[webhooks.DeliverArgs]
 	pool    *pgxpool.Pool
 	events  sync.EventSource
-	client  *http.Client
+	dests   *outbound.Destinations
 	metrics *Metrics
 	cfg     DeliverConfig
 	// exprs holds the subscriptions' compiled transforms.
@@ -191,7 +192,7 @@ type Deliverer struct {
 	running atomic.Int64
 	idle    idleSenders
 	// steps runs the senders' steps that come together as one transaction.
-	steps steps
+	steps *steps
 	// rec records the senders' 2xx answers as they come.
 	rec *recorder
 	// stopping is closed when the process stops (Run): idle senders end
@@ -214,9 +215,11 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 	if err := c.underRescue(cfg != nil && cfg.RescueAfter > 0); err != nil {
 		return nil, err
 	}
-	d := &Deliverer{pool: pool, events: events, client: outbound.NewHTTPClient(c.Timeout, c.AllowPrivateTargets), metrics: metrics, cfg: c,
+	d := &Deliverer{pool: pool, events: events, metrics: metrics, cfg: c,
 		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{}), exprs: eventexpr.NewCache()}
-	d.steps.d = d
+	d.dests = kinds.All.Open(&outbound.OpenParams{Policy: egress.Policy{AllowPrivate: c.AllowPrivateTargets}, Timeout: c.Timeout,
+		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger})
+	d.steps = newSteps(d)
 	d.rec = newRecorder(d, c.RecordEvery)
 	return d, nil
 }
@@ -227,6 +230,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 func (d *Deliverer) Run(ctx context.Context) error {
 	<-ctx.Done()
 	d.stoppingOnce.Do(func() { close(d.stopping) })
+	d.dests.Close()
 	return nil
 }
 

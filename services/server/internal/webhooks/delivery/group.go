@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	gosync "sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
@@ -34,18 +34,20 @@ import (
 // transaction failed before its commit, runs alone (stepTx) after the
 // group, so that each policy keeps one implementation.
 type steps struct {
-	d *Deliverer
+	d      *Deliverer
+	groups *coalesce.Batcher[*groupStep]
+}
 
-	mu      gosync.Mutex
-	running bool
-	queue   []*groupStep
+func newSteps(d *Deliverer) *steps {
+	g := &steps{d: d}
+	g.groups = coalesce.New(g.runGroup, coalesce.Options[*groupStep]{MaxWeight: maxGroup})
+	return g
 }
 
 // groupStep is one sender's step in a group, and its outcome.
 type groupStep struct {
 	s    *sender
 	last *batch
-	done chan struct{}
 	// alone: the group did not take the step; the sender runs it alone.
 	alone bool
 	p     plan
@@ -81,40 +83,15 @@ func groupable(last *batch) bool {
 // step runs s's step in the next group; false if the sender must run it
 // alone.
 func (g *steps) step(s *sender, last *batch) (plan, bool, error) {
-	gs := &groupStep{s: s, last: last, done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, gs)
-	if !g.running {
-		g.running = true
-		go g.run()
-	}
-	g.mu.Unlock()
-	<-gs.done
+	gs := &groupStep{s: s, last: last}
+	// With a context that never ends, Do returns once the group has run.
+	_ = g.groups.Do(context.Background(), gs)
 	return gs.p, !gs.alone, gs.err
 }
 
 // maxGroup is the most steps one group takes: a group's transaction holds
 // the rows of all its subscriptions, and builds every batch it claims.
 const maxGroup = 32
-
-// run runs the queued steps' groups one after the other until none waits.
-func (g *steps) run() {
-	for {
-		g.mu.Lock()
-		group := g.queue[:min(len(g.queue), maxGroup)]
-		g.queue = g.queue[len(group):]
-		if len(group) == 0 {
-			g.running = false
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		g.runGroup(group)
-		for _, gs := range group {
-			close(gs.done)
-		}
-	}
-}
 
 // runGroup runs one group's transaction and counts its results once it
 // committed. If it failed before its commit, every step of it runs alone;
@@ -252,7 +229,7 @@ WITH o AS (
         AS o(sub, seq, code, secs, excerpt, started, msg)
 ), a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
-    SELECT sub, seq, started, code, secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
+    SELECT sub, seq, started, NULLIF(code, 0), secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 ), d AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // Results counted by bothy_webhook_deliveries_total.
@@ -21,7 +23,7 @@ var deliveryResults = []string{"delivered", "retry", "dead", "gone", "gap"}
 // exports them, not only the worker that sends.
 type Metrics struct {
 	deliveries *prometheus.CounterVec
-	duration   prometheus.Histogram
+	duration   *prometheus.HistogramVec
 	steps      prometheus.Counter
 	// Expressions counts the filters (of the consumer's rounds) and
 	// transforms (of the senders) that failed on an event.
@@ -39,11 +41,12 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.Dura
 			Name: "bothy_webhook_deliveries_total",
 			Help: "Delivery outcomes: delivered (2xx), retry (failed, will be retried), dead (refused by authz or retry budget exhausted), gone (410), gap (event left the log first).",
 		}, []string{"result"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "bothy_webhook_attempt_duration_seconds",
-			Help:    "Duration of delivery attempts, from sending the request to the end of the (capped) response body.",
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "bothy_webhook_attempt_duration_seconds",
+			Help: "Duration of delivery attempts by destination kind (http, rabbitmq, ...): for http from sending the request to the end " +
+				"of the (capped) response body, for a broker from publishing to its confirmation.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}),
+		}, []string{"kind"}),
 		steps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bothy_webhook_sender_steps_total",
 			Help: "Transactions of webhook senders that recorded outcomes or claimed deliveries; divided by bothy_webhook_deliveries_total, what a delivery costs in transactions.",
@@ -52,6 +55,7 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.Dura
 	for _, r := range deliveryResults {
 		m.deliveries.WithLabelValues(r)
 	}
+	m.duration.WithLabelValues(outbound.KindHTTP)
 	reg.MustRegister(m.deliveries, m.duration, m.steps, &dbCollector{pool: pool, durable: durable, logger: logger})
 	m.Expressions = webhooks.NewExpressionErrors(reg)
 	return m
@@ -75,9 +79,9 @@ func (m *Metrics) step() {
 	}
 }
 
-func (m *Metrics) attempt(d time.Duration) {
+func (m *Metrics) attempt(kind string, d time.Duration) {
 	if m != nil {
-		m.duration.Observe(d.Seconds())
+		m.duration.WithLabelValues(cmp.Or(kind, outbound.KindHTTP)).Observe(d.Seconds())
 	}
 }
 

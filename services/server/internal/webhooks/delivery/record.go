@@ -27,7 +27,7 @@ WITH o AS (
         AS o(seq, code, secs, excerpt, started, msg)
 ), a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
-    SELECT $1, seq, started, code, secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
+    SELECT $1, seq, started, NULLIF(code, 0), secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 ), d AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
@@ -175,8 +175,7 @@ WHERE id = $1 AND status = 'active'`
 
 // deadSQL makes the pending deliveries $2 dead with the error $3.
 const deadSQL = `
-UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL,
-    claim_job_id = NULL, claim_owner = NULL, claim_until = NULL
+UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
     ` + pendingAtSQL
 
 // failure is a failed request as its policy judges it: the head delivery

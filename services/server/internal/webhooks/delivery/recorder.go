@@ -191,7 +191,7 @@ WITH o AS (
         AS o(sub, seq, code, secs, excerpt, started, msg)
 ), a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
-    SELECT sub, seq, started, code, secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
+    SELECT sub, seq, started, NULLIF(code, 0), secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 )
 UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
     first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL

@@ -320,24 +320,24 @@ func (s *sender) send(ctx context.Context, b *batch) {
 	}
 }
 
-// attempt makes one request of b and records its answer in r.
+// attempt sends one message of b to the subscription's destination and
+// records its answer in r.
 func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
 	r.sent, r.started = true, time.Now()
-	ctx, span := startAttempt(ctx, s.subID, r)
+	ctx, span := startAttempt(ctx, s.subID, b.target.Kind, r)
 	defer func() { endAttempt(span, &r.Answer) }()
 	if r.shapeErr != nil {
 		r.Kind, r.Err = outbound.Retry, "not sent: "+r.shapeErr.Error()
 		s.d.metrics.expressionError(r.shapeErr)
 		return
 	}
-	req, err := outbound.NewRequest(ctx, &b.target, &r.msg, r.started)
+	dest, err := s.d.dests.For(&b.target)
 	if err != nil {
 		r.Kind, r.Err = outbound.Retry, err.Error()
 		return
 	}
-	traceRequest(ctx, req)
-	r.Answer = outbound.Post(s.d.client, req, s.d.cfg.MaxResponseBytes)
-	s.d.metrics.attempt(r.Duration)
+	r.Answer = dest.Send(ctx, &r.msg, r.started)
+	s.d.metrics.attempt(b.target.Kind, r.Duration)
 	if b.eager && r.Kind == outbound.Delivered {
 		s.d.rec.add(s.subID, r)
 	}

@@ -58,7 +58,7 @@ FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
 // settle time settle.
 func subColumns(job, owner, settle string) string {
 	return `owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
-       headers, token_id, status, probing, failing_since IS NOT NULL,
+       headers, destination_kind, destination, token_id, status, probing, failing_since IS NOT NULL,
        coalesce(pump_job_id = ` + job + `, false),
        CASE WHEN pump_until IS NULL OR pump_until <= now() OR pump_job_id IS NULL THEN false
             WHEN pump_job_id = ` + job + ` OR pump_owner IS NULL OR pump_owner = ` + owner + ` THEN true
@@ -170,7 +170,7 @@ func (t *stepTx) lock(ctx context.Context) (bool, error) {
 func (s *subRow) scan(row pgx.Row, before ...any) error {
 	ps := webhooks.ScanPolicy(&s.pol)
 	dest := append(before, &s.owner, &s.space, &s.target.URL, &s.target.Secret, &s.target.PreviousSecret, &s.target.Headers,
-		&s.tokenID, &s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake)
+		&s.target.Kind, &s.target.Config, &s.tokenID, &s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake)
 	if err := row.Scan(append(append(dest, ps.Dest()...), &s.transform)...); err != nil {
 		return err
 	}

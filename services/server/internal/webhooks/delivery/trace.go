@@ -1,15 +1,14 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
-	"net/http"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -17,17 +16,18 @@ import (
 // event it sends (the producer's, stored with the event): as a child of the
 // job's span when the job runs in that trace, else as a child of the
 // producer's span with a link to the job's, since one job sends the events
-// of many producers. It traces with the provider of the job's span, so it
-// records exactly when River's work is traced; with tracing off it still
+// of many producers. It names the destination's kind, never its address.
+// It traces with the provider of the job's span, so it records exactly
+// when River's work is traced; with tracing off it still
 // carries the event's trace context to the receiver.
-func startAttempt(ctx context.Context, subID uuid.UUID, r *request) (context.Context, trace.Span) {
+func startAttempt(ctx context.Context, subID uuid.UUID, kind string, r *request) (context.Context, trace.Span) {
 	job := trace.SpanFromContext(ctx)
 	head := r.head()
 	attrs := []attribute.KeyValue{
 		attribute.String("bothy.webhook.subscription_id", subID.String()),
 		attribute.Int64("bothy.event.seq", head.seq),
 		attribute.String("bothy.event.id", head.eventID.String()),
-		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("bothy.webhook.destination_kind", cmp.Or(kind, outbound.KindHTTP)),
 	}
 	if len(r.items) > 1 {
 		attrs = append(attrs, attribute.Int("bothy.webhook.batch_size", len(r.items)))
@@ -41,13 +41,6 @@ func startAttempt(ctx context.Context, subID uuid.UUID, r *request) (context.Con
 	}
 	return job.TracerProvider().Tracer("github.com/bothy/bothy/services/server/internal/webhooks").
 		Start(ctx, "bothy.webhook.attempt", opts...)
-}
-
-// traceRequest sets the W3C traceparent of ctx's span (the attempt's) on
-// the request, over any custom header of that name: the receiver's spans
-// join the event's trace.
-func traceRequest(ctx context.Context, req *http.Request) {
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 }
 
 // endAttempt ends an attempt's span with its outcome. The URL is not

@@ -3,9 +3,7 @@ package outbound
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/egress"
@@ -37,34 +35,19 @@ func PrivateHint(err error) string {
 // timeout as the bound on a whole attempt.
 func NewHTTPClient(timeout time.Duration, allowPrivate bool) *http.Client {
 	p := egress.Policy{AllowPrivate: allowPrivate}
-	control := func(network, address string, c syscall.RawConn) error {
-		if err := p.Control(network, address, c); err != nil {
+	// Every sender keeps a connection to its receiver, and an unordered one
+	// up to max_in_flight: many subscriptions of one owner often share a
+	// host, and a connection closed for want of an idle slot costs a new
+	// handshake per request.
+	tr := p.Transport(egress.TransportConfig{
+		DialTimeout:           timeout,
+		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		Refused: func(err error) error {
 			return fmt.Errorf("%w: %w%s", ErrTargetRefused, err, PrivateHint(err))
-		}
-		return nil
-	}
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Control: control}
-	tr := &http.Transport{
-		Proxy:             nil,
-		DialContext:       dialer.DialContext,
-		ForceAttemptHTTP2: true,
-		// Every sender keeps a connection to its receiver, and an unordered
-		// one up to max_in_flight: many subscriptions of one owner often
-		// share a host, and a connection closed for want of an idle slot
-		// costs a new handshake per request.
-		MaxIdleConns:           4096,
-		MaxIdleConnsPerHost:    1024,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
-		ResponseHeaderTimeout:  timeout,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	return &http.Client{
-		Transport: tr,
-		Timeout:   timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
 		},
-	}
+	})
+	return egress.Client(tr, timeout)
 }

@@ -17,20 +17,26 @@ import (
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/bothy/bothy/services/server/internal/retryafter"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
 // ExcerptBytes is how much of a response body is kept with an answer.
 const ExcerptBytes = 1 << 10
 
-// Target is where and how a subscription's requests go: its URL, its
-// signing secrets (the previous one only during a rotation's overlap) and
-// its custom headers.
+// Target is where and how a subscription's messages go: its destination
+// (an HTTP URL, or a broker kind's fields), its signing secrets (the
+// previous one only during a rotation's overlap) and its custom headers.
 type Target struct {
 	URL            string
 	Secret         string
 	PreviousSecret string
 	Headers        map[string]string
+	// Kind is the destination's kind ("" or KindHTTP: URL); Config is a
+	// broker kind's fields as stored, credentials whole: never shown but
+	// through Kinds.Redacted.
+	Kind   string
+	Config json.RawMessage
 }
 
 // Message is the body of one request and the id it is signed under
@@ -227,7 +233,7 @@ func Post(client *http.Client, req *http.Request, maxBody int) Answer {
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			a.Err += " (redirects are not followed)"
 		}
-		a.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		a.RetryAfter = retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 		if rerr != nil {
 			a.Err += "; reading body: " + ScrubURL(rerr)
 		}
@@ -256,22 +262,4 @@ func ScrubURL(err error) string {
 		return "timeout: " + err.Error()
 	}
 	return err.Error()
-}
-
-// ParseRetryAfter reads delay-seconds or an HTTP date; 0 if absent or bad.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(30*24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

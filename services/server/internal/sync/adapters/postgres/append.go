@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	gosync "sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -68,9 +68,8 @@ func (l *EventLog) Append(ctx context.Context, news []sync.NewEvent) (out []sync
 	if repeats {
 		return l.write(ctx, span, whole)
 	}
-	c := &appendCall{ctx: ctx, news: news, ids: ids, traceParent: sync.FormatTraceParent(span.SpanContext()),
-		done: make(chan struct{})}
-	out, used, err := l.appends.join(ctx, l, c)
+	c := &appendCall{ctx: ctx, news: news, ids: ids, traceParent: sync.FormatTraceParent(span.SpanContext())}
+	out, used, err := l.join(ctx, c)
 	if used {
 		// This call's ids, or another's in its group, were used: alone it
 		// appends, or it answers as Write does.
@@ -81,33 +80,16 @@ func (l *EventLog) Append(ctx context.Context, news []sync.NewEvent) (out []sync
 	return out, err
 }
 
-// appendCall is one Append waiting for, or in, a shared pipeline.
+// appendCall is one Append waiting for, or in, a shared pipeline, and
+// what the pipeline made of it.
 type appendCall struct {
 	ctx         context.Context
 	news        []sync.NewEvent
 	ids         []uuid.UUID
 	traceParent string
-	done        chan struct{}
-	// taken: a pipeline holds the call; it can no longer withdraw.
-	taken bool
-	out   []sync.Event
-	used  bool
-	err   error
-}
-
-// appends lets the Append calls of a process that come together share one
-// pipeline (one claim, counter update, commit and flush for all their
-// events), as PostgreSQL's group commit shares an fsync: while one
-// pipeline runs, the calls that arrive wait for the next, which takes them
-// all.
-type appends struct {
-	mu      gosync.Mutex
-	running int
-	// runners counts the running pipelines' goroutines, for Close.
-	runners gosync.WaitGroup
-	// latest is when the newest running pipeline started.
-	latest time.Time
-	queue  []*appendCall
+	out         []sync.Event
+	used        bool
+	err         error
 }
 
 // A process runs one shared pipeline at a time, so that calls share it;
@@ -123,102 +105,46 @@ const (
 // maxSharedEvents bounds the events one shared pipeline appends.
 const maxSharedEvents = 1000
 
+// newAppends returns what lets the Append calls of a process that come
+// together share one pipeline (one claim, counter update, commit and flush
+// for all their events), as PostgreSQL's group commit shares an fsync.
+func newAppends(l *EventLog) *coalesce.Batcher[*appendCall] {
+	return coalesce.New(l.runShared, coalesce.Options[*appendCall]{
+		MaxWeight: maxSharedEvents,
+		Weight:    func(c *appendCall) int { return len(c.news) },
+		Runners:   maxAppendRunners,
+		Stall:     appendStall,
+	})
+}
+
 // join runs c in the next shared pipeline and returns its outcome. A
 // caller whose context ends before a pipeline took its call withdraws it
 // (nothing appended); one that ends after gets an error saying the outcome
 // is unknown, while the pipeline goes on for the others.
-func (a *appends) join(ctx context.Context, l *EventLog, c *appendCall) ([]sync.Event, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("append %d events: %w", len(c.news), err)
-	}
-	a.mu.Lock()
-	a.queue = append(a.queue, c)
-	a.startIfStalled(l)
-	a.mu.Unlock()
-	stalled := time.NewTicker(appendStall)
-	defer stalled.Stop()
-wait:
-	for {
-		select {
-		case <-c.done:
-			return c.out, c.used, c.err
-		case <-ctx.Done():
-			break wait
-		case <-stalled.C:
-			a.mu.Lock()
-			if !c.taken {
-				a.startIfStalled(l)
-			}
-			a.mu.Unlock()
-		}
-	}
-	select {
-	case <-c.done:
-		return c.out, c.used, c.err
-	default:
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.out, c.used, c.err
-	default:
-	}
-	if !c.taken {
-		a.queue = slices.DeleteFunc(a.queue, func(q *appendCall) bool { return q == c })
+func (l *EventLog) join(ctx context.Context, c *appendCall) ([]sync.Event, bool, error) {
+	err := l.appends.Do(ctx, c)
+	switch {
+	case errors.Is(err, coalesce.ErrOutcomeUnknown):
+		return nil, false, fmt.Errorf("append %d events: outcome unknown, the commit was sent: %w", len(c.news), ctx.Err())
+	case err != nil:
 		return nil, false, fmt.Errorf("append %d events: %w", len(c.news), ctx.Err())
 	}
-	return nil, false, fmt.Errorf("append %d events: outcome unknown, the commit was sent: %w", len(c.news), ctx.Err())
+	return c.out, c.used, c.err
 }
 
-// startIfStalled starts a runner when none runs, or when the newest has
-// run longer than appendStall and fewer than maxAppendRunners run. a.mu is
-// held.
-func (a *appends) startIfStalled(l *EventLog) {
-	if a.running == 0 || (a.running < maxAppendRunners && time.Since(a.latest) > appendStall) {
-		a.running++
-		a.latest = time.Now()
-		a.runners.Add(1)
-		go a.run(l)
-	}
-}
-
-// run runs the queued calls' pipelines one after the other until none
-// waits.
-func (a *appends) run(l *EventLog) {
-	defer a.runners.Done()
-	for {
-		a.mu.Lock()
-		n, events := 0, 0
-		for n < len(a.queue) && (n == 0 || events+len(a.queue[n].news) <= maxSharedEvents) {
-			events += len(a.queue[n].news)
-			a.queue[n].taken = true
-			n++
-		}
-		group := slices.Clone(a.queue[:n])
-		// The taken calls leave the queue's array too, so it keeps no
-		// finished call (its events and context) alive.
-		clear(a.queue[:n])
-		a.queue = a.queue[n:]
-		if n == 0 {
-			a.running--
-			a.mu.Unlock()
-			return
-		}
-		a.latest = time.Now()
-		a.mu.Unlock()
-		ctx, cancel := groupContext(group)
-		out, used, err := l.appendFresh(ctx, group)
-		cancel()
-		for _, c := range group {
-			c.used, c.err = used, err
-			if err == nil && !used {
-				// Each call's slice ends at its own events: an append by
-				// one caller must not write over the next one's.
-				k := len(c.news)
-				c.out, out = out[:k:k], out[k:]
-			}
-			close(c.done)
+// runShared runs one shared pipeline for the calls of group, in order,
+// and gives each call its outcome.
+func (l *EventLog) runShared(group []*appendCall) {
+	ctx, cancel := groupContext(group)
+	out, used, err := l.appendFresh(ctx, group)
+	cancel()
+	for _, c := range group {
+		c.used, c.err = used, err
+		if err == nil && !used {
+			// Each call's slice ends at its own events: an append by one
+			// caller must not write over the next one's.
+			k := len(c.news)
+			c.out, out = out[:k:k], out[k:]
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // itemEvent is an item.created event of alice in s1.
@@ -202,7 +203,7 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 				results <- result{evs, err}
 			}()
 		}
-		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 2 }, "the two calls queue")
+		testwait.Until(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 2 }, "the two calls queue")
 		release()
 		for range postgres.MaxAppendRunners {
 			require.NoError(t, <-others)
@@ -237,7 +238,7 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 		for range n - runners {
 			go call()
 		}
-		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == n-runners }, "the other calls queue")
+		testwait.Until(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == n-runners }, "the other calls queue")
 		before := headOf(t, b)
 		release()
 		for range n {
@@ -269,7 +270,7 @@ func TestEventLog_AppendRepeatedID(t *testing.T) {
 			_, err := b.log.Append(cctx, []sync.NewEvent{itemEvent(id, `{}`)})
 			return err
 		})
-		eventually(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 1 }, "the call queues")
+		testwait.Until(t, 10*time.Second, func() bool { return b.log.QueuedAppends() == 1 }, "the call queues")
 		cancel()
 		err := <-done
 		require.ErrorIs(t, err, context.Canceled)

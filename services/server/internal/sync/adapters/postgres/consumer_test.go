@@ -20,6 +20,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // drain runs rounds until one reads less than a batch. A round that finds
@@ -230,7 +231,7 @@ func waitHeld(t testing.TB, db *dbtest.DB, done <-chan error) int {
 // has committed or rolled back.
 func waitGone(t testing.TB, db *dbtest.DB, pid int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var alive bool
 		require.NoError(t, db.Pool.QueryRow(context.Background(),
 			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive))
@@ -359,7 +360,7 @@ func TestConsumersTwoWorkersExactlyOnce(t *testing.T) {
 	}
 	wg.Wait()
 	const n = producers * each
-	eventually(t, 30*time.Second, func() bool { return cursorOf(t, b.db, "twin") == n }, "cursor did not reach %d", n)
+	testwait.Until(t, 30*time.Second, func() bool { return cursorOf(t, b.db, "twin") == n }, "cursor did not reach %d", n)
 	t.Logf("rounds with events: worker A %d, worker B %d; rounds that found the cursor locked: A %d, B %d",
 		rounds[0].Load(), rounds[1].Load(), locked[0].Load(), locked[1].Load())
 	assert.Equal(t, "skipped", gate.outcome.Load(),
@@ -490,7 +491,7 @@ func TestConsumerWakesOnNotify(t *testing.T) {
 	recv(t, first, 20*time.Second, "the first round")
 
 	appendN(t, b.log, 3)
-	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "notified") == 3 }, "no round after NOTIFY")
+	testwait.Until(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "notified") == 3 }, "no round after NOTIFY")
 	requireExactlyOnce(t, b, "notified", 3)
 }
 
@@ -508,7 +509,7 @@ func TestConsumerWakesOnPoll(t *testing.T) {
 	}, nil)
 	recv(t, first, 20*time.Second, "the first round")
 	appendN(t, silent, 3)
-	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "polled") == 3 }, "no round after poll interval")
+	testwait.Until(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "polled") == 3 }, "no round after poll interval")
 	requireExactlyOnce(t, b, "polled", 3)
 }
 
@@ -542,7 +543,7 @@ func TestConsumerListenLossLosesNothing(t *testing.T) {
 
 	_, err := b.db.Pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, func() bool { return attempts.Load() >= 2 }, "listener did not try to reconnect")
+	testwait.Until(t, 10*time.Second, func() bool { return attempts.Load() >= 2 }, "listener did not try to reconnect")
 
 	// Nobody is listening: these notifications are lost. A round woken
 	// before the outage (the first connect wakes one too) may still run and
@@ -556,7 +557,7 @@ func TestConsumerListenLossLosesNothing(t *testing.T) {
 	}
 	close(release)
 	recv(t, pids, 20*time.Second, "the listener to reconnect")
-	eventually(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "relisten") == head }, "events committed during the outage were not read after reconnect")
+	testwait.Until(t, 20*time.Second, func() bool { return cursorOf(t, b.db, "relisten") == head }, "events committed during the outage were not read after reconnect")
 	requireExactlyOnce(t, b, "relisten", head)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // writeEvents appends news in one Write whose transaction also inserts a
@@ -157,7 +158,7 @@ func TestEventLog_WriteRepeatedID(t *testing.T) {
 // for a lock.
 func waitForLockWaiters(t *testing.T, b *bundle, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, func() bool {
 		var waiting int
 		err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)

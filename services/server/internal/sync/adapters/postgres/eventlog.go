@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/sync"
 )
 
@@ -59,7 +60,7 @@ type EventLog struct {
 	tracer   trace.Tracer
 	notifier *notifier
 	// appends shares pipelines among concurrent Append calls.
-	appends appends
+	appends *coalesce.Batcher[*appendCall]
 	// variant holds the alternatives benchmarks compare with; the zero
 	// value is the production path.
 	variant variant
@@ -94,15 +95,17 @@ func NewEventLog(pool *pgxpool.Pool, cfg *EventLogConfig) *EventLog {
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider()
 	}
-	return &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool),
+	l := &EventLog{pool: pool, cfg: c, notifier: newNotifier(pool),
 		tracer: c.Tracer.Tracer("github.com/bothy/bothy/services/server/internal/sync/adapters/postgres")}
+	l.appends = newAppends(l)
+	return l
 }
 
 // Close waits for the shared Append pipelines still running (their calls
 // have returned), then for a notification in flight, which one of them may
 // have started.
 func (l *EventLog) Close() {
-	l.appends.runners.Wait()
+	l.appends.Wait()
 	l.notifier.wait()
 }
 

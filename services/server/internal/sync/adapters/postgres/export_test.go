@@ -12,9 +12,7 @@ func NewEventLogVariant(pool *pgxpool.Pool, cfg *EventLogConfig, advisoryLock, f
 
 // QueuedAppends is how many Append calls wait for a shared pipeline.
 func (l *EventLog) QueuedAppends() int {
-	l.appends.mu.Lock()
-	defer l.appends.mu.Unlock()
-	return len(l.appends.queue)
+	return l.appends.Waiting()
 }
 
 // MaxAppendRunners is how many shared Append pipelines run at once.

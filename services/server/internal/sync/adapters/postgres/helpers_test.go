@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -152,16 +151,4 @@ func addConsumer(t testing.TB, db *dbtest.DB, name string) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO event_consumer_cursors (name, last_seq) VALUES ($1, 0)`, name)
 	require.NoError(t, err)
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: "+msg, append([]any{d}, args...)...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

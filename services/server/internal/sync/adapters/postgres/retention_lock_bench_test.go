@@ -12,6 +12,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // BenchmarkPartitions_CommitWhileMaintenanceWaits measures producer
@@ -43,7 +44,7 @@ func BenchmarkPartitions_CommitWhileMaintenanceWaits(b *testing.B) {
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := parts.Maintain(mctx, fiveDaysOn()); done <- err }()
-	eventually(b, progressWait, func() bool { return retries.n.Load() > 0 }, "maintenance never met the reader")
+	testwait.Until(b, progressWait, func() bool { return retries.n.Load() > 0 }, "maintenance never met the reader")
 
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // progressCommits is how many commits the producers must make while a
@@ -163,7 +164,7 @@ func contend(t *testing.T, b *bundle, sql string, step func() error) *contention
 // held, and until the step retried.
 func (c *contention) requireProducersPassTheStep(t *testing.T, retries *retryCounter) {
 	t.Helper()
-	eventually(t, progressWait, func() bool { return retries.n.Load() > 0 || lockWaiters(c.pool) > 0 },
+	testwait.Until(t, progressWait, func() bool { return retries.n.Load() > 0 || lockWaiters(c.pool) > 0 },
 		"the partition step never met the other session's lock")
 	from := c.prod.count()
 	waitOrFail(t, func() bool { return c.prod.count() >= from+progressCommits },
@@ -171,7 +172,7 @@ func (c *contention) requireProducersPassTheStep(t *testing.T, retries *retryCou
 		progressCommits)
 	// The producers may have made their commits before the step's first
 	// attempt ran out of its lock timeout.
-	eventually(t, progressWait, func() bool { return retries.n.Load() > 0 }, "the step never retried past the lock")
+	testwait.Until(t, progressWait, func() bool { return retries.n.Load() > 0 }, "the step never retried past the lock")
 }
 
 // requireStepWaitsForRelease requires that the step has not ended while the

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // TestRound_TimeoutShrinksTheBatch: a consumer whose rounds cannot finish
@@ -54,7 +55,7 @@ func TestRound_TimeoutShrinksTheBatch(t *testing.T) {
 		},
 	}, nil)
 
-	eventually(t, 30*time.Second, func() bool { return cursorOf(t, b.db, "slow") == events },
+	testwait.Until(t, 30*time.Second, func() bool { return cursorOf(t, b.db, "slow") == events },
 		"cursor stuck below %d: rounds larger than %d events time out", events, fits)
 	requireExactlyOnce(t, b, "slow", events)
 	mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 )
 
 // TestSynchronousStandby: where a synchronous standby is configured, an
@@ -161,7 +162,7 @@ func setStandbyNames(t *testing.T, admin *pgxpool.Pool, names string) {
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
 	require.NoError(t, err)
-	pollUntil(t, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		conn, err := pgx.Connect(ctx, admin.Config().ConnString())
 		require.NoError(t, err)
 		defer conn.Close(ctx)
@@ -174,7 +175,7 @@ func setStandbyNames(t *testing.T, admin *pgxpool.Pool, names string) {
 // waitLocalFlush waits until the WAL is on the local disk up to its end.
 func waitLocalFlush(t *testing.T, admin *pgxpool.Pool) {
 	t.Helper()
-	pollUntil(t, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		var flushed bool
 		require.NoError(t, admin.QueryRow(context.Background(),
 			`SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()`).Scan(&flushed))
@@ -186,7 +187,7 @@ func waitLocalFlush(t *testing.T, admin *pgxpool.Pool) {
 // failing with msg if done delivers first.
 func waitSyncRep(t *testing.T, admin *pgxpool.Pool, done <-chan error, msg string) {
 	t.Helper()
-	pollUntil(t, func() bool {
+	testwait.Until(t, 30*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("%s (returned %v)", msg, err)
@@ -197,16 +198,4 @@ func waitSyncRep(t *testing.T, admin *pgxpool.Pool, done <-chan error, msg strin
 			`SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&n))
 		return n > 0
 	}, "a commit waiting for the synchronous standby")
-}
-
-// pollUntil polls cond every 10 ms for up to 30 s.
-func pollUntil(t *testing.T, cond func() bool, what string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+what, args...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -1,0 +1,6 @@
+package rabbitmq
+
+// SkipConfirms makes p publish without confirm mode: a send is Delivered
+// once written to the socket. Only the test that shows the conformance
+// suite fails without publisher confirms uses it.
+func (p *Pool) SkipConfirms() { p.noConfirm = true }
