@@ -99,7 +99,8 @@ func (h *handoff) seed(ctx context.Context, cfg *config.Config) error {
 		}
 		t := &h.targets[s.target]
 		sub, _, err := webhooks.Create(ctx, pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: owner, Space: t.space,
-			URL: h.rcv.hookURL(k), Secret: s.secret, EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits})
+			URL: h.rcv.hookURL(k), Secret: s.secret, EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits,
+			Filter: h.opts.filter})
 		if err != nil {
 			return fmt.Errorf("subscription %d: %w", k, err)
 		}
