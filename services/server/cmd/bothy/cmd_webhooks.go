@@ -152,6 +152,8 @@ func setupWebhooksCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 		"through --server the calling token does")
 	headers := headerFlag{}
 	fs.Var(headers, "header", "a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
+	filter := fs.String("filter", "", "CEL expression over the event that must be true to deliver it, e.g. \"data.total > 100\" (try it with webhooks preview)")
+	transform := fs.String("transform", "", "CEL expression whose value (a map or a list) is the JSON body sent instead of the envelope")
 	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -163,7 +165,7 @@ func setupWebhooksCreate(fs *pflag.FlagSet) func(context.Context, *call) error {
 			return err
 		}
 		p := &createParams{Owner: *owner, CreateRequest: webhooks.CreateRequest{Space: *space, URL: *url, Destination: raw, Headers: headers,
-			PolicyRequest: pf.request()}}
+			PolicyRequest: pf.request(), Filter: *filter, Transform: *transform}}
 		if *events != "" {
 			for _, t := range strings.Split(*events, ",") {
 				p.EventTypes = append(p.EventTypes, strings.TrimSpace(t))

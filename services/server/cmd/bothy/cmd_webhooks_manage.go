@@ -17,6 +17,7 @@ func init() {
 		{Name: "webhooks update", Args: "SUBSCRIPTION_ID", Summary: "change a subscription's URL, event types, custom headers or delivery policy", Setup: setupWebhooksUpdate},
 		{Name: "webhooks delete", Args: "SUBSCRIPTION_ID", Summary: "delete a subscription with its delivery records", Setup: setupWebhooksDelete},
 		{Name: "webhooks test", Args: "SUBSCRIPTION_ID", Summary: "send a signed test message to the receiver and show its answer", Setup: setupWebhooksTest},
+		{Name: "webhooks preview", Args: "SUBSCRIPTION_ID", Summary: "try a filter and a transform on the space's recent events or a given one, saving and sending nothing", Setup: setupWebhooksPreview},
 	} {
 		c.Remote = true
 		register(c)
@@ -45,6 +46,8 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 	set := headerFlag{}
 	fs.Var(set, "header", "set a custom header sent with every request, \"Name: value\" (repeatable; the value is shown masked only)")
 	remove := fs.StringArray("remove-header", nil, "remove a custom header by name (repeatable)")
+	filter := fs.String("filter", "", "new CEL filter over the event; \"\" removes it")
+	transform := fs.String("transform", "", "new CEL transform of the body; \"\" removes it")
 	pf := addPolicyFlags(fs)
 	asJSON := jsonFlag(fs)
 	return func(ctx context.Context, c *call) error {
@@ -77,8 +80,14 @@ func setupWebhooksUpdate(fs *pflag.FlagSet) func(context.Context, *call) error {
 				req.Headers[k] = nil
 			}
 		}
+		if c.fs.Changed("filter") {
+			req.Filter = filter
+		}
+		if c.fs.Changed("transform") {
+			req.Transform = transform
+		}
 		if req.Empty() {
-			return fmt.Errorf("%w: nothing to change: give --url, --destination, --events, --header, --remove-header or a policy flag", errUsage)
+			return fmt.Errorf("%w: nothing to change: give --url, --destination, --events, --header, --remove-header, --filter, --transform or a policy flag", errUsage)
 		}
 		svc, done, err := c.webhooks(ctx)
 		if err != nil {

@@ -106,6 +106,14 @@ func (a *apiWebhooks) Test(ctx context.Context, id uuid.UUID) (webhooks.TestView
 	return out, err
 }
 
+func (a *apiWebhooks) Preview(ctx context.Context, id uuid.UUID, req *webhooks.PreviewRequest) (*webhooks.PreviewView, error) {
+	var out webhooks.PreviewView
+	if err := a.api.do(ctx, http.MethodPost, subscriptionPath(id, "/preview"), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 func (a *apiWebhooks) Deliveries(ctx context.Context, id uuid.UUID, q *deliveriesQuery) ([]webhooks.DeliveryView, string, error) {
 	v := url.Values{"limit": {strconv.Itoa(q.Limit)}}
 	setIf(v, "status", q.Status)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ type webhookService interface {
 	Enable(ctx context.Context, id uuid.UUID, req *webhooks.EnableRequest) (webhooks.EnableView, error)
 	Rotate(ctx context.Context, id uuid.UUID, overlap time.Duration) (webhooks.RotateView, error)
 	Test(ctx context.Context, id uuid.UUID) (webhooks.TestView, error)
+	Preview(ctx context.Context, id uuid.UUID, req *webhooks.PreviewRequest) (*webhooks.PreviewView, error)
 	Deliveries(ctx context.Context, id uuid.UUID, q *deliveriesQuery) (ds []webhooks.DeliveryView, next string, err error)
 	Resend(ctx context.Context, id uuid.UUID, seq int64) (webhooks.DeliveryView, error)
 	Recover(ctx context.Context, id uuid.UUID, req *webhooks.RecoverRequest) (webhooks.RecoverView, error)
@@ -158,6 +160,7 @@ func (d *dbWebhooks) Create(ctx context.Context, p *createParams) (webhooks.Subs
 	}
 	s, secret, err := webhooks.Create(ctx, d.pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: p.Owner, Space: p.Space, URL: p.URL,
 		Destination: p.Destination, EventTypes: p.EventTypes, TokenID: p.TokenID, Secret: p.Secret, Headers: p.Headers, Policy: p.Params(),
+		Filter: p.Filter, Transform: p.Transform,
 		AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets, Limits: d.limits()})
 	if err != nil {
 		return webhooks.SubscriptionView{}, err
@@ -169,6 +172,7 @@ func (d *dbWebhooks) Create(ctx context.Context, p *createParams) (webhooks.Subs
 
 func (d *dbWebhooks) Update(ctx context.Context, id uuid.UUID, req *webhooks.UpdateRequest) (webhooks.SubscriptionView, error) {
 	s, err := webhooks.Update(ctx, d.pool, id, &webhooks.UpdateParams{URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, Headers: req.Headers,
+		Filter: req.Filter, Transform: req.Transform,
 		Policy: req.Params(), AllowPrivateTargets: d.cfg.Webhooks.AllowPrivateTargets, Limits: d.limits()})
 	if err != nil {
 		return webhooks.SubscriptionView{}, err
@@ -239,6 +243,24 @@ func (d *dbWebhooks) Rotate(ctx context.Context, id uuid.UUID, overlap time.Dura
 		return webhooks.RotateView{}, err
 	}
 	return webhooks.NewRotateView(secret, overlap, time.Now()), nil
+}
+
+func (d *dbWebhooks) Preview(ctx context.Context, id uuid.UUID, req *webhooks.PreviewRequest) (*webhooks.PreviewView, error) {
+	s, err := webhooks.Get(ctx, d.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	var events []sync.Event
+	if req.Event != nil {
+		events = []sync.Event{req.Event.Event(s.Space)}
+	} else {
+		log := postgres.NewEventLog(d.pool, nil)
+		defer log.Close()
+		if events, err = webhooks.RecentEvents(ctx, log, s.Space, cmp.Or(req.Limit, 20)); err != nil {
+			return nil, err
+		}
+	}
+	return webhooks.Preview(s, req, events)
 }
 
 func (d *dbWebhooks) Test(ctx context.Context, id uuid.UUID) (webhooks.TestView, error) {

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -20,8 +22,8 @@ var policies = []struct{ Name, Label string }{
 // formFields are the fields of the subscription form, named as the API
 // names them in a problem's detail ("max_batch: ..."), so the API's
 // answer is shown next to its field.
-var formFields = []string{"space", "url", "event_types", "headers", "policy", "max_in_flight", "max_requests_per_second",
-	"max_batch", "auto_recover", "retry_base_seconds", "retry_max_seconds", "retry_budget_seconds"}
+var formFields = []string{"space", "url", "event_types", "headers", "filter", "transform", "policy", "max_in_flight",
+	"max_requests_per_second", "max_batch", "auto_recover", "retry_base_seconds", "retry_max_seconds", "retry_budget_seconds"}
 
 // numberFields are the form's numeric policy fields: whole numbers, or
 // (Decimal) seconds and rates.
@@ -48,6 +50,9 @@ type subscriptionForm struct {
 	RemoveHeaders map[string]bool
 	Errors        map[string]string
 	Policies      []struct{ Name, Label string }
+	// Preview is what the typed filter and transform make of the space's
+	// recent events (edit only, after the Preview button); nil otherwise.
+	Preview *previewView
 }
 
 func newSubscriptionForm(s *session, sub *subscriptionView) *subscriptionForm {
@@ -61,6 +66,7 @@ func newSubscriptionForm(s *session, sub *subscriptionView) *subscriptionForm {
 	f.Values["space"], f.Values["url"] = sub.Space, sub.URL
 	f.Values["event_types"] = strings.Join(sub.EventTypes, ", ")
 	f.Values["policy"] = sub.Policy
+	f.Values["filter"], f.Values["transform"] = sub.Filter, sub.Transform
 	if sub.AutoRecover {
 		f.Values["auto_recover"] = "on"
 	}
@@ -104,6 +110,7 @@ func (f *subscriptionForm) read(r *http.Request) map[string]any {
 		types = []string{}
 	}
 	body["event_types"] = types
+	body["filter"], body["transform"] = f.Values["filter"], f.Values["transform"]
 	body["policy"] = f.Values["policy"]
 	body["auto_recover"] = f.Values["auto_recover"] != ""
 	for _, n := range numberFields {
@@ -245,6 +252,9 @@ func (c *Console) updateSubscription(w http.ResponseWriter, r *http.Request, s *
 	}
 	f := newSubscriptionForm(s, sub)
 	body := f.read(r)
+	if r.PostFormValue("preview") != "" {
+		return c.previewSubscription(w, r, s, f)
+	}
 	if len(f.Errors) == 0 {
 		err := c.call(r, s, http.MethodPatch, "/v1/webhooks/"+url.PathEscape(sub.ID), body, nil)
 		if err == nil {
@@ -254,6 +264,31 @@ func (c *Console) updateSubscription(w http.ResponseWriter, r *http.Request, s *
 		if err := f.fail(err); err != nil {
 			return err
 		}
+	}
+	c.render(w, r, s, http.StatusUnprocessableEntity, "subscription-form", f)
+	return nil
+}
+
+// previewSubscription shows the edit form as typed with what its filter
+// and transform make of the space's recent events (the API's preview),
+// saving nothing; a refused expression is shown next to its field.
+func (c *Console) previewSubscription(w http.ResponseWriter, r *http.Request, s *session, f *subscriptionForm) error {
+	body := map[string]any{"filter": f.Values["filter"], "transform": f.Values["transform"]}
+	var v previewView
+	err := c.call(r, s, http.MethodPost, "/v1/webhooks/"+url.PathEscape(f.Sub.ID)+"/preview", body, &v)
+	if err == nil {
+		for i := range v.Results { // as sent: the API's answer is indented
+			var b bytes.Buffer
+			if json.Compact(&b, v.Results[i].Body) == nil {
+				v.Results[i].Body = b.Bytes()
+			}
+		}
+		f.Preview = &v
+		c.render(w, r, s, http.StatusOK, "subscription-form", f)
+		return nil
+	}
+	if err := f.fail(err); err != nil {
+		return err
 	}
 	c.render(w, r, s, http.StatusUnprocessableEntity, "subscription-form", f)
 	return nil

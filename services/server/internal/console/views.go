@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -43,6 +44,21 @@ type subscriptionView struct {
 	// Destination is {"kind": ...} and a broker's fields, credentials
 	// masked by the API.
 	Destination map[string]any `json:"destination"`
+	// Filter and Transform are the CEL expressions; "" for none.
+	Filter    string `json:"filter"`
+	Transform string `json:"transform"`
+}
+
+// previewView is the API's answer to a preview: per event, whether the
+// subscription would be sent it and the body.
+type previewView struct {
+	Results []struct {
+		Seq     int64           `json:"seq"`
+		Type    string          `json:"type"`
+		Matched bool            `json:"matched"`
+		Body    json.RawMessage `json:"body"`
+		Error   string          `json:"error"`
+	} `json:"results"`
 }
 
 // Target is where the subscription's messages go, as the console names

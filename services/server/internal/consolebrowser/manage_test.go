@@ -25,6 +25,7 @@ type subscriptionPolicy struct {
 	MaxInFlight          int               `json:"max_in_flight"`
 	MaxRequestsPerSecond *float64          `json:"max_requests_per_second"`
 	MaxBatch             int               `json:"max_batch"`
+	Filter               string            `json:"filter"`
 }
 
 func (f *fixture) policyOf(t *testing.T, token, id string) *subscriptionPolicy {

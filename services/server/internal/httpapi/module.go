@@ -255,6 +255,7 @@ func (a *API) routes() []route {
 		{pattern: "PATCH /v1/webhooks/{id}", handler: a.updateWebhook},
 		{pattern: "DELETE /v1/webhooks/{id}", handler: a.deleteWebhook},
 		{pattern: "POST /v1/webhooks/{id}/test", handler: a.testWebhook},
+		{pattern: "POST /v1/webhooks/{id}/preview", handler: a.previewWebhook},
 		{pattern: "POST /v1/webhooks/{id}/disable", handler: a.disableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/enable", handler: a.enableWebhook},
 		{pattern: "POST /v1/webhooks/{id}/rotate-secret", handler: a.rotateWebhookSecret},

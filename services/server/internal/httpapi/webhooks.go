@@ -193,7 +193,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 	sub, secret, err := webhooks.Create(r.Context(), a.pool, a.rounds, &webhooks.CreateParams{
 		Owner: s.Principal, Space: req.Space, URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, TokenID: &tokenID,
 		Secret: req.Secret, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
-		Policy: req.Params(),
+		Policy: req.Params(), Filter: req.Filter, Transform: req.Transform,
 	})
 	if err != nil {
 		return webhookError(err)
@@ -224,11 +224,11 @@ func (a *API) updateWebhook(w http.ResponseWriter, r *http.Request, s *authz.Sub
 		return err
 	}
 	if req.Empty() {
-		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, destination, event_types, headers and/or policy fields")
+		return errorf(http.StatusUnprocessableEntity, kindInvalid, "nothing to change: send url, destination, event_types, headers, filter, transform and/or policy fields")
 	}
 	sub, err = webhooks.Update(r.Context(), a.pool, sub.ID, &webhooks.UpdateParams{
 		URL: req.URL, Destination: req.Destination, EventTypes: req.EventTypes, Headers: req.Headers, AllowPrivateTargets: a.cfg.AllowPrivateWebhookTargets, Limits: &a.cfg.WebhookLimits,
-		Policy: req.Params(),
+		Policy: req.Params(), Filter: req.Filter, Transform: req.Transform,
 	})
 	if err != nil {
 		return webhookError(err)

@@ -24,6 +24,10 @@ type CreateRequest struct {
 	Secret string `json:"secret,omitempty"`
 	// Headers are sent with every request.
 	Headers map[string]string `json:"headers,omitempty"`
+	// Filter and Transform are CEL expressions over the event (see
+	// CreateParams).
+	Filter    string `json:"filter,omitempty"`
+	Transform string `json:"transform,omitempty"`
 	PolicyRequest
 }
 
@@ -37,12 +41,16 @@ type UpdateRequest struct {
 	EventTypes  *[]string       `json:"event_types,omitempty"`
 	// Headers is a merge patch: a value sets the header, null removes it.
 	Headers map[string]*string `json:"headers,omitempty"`
+	// Filter and Transform replace the expressions; "" removes one.
+	Filter    *string `json:"filter,omitempty"`
+	Transform *string `json:"transform,omitempty"`
 	PolicyRequest
 }
 
 // Empty reports whether r changes nothing.
 func (r *UpdateRequest) Empty() bool {
-	return r.URL == nil && r.Destination == nil && r.EventTypes == nil && r.Headers == nil && r.PolicyRequest.Params() == nil
+	return r.URL == nil && r.Destination == nil && r.EventTypes == nil && r.Headers == nil && r.Filter == nil && r.Transform == nil &&
+		r.PolicyRequest.Params() == nil
 }
 
 // DisableRequest is the body of POST /v1/webhooks/{id}/disable.

@@ -1,9 +1,11 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 )
 
 // ConsumerName is the cursor name of the webhooks consumer (inserted by the baseline migration).
@@ -27,6 +30,9 @@ const ConsumerName = "webhooks"
 type Consumer struct {
 	settle time.Duration
 	local  LocalSenders
+	exprs  *eventexpr.Cache
+	errs   *ExpressionErrors
+	logger *slog.Logger
 }
 
 var (
@@ -44,16 +50,22 @@ type ConsumerConfig struct {
 	// those are woken directly once a round committed. Default nil: every
 	// live sender is woken by a notification.
 	Local LocalSenders
+	// ExpressionErrors counts filters that failed on an event. Default
+	// nil: not counted.
+	ExpressionErrors *ExpressionErrors
+	// Logger logs filters that failed on an event. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // NewConsumer returns the webhooks consumer; cfg may be nil.
 func NewConsumer(cfg *ConsumerConfig) *Consumer {
-	c := &Consumer{settle: liveness.Settle}
+	c := &Consumer{settle: liveness.Settle, exprs: eventexpr.NewCache(), logger: slog.Default()}
 	if cfg != nil && cfg.LivenessSettle > 0 {
 		c.settle = cfg.LivenessSettle
 	}
 	if cfg != nil {
-		c.local = cfg.Local
+		c.local, c.errs = cfg.Local, cfg.ExpressionErrors
+		c.logger = cmp.Or(cfg.Logger, c.logger)
 	}
 	return c
 }
@@ -85,21 +97,47 @@ cand AS (
 // the events its backlog starts with (backlog_from_seq). An operational event
 // ($6, with the subscription it is about in $7) is not delivered to the
 // subscription it is about. It returns, per subscription, the lowest new
-// seq.
+// seq with a NULL filter; and, for each hit of a subscription with a
+// filter, which it does not insert, the hit's seq with the filter's text:
+// those are evaluated in Go and inserted by insertHeldSQL.
 const handleSQL = `
 WITH ` + matchSQL + `, ins AS (
     INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
     SELECT s.id, hit.seq, hit.id
     FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
-    WHERE (s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq -- probing: its backlog keeps growing
-      AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)
+    WHERE ` + liveHitSQL + ` AND s.filter IS NULL
     ON CONFLICT (subscription_id, event_seq) DO NOTHING
     RETURNING subscription_id, event_seq
+), held AS (
+    SELECT s.id, hit.seq, s.filter
+    FROM hit JOIN webhook_subscriptions s ON s.id = hit.subscription_id
+    WHERE ` + liveHitSQL + ` AND s.filter IS NOT NULL
 ), mark AS (
     UPDATE webhook_subscriptions SET backlog_from_seq = $5
     WHERE status = 'disabled' AND backlog_from_seq IS NULL AND NOT probing
 )
-SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id ORDER BY subscription_id`
+SELECT subscription_id, min(event_seq), NULL FROM ins GROUP BY subscription_id
+UNION ALL
+SELECT id, seq, filter FROM held
+ORDER BY 1, 2`
+
+// liveHitSQL says whether a hit of subscription s is delivered: s is
+// active (or probing: its backlog keeps growing), the event comes after
+// where s resumes, and it is not an operational event ($6, about $7) about
+// s itself.
+const liveHitSQL = `(s.status = 'active' OR s.probing) AND hit.seq > s.resume_after_seq
+      AND NOT EXISTS (SELECT 1 FROM unnest($6::uuid[], $7::uuid[]) AS o(event_id, about) WHERE o.event_id = hit.id AND o.about = s.id)`
+
+// insertHeldSQL inserts the deliveries of the held hits whose filter was
+// true and returns, per subscription, the lowest new seq.
+const insertHeldSQL = `
+WITH ins AS (
+    INSERT INTO webhook_deliveries (subscription_id, event_seq, event_id)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::uuid[])
+    ON CONFLICT (subscription_id, event_seq) DO NOTHING
+    RETURNING subscription_id, event_seq
+)
+SELECT subscription_id, min(event_seq) FROM ins GROUP BY subscription_id`
 
 // Handle implements sync.Consumer.
 func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) ([]sync.Job, error) {
@@ -110,10 +148,24 @@ func (c *Consumer) Handle(ctx context.Context, tx pgx.Tx, events []sync.Event) (
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
 	}
 	from := map[uuid.UUID]int64{}
+	var held []heldHit
 	var id uuid.UUID
 	var seq int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error { from[id] = seq; return nil }); err != nil {
+	var filter *string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &seq, &filter}, func() error {
+		if filter == nil {
+			from[id] = seq
+		} else {
+			held = append(held, heldHit{sub: id, seq: seq, filter: *filter})
+		}
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("webhooks: record deliveries: %w", err)
+	}
+	if len(held) > 0 {
+		if err := c.insertPassed(ctx, tx, events, held, from); err != nil {
+			return nil, err
+		}
 	}
 	start, err := wakeOrStart(ctx, tx, from, c.settle.Milliseconds(), c.local)
 	if err != nil {

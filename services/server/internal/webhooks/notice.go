@@ -33,6 +33,9 @@ const (
 	// TypeGap: events the subscription should have received left the log
 	// first; it is disabled with cause gap.
 	TypeGap = "bothy.webhook.gap"
+	// TypeUpdated: the owner changed the subscription's filter or
+	// transform; the detail names which, never their text.
+	TypeUpdated = "bothy.webhook.updated"
 	// OperationalPrefix begins every operational event type (and the test
 	// message's). The HTTP API refuses it for events clients append, so a
 	// receiver can trust that such an event comes from bothy.

@@ -196,12 +196,17 @@ WITH ` + matchSQL + `, mine AS (
 SELECT (SELECT count(*) FROM reset), (SELECT count(*) FROM ins)`
 
 // pendingFrom makes pending the subscription's deliveries of the events of
-// space with seqs in r that recoverSQL selects, reading the log in
-// batches, and returns how many it reset and how many it created.
+// space with seqs in r that recoverSQL selects and its filter (if any)
+// passes, reading the log in batches, and returns how many it reset and
+// how many it created.
 func pendingFrom(ctx context.Context, tx pgx.Tx, src sync.EventSource, id uuid.UUID, space string, r sync.SeqRange, reset bool) (nReset, nCreated int64, err error) {
+	keep, err := filterOf(ctx, tx, id)
+	if err != nil {
+		return 0, 0, err
+	}
 	for after := r.From - 1; after < r.To; {
 		var rs, cr int64
-		if after, rs, cr, err = pendingBatch(ctx, tx, src, id, space, after, r.To, reset); err != nil {
+		if after, rs, cr, err = pendingBatch(ctx, tx, src, id, space, after, r.To, reset, keep); err != nil {
 			return nReset, nCreated, err
 		}
 		nReset, nCreated = nReset+rs, nCreated+cr
@@ -211,7 +216,8 @@ func pendingFrom(ctx context.Context, tx pgx.Tx, src sync.EventSource, id uuid.U
 
 // pendingBatch is one batch of pendingFrom: the events after after, up to
 // to. It returns the last seq it read (to when there was none).
-func pendingBatch(ctx context.Context, tx pgx.Tx, src sync.EventSource, id uuid.UUID, space string, after, to int64, reset bool) (last, nReset, nCreated int64, err error) {
+func pendingBatch(ctx context.Context, tx pgx.Tx, src sync.EventSource, id uuid.UUID, space string, after, to int64, reset bool,
+	keep func(*sync.Event) bool) (last, nReset, nCreated int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
 	evs, err := src.EventsAfter(ctx, tx, &sync.EventsAfterParams{AfterSeq: after, Limit: int(min(recoverBatch, to-after))})
@@ -223,7 +229,7 @@ func pendingBatch(ctx context.Context, tx pgx.Tx, src sync.EventSource, id uuid.
 	}
 	var mine []sync.Event
 	for _, e := range evs {
-		if e.Space == space && e.Seq <= to {
+		if e.Space == space && e.Seq <= to && keep(&e) {
 			mine = append(mine, e)
 		}
 	}

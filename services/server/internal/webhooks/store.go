@@ -185,6 +185,10 @@ type Subscription struct {
 	// Destination is where messages go; its Config carries credentials
 	// whole: show it through Destination.Redacted only.
 	Destination Destination
+	// Filter and Transform are the CEL expressions over the event ("" for
+	// none): which matching events are delivered, and the body sent.
+	Filter    string
+	Transform string
 }
 
 // NewSecret returns a fresh signing secret in the Standard Webhooks form:
@@ -230,6 +234,12 @@ type CreateParams struct {
 	// Policy, if set, chooses the delivery policy, throttle and retry
 	// schedule. Nil: ordered, on the server's schedule.
 	Policy *PolicyParams
+	// Filter, if not "", is a CEL expression over the event (package
+	// eventexpr): only matching events for which it is true are delivered.
+	Filter string
+	// Transform, if not "", is a CEL expression over the event whose value
+	// (a map or a list) is the JSON body sent instead of the envelope.
+	Transform string
 }
 
 // Create validates and stores a subscription and returns it with its
@@ -268,7 +278,8 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 		types = []string{}
 	}
 	s := &Subscription{ID: id, Owner: p.Owner, Space: p.Space, URL: dest.url, EventTypes: types, TokenID: p.TokenID, Status: StatusActive,
-		Headers: headers, Destination: Destination{Kind: dest.kind, Config: dest.config}}
+		Headers: headers, Destination: Destination{Kind: dest.kind, Config: dest.config},
+		Filter: p.Filter, Transform: p.Transform}
 	err = atHead(ctx, q, rounds, func(tx pgx.Tx, _ int64) error {
 		if err := checkCounts(ctx, tx, p.Space, p.Owner, limits); err != nil {
 			return err
@@ -288,8 +299,8 @@ func Create(ctx context.Context, q authz.Querier, rounds sync.RoundBarrier, p *C
 	return s, secret, nil
 }
 
-// validateCreate checks the destination, the filter and the custom
-// headers of a new subscription, in that order, and returns the
+// validateCreate checks the destination, the event-type filter, the
+// custom headers and the expressions of a new subscription, in that order, and returns the
 // destination (an http one's URL in its normal form), the limits with
 // their defaults and the headers.
 func validateCreate(ctx context.Context, p *CreateParams) (*checkedDestination, Limits, map[string]string, error) {
@@ -311,6 +322,9 @@ func validateCreate(ctx context.Context, p *CreateParams) (*checkedDestination, 
 	}
 	headers, err := normalizeHeaders(p.Headers)
 	if err != nil {
+		return nil, Limits{}, nil, err
+	}
+	if err := validateExpressions(p.Filter, p.Transform); err != nil {
 		return nil, Limits{}, nil, err
 	}
 	return dest, limits, headers, nil
@@ -350,16 +364,16 @@ func createSecret(given string) (string, error) {
 func insertSubscription(ctx context.Context, tx pgx.Tx, s *Subscription, secret string) error {
 	return tx.QueryRow(ctx, `
 INSERT INTO webhook_subscriptions (id, owner, space, url, secret, event_types, token_id, resume_after_seq, last_delivered_seq, headers,
-    destination_kind, destination)
-SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8, $9, $10 FROM event_seq
+    destination_kind, destination, filter, transform)
+SELECT $1, $2, $3, $4, $5, $6, $7, last_seq, last_seq, $8, $9, $10, nullif($11, ''), nullif($12, '') FROM event_seq
 RETURNING resume_after_seq, last_delivered_seq, created_at`,
-		s.ID, s.Owner, s.Space, s.URL, secret, s.EventTypes, s.TokenID, s.Headers, s.Destination.Kind, s.Destination.Config).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
+		s.ID, s.Owner, s.Space, s.URL, secret, s.EventTypes, s.TokenID, s.Headers, s.Destination.Kind, s.Destination.Config, s.Filter, s.Transform).Scan(&s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt)
 }
 
 const subscriptionColumns = `s.id, s.owner, s.space, s.url, s.event_types, s.token_id, s.status, coalesce(s.disabled_cause, ''),
 coalesce(s.disabled_detail, ''), s.disabled_at, s.resume_after_seq, ` + deliveredThroughSQL + `, s.created_at,
 (SELECT count(*) FROM webhook_deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending'), s.headers,
-` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at, s.destination_kind, s.destination`
+` + PolicyColumns + `, s.probing, ok.event_seq, ok.finished_at, s.destination_kind, s.destination, coalesce(s.filter, ''), coalesce(s.transform, '')`
 
 // subscriptionFrom is the FROM of subscriptionColumns: the subscription
 // with its newest delivered delivery, found walking its deliveries back
@@ -374,7 +388,7 @@ func scanSubscription(row pgx.CollectableRow) (*Subscription, error) {
 	ps := ScanPolicy(&s.Policy)
 	err := row.Scan(append(append([]any{&s.ID, &s.Owner, &s.Space, &s.URL, &s.EventTypes, &s.TokenID, &s.Status, &s.DisabledCause,
 		&s.DisabledDetail, &s.DisabledAt, &s.ResumeAfterSeq, &s.LastDeliveredSeq, &s.CreatedAt, &s.Pending, &s.Headers},
-		ps.Dest()...), &s.Probing, &s.LastSuccessSeq, &s.LastSuccessAt, &s.Destination.Kind, &s.Destination.Config)...)
+		ps.Dest()...), &s.Probing, &s.LastSuccessSeq, &s.LastSuccessAt, &s.Destination.Kind, &s.Destination.Config, &s.Filter, &s.Transform)...)
 	ps.Done()
 	return s, err
 }

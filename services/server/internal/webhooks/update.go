@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 )
 
 // UpdateParams changes a subscription; nil fields stay as they are. It
@@ -38,6 +40,11 @@ type UpdateParams struct {
 	// Policy changes the delivery policy, throttle and retry schedule; nil
 	// fields stay (PolicyParams). It applies from the next claim.
 	Policy *PolicyParams
+	// Filter and Transform replace the CEL expressions; "" removes one. A
+	// new filter applies to events read by later rounds, a new transform
+	// to requests built after it.
+	Filter    *string
+	Transform *string
 }
 
 // Update changes a subscription's target, filter and custom headers and
@@ -59,7 +66,14 @@ func Update(ctx context.Context, q authz.Querier, id uuid.UUID, p *UpdateParams)
 	// The patched headers are checked as a whole before the transaction
 	// commits, so concurrent patches cannot together exceed the bounds.
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		before, err := c.expressionsBefore(ctx, tx, id)
+		if err != nil {
+			return err
+		}
 		if err := c.apply(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := c.announce(ctx, tx, id, before); err != nil {
 			return err
 		}
 		if err := setPolicy(ctx, tx, id, p.Policy, p.Limits); err != nil {
@@ -82,10 +96,12 @@ type subscriptionChange struct {
 	types         []string // nil: keep the filter
 	setHeaders    any      // nil: keep the headers
 	removeHeaders []string // names to remove when setHeaders is not nil
+	filter        *string  // nil: keep; "": remove
+	transform     *string  // nil: keep; "": remove
 }
 
-// validateUpdate checks the target, the filter, the header patch and the
-// policy of an update, in that order.
+// validateUpdate checks the target, the event-type filter, the header
+// patch, the policy and the expressions of an update, in that order.
 func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, error) {
 	c := &subscriptionChange{removeHeaders: []string{}}
 	if err := c.target(ctx, p); err != nil {
@@ -110,6 +126,17 @@ func validateUpdate(ctx context.Context, p *UpdateParams) (*subscriptionChange, 
 	if err := p.Policy.validate(); err != nil {
 		return nil, err
 	}
+	if p.Filter != nil {
+		if err := validateExpression("filter", eventexpr.Filter, *p.Filter); err != nil {
+			return nil, err
+		}
+	}
+	if p.Transform != nil {
+		if err := validateExpression("transform", eventexpr.Transform, *p.Transform); err != nil {
+			return nil, err
+		}
+	}
+	c.filter, c.transform = p.Filter, p.Transform
 	return c, nil
 }
 
@@ -146,9 +173,11 @@ func (c *subscriptionChange) apply(ctx context.Context, tx pgx.Tx, id uuid.UUID)
 UPDATE webhook_subscriptions
 SET url = coalesce($2, url), event_types = coalesce($3, event_types),
     headers = CASE WHEN $4::jsonb IS NULL THEN headers ELSE (headers - $5::text[]) || $4::jsonb END,
-    destination_kind = coalesce($6, destination_kind), destination = coalesce($7::jsonb, destination), updated_at = now()
+    destination_kind = coalesce($6, destination_kind), destination = coalesce($7::jsonb, destination),
+    filter = CASE WHEN $8::text IS NULL THEN filter ELSE nullif($8, '') END,
+    transform = CASE WHEN $9::text IS NULL THEN transform ELSE nullif($9, '') END, updated_at = now()
 WHERE id = $1
-RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.kind, c.config).Scan(&headers)
+RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.kind, c.config, c.filter, c.transform).Scan(&headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -173,4 +202,59 @@ func checkStoredBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		return err
 	}
 	return checkOrdered(kind, policy)
+}
+
+// expressions is a subscription's filter and transform as stored, and its
+// space.
+type expressions struct {
+	space             string
+	filter, transform string
+}
+
+// expressionsBefore locks the subscription and reads its expressions
+// before the change; nothing when the change leaves both alone.
+func (c *subscriptionChange) expressionsBefore(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*expressions, error) {
+	if c.filter == nil && c.transform == nil {
+		return nil, nil
+	}
+	e := &expressions{}
+	err := tx.QueryRow(ctx, `SELECT space, coalesce(filter, ''), coalesce(transform, '') FROM webhook_subscriptions
+WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&e.space, &e.filter, &e.transform)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read webhook subscription %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// announce appends bothy.webhook.updated to the subscription's space when
+// the change set, replaced or removed its filter or transform, naming
+// which: whatever reads the space's log (an audit, the owner's other
+// subscriptions) learns that what the subscription receives changed.
+func (c *subscriptionChange) announce(ctx context.Context, tx pgx.Tx, id uuid.UUID, before *expressions) error {
+	if before == nil {
+		return nil
+	}
+	var changed []string
+	for _, x := range []struct {
+		name     string
+		now      *string
+		previous string
+	}{{"filter", c.filter, before.filter}, {"transform", c.transform, before.transform}} {
+		switch {
+		case x.now == nil || *x.now == x.previous:
+		case *x.now == "":
+			changed = append(changed, x.name+" removed")
+		case x.previous == "":
+			changed = append(changed, x.name+" set")
+		default:
+			changed = append(changed, x.name+" changed")
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return InsertNotice(ctx, tx, TypeUpdated, before.space, id, "", strings.Join(changed, ", "), 0)
 }

@@ -152,6 +152,9 @@ type SubscriptionView struct {
 	// Headers are the custom headers with masked values (MaskHeaders):
 	// the whole values are never shown again.
 	Headers map[string]string `json:"headers"`
+	// Filter and Transform are the CEL expressions; absent: none.
+	Filter    string `json:"filter,omitempty"`
+	Transform string `json:"transform,omitempty"`
 	// Secret is only set in the answers that create it.
 	Secret string `json:"secret,omitempty"`
 	PolicyView
@@ -167,7 +170,7 @@ func NewSubscriptionView(s *Subscription) SubscriptionView {
 		Status: s.Status, DisabledCause: s.DisabledCause, DisabledDetail: s.DisabledDetail, DisabledAt: s.DisabledAt,
 		ResumeAfterSeq: s.ResumeAfterSeq, LastDeliveredSeq: s.LastDeliveredSeq, LastSuccessSeq: s.LastSuccessSeq,
 		LastSuccessAt: utcPtr(s.LastSuccessAt), Pending: s.Pending, CreatedAt: s.CreatedAt,
-		Headers: MaskHeaders(s.Headers), Destination: s.Destination.View(), PolicyView: NewPolicyView(s)}
+		Headers: MaskHeaders(s.Headers), Destination: s.Destination.View(), Filter: s.Filter, Transform: s.Transform, PolicyView: NewPolicyView(s)}
 }
 
 // View is d as the API shows it: its kind beside its redacted fields.

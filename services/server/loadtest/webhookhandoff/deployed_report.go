@@ -82,6 +82,7 @@ type deployJSON struct {
 	Spaces           int     `json:"spaces"`
 	Fanout           int     `json:"fanout"`
 	MaxBatch         int     `json:"max_batch,omitempty"`
+	Filter           string  `json:"filter,omitempty"`
 
 	Events            int               `json:"events"`
 	Deliveries        int               `json:"deliveries"`
@@ -122,7 +123,7 @@ func (h *handoff) deployJSON(r *deployResult, d string) deployJSON {
 	events, deliveries := max(r.events, 1), max(r.deliveries, 1)
 	j := deployJSON{Mode: "handoff", Destination: o.destination, Deployment: "processes: 1 api, " + fmt.Sprint(o.workers) + " worker(s); producers over HTTP",
 		Binary: d, Workers: o.workers, Connections: o.connections, EventsPerRequest: o.eventsPerRequest,
-		Subscriptions: o.subscriptions, Unordered: o.unordered, Spaces: o.spaces, Fanout: o.fanout, MaxBatch: o.maxBatch,
+		Subscriptions: o.subscriptions, Unordered: o.unordered, Spaces: o.spaces, Fanout: o.fanout, MaxBatch: o.maxBatch, Filter: o.filter,
 		Events: r.events, Deliveries: r.deliveries, Seconds: math.Round(c.Seconds*1000) / 1000,
 		DeliveriesPerS: math.Round(float64(r.deliveries)/max(c.Seconds, 1e-9)*10) / 10,
 		Missing:        r.missing, Duplicates: r.duplicates, OrderViolations: r.outOfOrder, BadSignatures: r.badSig,

@@ -100,7 +100,7 @@ func (h *handoff) seed(ctx context.Context, cfg *config.Config) error {
 		}
 		t := &h.targets[s.target]
 		p := &webhooks.CreateParams{Owner: owner, Space: t.space, URL: h.rcv.hookURL(k), Secret: s.secret,
-			EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits}
+			EventTypes: []string{t.typ}, AllowPrivateTargets: true, Policy: policy, Limits: &limits, Filter: h.opts.filter}
 		if h.broker != nil {
 			dest, err := h.broker.destination(k)
 			if err != nil {

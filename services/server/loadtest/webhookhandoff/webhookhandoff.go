@@ -112,9 +112,11 @@ type options struct {
 	out           string
 	backlog       int
 	maxBatch      int
-	private       bool
-	json          bool
-	statements    bool
+	// filter is every subscription's filter expression ("": none).
+	filter     string
+	private    bool
+	json       bool
+	statements bool
 
 	// The deployment (the default) against --in-process.
 	inProcess        bool
@@ -165,6 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long deliveries may still arrive after the load (backlog mode: the whole drain, default 15m); later ones count as missing")
 	fs.StringVar(&o.out, "out", filepath.Join("perf", "out"), "directory for webhook_handoff.txt and webhook_handoff.png")
 	fs.IntVar(&o.backlog, "backlog", 0, "backlog mode: events per subscription appended before one worker starts and drains them")
+	fs.StringVar(&o.filter, "filter", "", "a CEL filter expression every subscription carries (the events' data is {\"n\":1}), to measure what filters cost")
 	fs.IntVar(&o.maxBatch, "max-batch", 0, "max_batch of the ordered subscriptions: events per request (0: the column is left alone)")
 	fs.BoolVar(&o.private, "private", false, "run on a private PostgreSQL cluster, so its CPU and WAL are this run's (default on in backlog mode)")
 	fs.BoolVar(&o.json, "json", false, "end the output with one JSON line of the figures")

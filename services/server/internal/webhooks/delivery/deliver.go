@@ -21,6 +21,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/kinds"
 )
@@ -183,6 +184,8 @@ type Deliverer struct {
 	dests   *outbound.Destinations
 	metrics *Metrics
 	cfg     DeliverConfig
+	// exprs holds the subscriptions' compiled transforms.
+	exprs *eventexpr.Cache
 
 	// running counts the senders of this process; idle is the registry of
 	// senders waiting for their subscription's wake-up.
@@ -213,7 +216,7 @@ func NewDeliverer(pool *pgxpool.Pool, events sync.EventSource, metrics *Metrics,
 		return nil, err
 	}
 	d := &Deliverer{pool: pool, events: events, metrics: metrics, cfg: c,
-		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{})}
+		idle: idleSenders{m: map[uuid.UUID][]senderEntry{}}, stopping: make(chan struct{}), exprs: eventexpr.NewCache()}
 	d.dests = kinds.All.Open(&outbound.OpenParams{Policy: egress.Policy{AllowPrivate: c.AllowPrivateTargets}, Timeout: c.Timeout,
 		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger})
 	d.steps = newSteps(d)

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -23,6 +25,9 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	steps      prometheus.Counter
+	// Expressions counts the filters (of the consumer's rounds) and
+	// transforms (of the senders) that failed on an event.
+	Expressions *webhooks.ExpressionErrors
 }
 
 // NewMetrics registers the webhook metrics on reg. The gauges read pool at
@@ -52,12 +57,19 @@ func NewMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, durable sync.Dura
 	}
 	m.duration.WithLabelValues(outbound.KindHTTP)
 	reg.MustRegister(m.deliveries, m.duration, m.steps, &dbCollector{pool: pool, durable: durable, logger: logger})
+	m.Expressions = webhooks.NewExpressionErrors(reg)
 	return m
 }
 
 func (m *Metrics) delivery(result string) {
 	if m != nil {
 		m.deliveries.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) expressionError(err error) {
+	if m != nil {
+		m.Expressions.Inc(eventexpr.Transform, err)
 	}
 }
 

@@ -39,11 +39,13 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 		if dc.Logger == nil {
 			dc.Logger = d.Logger
 		}
-		del, err := NewDeliverer(d.Pool, d.Source, NewMetrics(d.Registry, d.Pool, d.Events, d.Logger), &dc)
+		metrics := NewMetrics(d.Registry, d.Pool, d.Events, d.Logger)
+		del, err := NewDeliverer(d.Pool, d.Source, metrics, &dc)
 		if err != nil {
 			return nil, err
 		}
-		consumer := webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle, Local: del})
+		consumer := webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle, Local: del,
+			ExpressionErrors: metrics.Expressions, Logger: d.Logger})
 		return &Module{consumer: consumer, deliverer: del, notices: webhooks.NewNoticeWorker(d.Events),
 			pruner: webhooks.NewPruneWorker(d.Pool, cfg.KeepFinished)}, nil
 	}

@@ -254,11 +254,14 @@ func (b *batch) allDelivered() bool {
 // up to max_batch consecutive ones), its message and, once sent, its
 // outcome.
 type request struct {
-	items   []*delivery
-	msg     outbound.Message
-	probe   bool
-	sent    bool
-	started time.Time
+	items []*delivery
+	msg   outbound.Message
+	// shapeErr: the subscription's transform failed on the request's
+	// events, so it fails without being sent.
+	shapeErr error
+	probe    bool
+	sent     bool
+	started  time.Time
 	outbound.Answer
 	// rec: where its 2xx answer stands with the process's recorder.
 	rec recState
@@ -323,6 +326,11 @@ func (s *sender) attempt(ctx context.Context, b *batch, r *request) {
 	r.sent, r.started = true, time.Now()
 	ctx, span := startAttempt(ctx, s.subID, b.target.Kind, r)
 	defer func() { endAttempt(span, &r.Answer) }()
+	if r.shapeErr != nil {
+		r.Kind, r.Err = outbound.Retry, "not sent: "+r.shapeErr.Error()
+		s.d.metrics.expressionError(r.shapeErr)
+		return
+	}
 	dest, err := s.d.dests.For(&b.target)
 	if err != nil {
 		r.Kind, r.Err = outbound.Retry, err.Error()

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -34,6 +36,9 @@ type subRow struct {
 	// keeperWake is when the job that comes back for an unordered
 	// subscription's retries wakes (keeper_wake_at).
 	keeperWake *time.Time
+	// transform is the CEL expression whose value is sent instead of each
+	// event's envelope; "" for none.
+	transform string
 }
 
 // active says whether the subscription is sent to: active, or probed.
@@ -59,7 +64,7 @@ func subColumns(job, owner, settle string) string {
             WHEN pump_job_id = ` + job + ` OR pump_owner IS NULL OR pump_owner = ` + owner + ` THEN true
             ELSE NOT ` + liveness.GoneSQL("pump_owner", settle) + `
        END,
-       now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns
+       now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns + `, coalesce(transform, '')`
 }
 
 // stepTx is one step's transaction: the sender it runs for, the
@@ -166,7 +171,7 @@ func (s *subRow) scan(row pgx.Row, before ...any) error {
 	ps := webhooks.ScanPolicy(&s.pol)
 	dest := append(before, &s.owner, &s.space, &s.target.URL, &s.target.Secret, &s.target.PreviousSecret, &s.target.Headers,
 		&s.target.Kind, &s.target.Config, &s.tokenID, &s.status, &s.probing, &s.failing, &s.mine, &s.leaseLive, &s.now, &s.throttleNext, &s.keeperWake)
-	if err := row.Scan(append(dest, ps.Dest()...)...); err != nil {
+	if err := row.Scan(append(append(dest, ps.Dest()...), &s.transform)...); err != nil {
 		return err
 	}
 	ps.Done()
@@ -382,6 +387,9 @@ func (t *stepTx) requests(items []*delivery) ([]*request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("deliver %s: %w", t.s.subID, err)
 		}
+		if s.transform != "" {
+			t.shape(r)
+		}
 		out = append(out, r)
 		i += n
 	}
@@ -394,4 +402,34 @@ func events(items []*delivery) []*sync.Event {
 		out[i] = d.ev
 	}
 	return out
+}
+
+// shape replaces r's body with its events' transformed forms: one body,
+// or for a subscription with max_batch a JSON array of them. A transform
+// that fails on any of its events leaves r failed before it is sent
+// (shapeErr): an attempt with the error, retried by the policy.
+func (t *stepTx) shape(r *request) {
+	s, d := &t.sub, t.s.d
+	prg, err := d.exprs.Program(t.s.subID, eventexpr.Transform, s.transform)
+	if err != nil {
+		r.shapeErr = err
+		return
+	}
+	bodies := make([]json.RawMessage, len(r.items))
+	for i, it := range r.items {
+		if bodies[i], err = prg.Body(eventexpr.NewInput(it.ev)); err != nil {
+			r.shapeErr = fmt.Errorf("event %d: %w", it.seq, err)
+			return
+		}
+	}
+	if s.pol.MaxBatch > 0 {
+		msg, err := outbound.ShapedBatchMessage(t.s.subID, events(r.items), bodies)
+		if err != nil {
+			r.shapeErr = err
+			return
+		}
+		r.msg = msg
+		return
+	}
+	r.msg = outbound.ShapedMessage(r.items[0].ev, bodies[0])
 }

@@ -79,10 +79,35 @@ func BatchMessage(subID uuid.UUID, evs []*sync.Event) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("batch envelope %d-%d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
 	}
+	return batchMessage(subID, evs, body), nil
+}
+
+// ShapedMessage is SingleMessage with body, the event's transformed form,
+// sent instead of its envelope; it is signed under the event's id like the
+// envelope would be.
+func ShapedMessage(ev *sync.Event, body json.RawMessage) Message {
+	return Message{ID: ev.ID.String(), Body: body, TraceParent: ev.TraceParent,
+		Space: ev.Space, Type: ev.Type, Seq: ev.Seq, LastSeq: ev.Seq}
+}
+
+// ShapedBatchMessage is BatchMessage with bodies, the events' transformed
+// forms in their order, sent as one JSON array instead of their envelopes,
+// under the id BatchMessage gives the same events.
+func ShapedBatchMessage(subID uuid.UUID, evs []*sync.Event, bodies []json.RawMessage) (Message, error) {
+	body, err := json.Marshal(bodies)
+	if err != nil {
+		return Message{}, fmt.Errorf("batch body %d-%d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
+	}
+	return batchMessage(subID, evs, body), nil
+}
+
+// batchMessage is the message of evs with body, under an id derived from
+// the subscription and the seqs it covers.
+func batchMessage(subID uuid.UUID, evs []*sync.Event, body []byte) Message {
 	id := uuid.NewSHA1(subID, fmt.Appendf(nil, "batch:%d-%d:%d", evs[0].Seq, evs[len(evs)-1].Seq, len(evs)))
 	last := evs[len(evs)-1]
 	return Message{ID: "batch_" + id.String(), Body: body, TraceParent: evs[0].TraceParent,
-		Space: evs[0].Space, Type: evs[0].Type, Seq: evs[0].Seq, LastSeq: last.Seq}, nil
+		Space: evs[0].Space, Type: evs[0].Type, Seq: evs[0].Seq, LastSeq: last.Seq}
 }
 
 // NewRequest builds the request of one attempt, signed at ts with the
