@@ -275,6 +275,12 @@ func runWorkerChild(url string) int {
 		return fail(err)
 	}
 	cfg := killConfig()
+	// The recorder on connections of its own, as the worker role has it.
+	recs := pool.Config()
+	recs.MaxConns = delivery.RecordConns
+	if cfg.Records, err = pgxpool.NewWithConfig(ctx, recs); err != nil {
+		return fail(err)
+	}
 	del, err := delivery.NewDeliverer(pool, postgres.NewEventLog(pool, nil), nil, cfg)
 	if err != nil {
 		return fail(err)

@@ -26,6 +26,10 @@ import (
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/kinds"
 )
 
+// RecordConns is how many connections DeliverConfig.Records needs: the
+// recorder runs one flush at a time.
+const RecordConns = 1
+
 // DeliverConfig configures a Deliverer.
 type DeliverConfig struct {
 	// AllowPrivateTargets lets connections reach loopback and private
@@ -89,6 +93,10 @@ type DeliverConfig struct {
 	// what was in flight and what was answered within this time, not the
 	// batch. Default 100ms.
 	RecordEvery time.Duration
+	// Records is the recorder's own pool (RecordConns connections), so a
+	// flush never waits behind the senders' steps for a connection; nil:
+	// the recorder uses the Deliverer's pool.
+	Records *pgxpool.Pool
 	// LivenessSettle is how old the session of a transaction must be
 	// before it may judge the process of another sender dead
 	// (liveness.GoneSQL). Default liveness.Settle.

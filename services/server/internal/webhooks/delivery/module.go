@@ -2,9 +2,11 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/bothy/bothy/services/server/internal/module"
@@ -28,8 +30,10 @@ type ModuleConfig struct {
 type Module struct {
 	consumer  *webhooks.Consumer
 	deliverer *Deliverer
-	notices   *webhooks.NoticeWorker
-	pruner    river.Worker[webhooks.PruneArgs]
+	// records is the recorder's own pool (DeliverConfig.Records).
+	records *pgxpool.Pool
+	notices *webhooks.NoticeWorker
+	pruner  river.Worker[webhooks.PruneArgs]
 }
 
 // NewModule returns the factory of outgoing webhooks.
@@ -40,13 +44,23 @@ func NewModule(cfg *ModuleConfig) module.Factory {
 			dc.Logger = d.Logger
 		}
 		metrics := NewMetrics(d.Registry, d.Pool, d.Events, d.Logger)
+		// The process's pool settings, with RecordConns connections; none
+		// is opened before the first flush.
+		rc := d.Pool.Config()
+		rc.MaxConns, rc.MinConns, rc.MinIdleConns = RecordConns, 0, 0
+		records, err := pgxpool.NewWithConfig(context.Background(), rc)
+		if err != nil {
+			return nil, fmt.Errorf("webhooks: recorder pool: %w", err)
+		}
+		dc.Records = records
 		del, err := NewDeliverer(d.Pool, d.Source, metrics, &dc)
 		if err != nil {
+			records.Close()
 			return nil, err
 		}
 		consumer := webhooks.NewConsumer(&webhooks.ConsumerConfig{LivenessSettle: dc.LivenessSettle, Local: del,
 			ExpressionErrors: metrics.Expressions, Logger: d.Logger})
-		return &Module{consumer: consumer, deliverer: del, notices: webhooks.NewNoticeWorker(d.Events),
+		return &Module{consumer: consumer, deliverer: del, records: records, notices: webhooks.NewNoticeWorker(d.Events),
 			pruner: webhooks.NewPruneWorker(d.Pool, cfg.KeepFinished)}, nil
 	}
 }
@@ -83,3 +97,10 @@ func (m *Module) PeriodicJobs() []*river.PeriodicJob {
 
 // Routes implements module.Module; the HTTP API mounts the owner's routes.
 func (m *Module) Routes(*http.ServeMux) {}
+
+// Close implements module.Closer: it closes the recorder's connections.
+func (m *Module) Close() {
+	if m.records != nil {
+		m.records.Close()
+	}
+}

@@ -160,7 +160,11 @@ func (c *recorder) flush(taken []answered) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
-	_, err := c.d.pool.Exec(ctx, recordedSQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started, o.msgs)
+	db := c.d.pool
+	if c.d.cfg.Records != nil {
+		db = c.d.cfg.Records
+	}
+	_, err := db.Exec(ctx, recordedSQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started, o.msgs)
 	state := recDone
 	if err != nil {
 		state = recNone
