@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,7 +173,24 @@ func (d *Destinations) For(t *Target) (Destination, error) {
 		d.pools[kind] = o
 	}
 	d.mu.Unlock()
-	return o.Destination(t)
+	dest, err := o.Destination(t)
+	if err != nil {
+		return nil, err
+	}
+	return timed{dest}, nil
+}
+
+// timed gives the answers of a kind that does not time its attempts (the
+// brokers; HTTP times the request alone) the time Send took.
+type timed struct{ Destination }
+
+func (d timed) Send(ctx context.Context, m *Message, ts time.Time) Answer {
+	start := time.Now()
+	a := d.Destination.Send(ctx, m, ts)
+	if a.Duration == 0 {
+		a.Duration = time.Since(start)
+	}
+	return a
 }
 
 // Close closes every opener's connections, and no kind opens after it.

@@ -29,13 +29,6 @@ type destination struct {
 // else is Retry with the reason: no connection, no stream taking the
 // subject, no acknowledgement in time, the server's refusal.
 func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
-	start := time.Now()
-	a := d.send(ctx, m, ts)
-	a.Duration = time.Since(start)
-	return a
-}
-
-func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
 	subject := d.cfg.subject.Render(m.Space, m.Type)
 	if why := subjectProblem(subject); why != "" {
 		return retry("subject %q: %s", subject, why)

@@ -38,13 +38,6 @@ type Payload struct {
 // PUBACK was lost reached the broker, and the retry that follows reaches
 // subscribers a second time under the same webhook-id.
 func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
-	start := time.Now()
-	a := d.send(ctx, m, ts)
-	a.Duration = time.Since(start)
-	return a
-}
-
-func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
 	topic := d.cfg.topic.Render(m.Space, m.Type)
 	payload, err := encode(d.target, m, ts)
 	if err != nil {

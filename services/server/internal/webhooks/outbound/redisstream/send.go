@@ -37,13 +37,6 @@ type destination struct {
 // in order and the answer is Retry saying so. A message without seqs (a
 // test send) goes in after the stream's last entry, under the same seq.
 func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
-	start := time.Now()
-	a := d.send(ctx, m, ts)
-	a.Duration = time.Since(start)
-	return a
-}
-
-func (d *destination) send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
 	key := d.cfg.key.Render(m.Space, m.Type)
 	h, err := outbound.Signed(d.target, m, ts)
 	if err != nil {
