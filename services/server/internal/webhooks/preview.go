@@ -34,15 +34,7 @@ type PreviewRequest struct {
 
 // PreviewEvent is an event given to a preview, in the envelope's shape;
 // absent fields are made up: a new id, seq 0, the subscription's space, now.
-type PreviewEvent struct {
-	ID         uuid.UUID       `json:"id"`
-	Seq        int64           `json:"seq"`
-	Type       string          `json:"type"`
-	Space      string          `json:"space"`
-	Actor      string          `json:"actor"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	Data       json.RawMessage `json:"data"`
-}
+type PreviewEvent sync.Envelope
 
 // Event returns e as an event of space, its absent fields made up.
 func (e *PreviewEvent) Event(space string) sync.Event {

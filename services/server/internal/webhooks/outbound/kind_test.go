@@ -23,8 +23,10 @@ func (untimed) Send(context.Context, *outbound.Message, time.Time) outbound.Answ
 
 type untimedOpener struct{}
 
-func (untimedOpener) Destination(*outbound.Target) (outbound.Destination, error) { return untimed{}, nil }
-func (untimedOpener) Close()                                                      {}
+func (untimedOpener) Destination(*outbound.Target) (outbound.Destination, error) {
+	return untimed{}, nil
+}
+func (untimedOpener) Close() {}
 
 // TestDestinations_AnAnswerCarriesTheTimeItsAttemptTook: a kind that does
 // not time its attempts gets the time Send took, for the attempt record
