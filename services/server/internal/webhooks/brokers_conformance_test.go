@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -72,57 +73,112 @@ const (
 func TestBrokers_WorkerKilledMidDrainArrivesInOrder(t *testing.T) {
 	t.Parallel()
 	forEachKind(t, func(t *testing.T, k *brokertest.Place) {
-		cfg := killConfig()
-		b := setup(t, cfg)
-		proxy := brokertest.NewSlowProxy(t, k.Addr, brokerLatency)
-		s, _ := b.subscribe(t, &webhooks.CreateParams{Destination: k.Destination(proxy.Addr())})
-		child := startWorkerChild(t, b.db.URL)
-		evs := b.emit(t, "s1", brokerKillEvents)
-		b.round(t)
-
-		testwait.Until(t, time.Minute, func() bool {
-			order, _ := firstSeqs(k.Arrivals(t))
-			return len(order) >= brokerKillAfter
-		}, "%d events arrived", brokerKillAfter)
-		killedAt := child.kill(t)
-		order, _ := firstSeqs(k.Arrivals(t))
-		require.Less(t, len(order), brokerKillEvents, "killed mid-drain")
-		testwait.Until(t, 10*time.Second, func() bool {
-			hs, err := liveness.Holders(context.Background(), b.db.Pool)
-			require.NoError(t, err)
-			return !slices.ContainsFunc(hs, func(s liveness.Session) bool { return uint32(s.PID) == child.session })
-		}, "the killed process's session ends")
-
-		liveProcess(t, b, cfg, 10)
-		evs = append(evs, b.emit(t, "s1", 1)...)
-		b.round(t) // a new job, which the live process runs
-		testwait.Until(t, time.Minute, func() bool {
-			order, _ := firstSeqs(k.Arrivals(t))
-			return len(order) == len(evs)
-		}, "the live process delivers the rest")
-
-		got := k.Arrivals(t)
-		order, repeats := firstSeqs(got)
-		require.Equal(t, seqs(evs...), order, "every event arrives, first arrivals in seq order")
+		r := killMidDrain(t, k)
 		if k.DropsRepeats {
-			dropped := droppedRepeats(t, b, s.ID)
-			t.Logf("%d sent again after the kill, dropped by the broker", dropped)
-			require.Positive(t, dropped, "the live process sends again what the killed one had not recorded")
-			require.Zero(t, repeats, "the broker drops what the live process sends again")
+			t.Logf("%d sent again after the kill, dropped by the broker", r.dropped)
+			require.Positive(t, r.dropped, "the live process sends again what the killed one had not recorded")
+			require.Zero(t, r.repeats, "the broker drops what the live process sends again")
 			return
 		}
-		window := cfg.RecordEvery + killSlack
-		answeredLate := 0 // first arrived within the window before the kill
-		seen := map[string]bool{}
-		for _, a := range got {
-			if !seen[a.ID()] && a.At.Before(killedAt) && killedAt.Sub(a.At) <= window {
-				answeredLate++
-			}
-			seen[a.ID()] = true
-		}
-		t.Logf("%d repeats after the kill, %d arrived within %s before it", repeats, answeredLate, window)
-		require.LessOrEqual(t, repeats, 1+answeredLate, "sent again only the message in flight and those answered within the window")
+		t.Logf("%d repeats after the kill, %d arrived within %s before it", r.repeats, r.answeredLate, r.window)
+		require.LessOrEqual(t, r.repeats, 1+r.answeredLate, "sent again only the message in flight and those answered within the window")
 	})
+}
+
+// TestBrokers_KillRepeatBoundFailsWithoutMidBatchRecording: the bound of
+// TestBrokers_WorkerKilledMidDrainArrivesInOrder is exceeded when the
+// killed process's recorder does not record its answers during the batch
+// (RecordEvery an hour): the live process sends the batch again from its
+// start. Only on the kinds that count repeats: the others drop them.
+func TestBrokers_KillRepeatBoundFailsWithoutMidBatchRecording(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, k *brokertest.Place) {
+		if k.DropsRepeats {
+			t.Skip("the broker drops the repeats: none arrives to count")
+		}
+		r := killMidDrain(t, k, workerRecordEveryEnv+"=1h")
+		t.Logf("%d repeats after the kill, %d arrived within %s before it", r.repeats, r.answeredLate, r.window)
+		require.Greater(t, r.repeats, 1+r.answeredLate, "without the recorder the batch is sent again from its start")
+	})
+}
+
+// killed is what a kill mid-drain left at the destination.
+type killed struct {
+	// repeats arrived again; dropped are the sends the broker answered
+	// as a repeat it dropped.
+	repeats, dropped int
+	// answeredLate arrived first within window before the kill.
+	answeredLate int
+	window       time.Duration
+}
+
+// killMidDrain: a worker process (with env added to its environment)
+// drains brokerKillEvents events of an ordered subscription to k and is
+// SIGKILLed once brokerKillAfter arrived; a process of this binary takes
+// over. Every event must arrive, first arrivals in seq order; it returns
+// the repeats.
+func killMidDrain(t *testing.T, k *brokertest.Place, env ...string) killed {
+	t.Helper()
+	cfg := killConfig()
+	b := setup(t, cfg)
+	proxy := brokertest.NewSlowProxy(t, k.Addr, brokerLatency)
+	s, _ := b.subscribe(t, &webhooks.CreateParams{Destination: k.Destination(proxy.Addr())})
+	child := startWorkerChild(t, b.db.URL, env...)
+	evs := b.emit(t, "s1", brokerKillEvents)
+	b.round(t)
+
+	testwait.Until(t, time.Minute, func() bool {
+		order, _ := firstSeqs(k.Arrivals(t))
+		return len(order) >= brokerKillAfter
+	}, "%d events arrived", brokerKillAfter)
+	killedAt := child.kill(t)
+	order, _ := firstSeqs(k.Arrivals(t))
+	require.Less(t, len(order), brokerKillEvents, "killed mid-drain")
+	testwait.Until(t, 10*time.Second, func() bool {
+		hs, err := liveness.Holders(context.Background(), b.db.Pool)
+		require.NoError(t, err)
+		return !slices.ContainsFunc(hs, func(s liveness.Session) bool { return uint32(s.PID) == child.session })
+	}, "the killed process's session ends")
+
+	liveProcess(t, b, cfg, 10)
+	evs = append(evs, b.emit(t, "s1", 1)...)
+	b.round(t) // a new job, which the live process runs
+	testwait.Until(t, time.Minute, func() bool {
+		order, _ := firstSeqs(k.Arrivals(t))
+		return len(order) == len(evs)
+	}, "the live process delivers the rest")
+
+	got := k.Arrivals(t)
+	order, repeats := firstSeqs(got)
+	require.Equal(t, seqs(evs...), order, "every event arrives, first arrivals in seq order")
+	r := killed{repeats: repeats, dropped: droppedRepeats(t, b, s.ID), window: cfg.RecordEvery + killSlack}
+	seen := map[string]bool{}
+	for _, a := range got {
+		if !seen[a.ID()] && a.At.Before(killedAt) && killedAt.Sub(a.At) <= r.window {
+			r.answeredLate++
+		}
+		seen[a.ID()] = true
+	}
+	return r
+}
+
+// workerRecordEveryEnv, set in a worker process's environment, replaces
+// its RecordEvery (a duration).
+const workerRecordEveryEnv = "BOTHY_TEST_WEBHOOK_WORKER_RECORD_EVERY"
+
+// childRecordEvery sets cfg.RecordEvery from workerRecordEveryEnv when it
+// is set.
+func childRecordEvery(cfg *delivery.DeliverConfig) error {
+	v := os.Getenv(workerRecordEveryEnv)
+	if v == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	cfg.RecordEvery = d
+	return nil
 }
 
 // droppedRepeats is how many of the subscription's sends the broker
