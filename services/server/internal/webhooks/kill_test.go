@@ -205,12 +205,12 @@ type workerChild struct {
 }
 
 // startWorkerChild starts the test binary as a worker process for
-// webhooks on the database at url and waits until it runs; the test's end
-// kills it if the test has not.
-func startWorkerChild(t *testing.T, url string) *workerChild {
+// webhooks on the database at url, with env added to its environment, and
+// waits until it runs; the test's end kills it if the test has not.
+func startWorkerChild(t *testing.T, url string, env ...string) *workerChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerChildEnv+"="+url)
+	cmd.Env = append(append(os.Environ(), workerChildEnv+"="+url), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // it dies with the test binary
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -275,6 +275,9 @@ func runWorkerChild(url string) int {
 		return fail(err)
 	}
 	cfg := killConfig()
+	if err := childRecordEvery(cfg); err != nil {
+		return fail(err)
+	}
 	// The recorder on connections of its own, as the worker role has it.
 	recs := pool.Config()
 	recs.MaxConns = delivery.RecordConns
