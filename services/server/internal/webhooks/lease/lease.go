@@ -14,10 +14,14 @@
 //     Reservation. The rounds see it live and insert no other job; a
 //     delivery job sees it free and takes it.
 //   - Take, renew, hand over: a sender's step locks the row FOR NO KEY
-//     UPDATE and takes the lease (SetSQL) unless another sender's lease is
-//     live for it (LiveForSenderSQL); then it stops. Taking a lease that ran
-//     out, or that was reserved, or whose owner died, is the same write: the
-//     step decides in the transaction that holds the row lock.
+//     UPDATE and, unless another sender's lease is live for it
+//     (LiveForSenderSQL; then it stops), takes or renews the lease in the
+//     statement that records its last batch (SetIfSQL, SetSQL for a group
+//     of steps), or alone (Set) when it keeps it through a wait. Taking a
+//     lease that ran out, that was reserved, or whose owner died, is the
+//     same write: the step decides in the transaction that holds the row
+//     lock. (TestConsumer_OneJobUntilItsSenderStarts,
+//     TestDelivery_TakesOverFromADeadSender, TestWake_ReleaseRacingARound.)
 //   - Take over after a dead process: a lease of another process is live
 //     only while that process holds its liveness lock; a judge that finds
 //     the lock free (liveness.GoneSQL) keeps it for its transaction, so two
@@ -29,8 +33,11 @@
 //   - End: a change of status (disable, enable) ends whatever lease the
 //     subscription had, in the statement that changes it.
 //
-// Every statement that writes the lease is in this file; readers use its
-// fragments.
+// Every write of the lease is here: the statements that do nothing else
+// (Reserve, Set, Release), and the fragments with which larger statements
+// take or end it (SetSQL and SetIfSQL where a step records a batch,
+// ClearSQL where a subscription is disabled or enabled). Its readers use
+// MineSQL, LiveForSenderSQL and LiveForRoundSQL.
 package lease
 
 import (
