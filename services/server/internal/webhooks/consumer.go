@@ -15,6 +15,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 )
 
 // ConsumerName is the cursor name of the webhooks consumer (inserted by the baseline migration).
@@ -236,7 +237,7 @@ func (*Consumer) HandleLost(ctx context.Context, tx pgx.Tx, consumer string, los
 	rows, err := tx.Query(ctx, `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = 'gap', disabled_detail = $2, disabled_at = now(), updated_at = now(),
-    pump_job_id = NULL, pump_until = NULL
+    `+lease.ClearSQL+`
 WHERE (status = 'active' OR probing) AND resume_after_seq < $1
 RETURNING id, space`, lost.To, detail)
 	if err != nil {

@@ -58,16 +58,16 @@ func metricsOn(t *testing.T) (*dbtest.DB, *prometheus.Registry) {
 }
 
 // addSubscription writes an active subscription of alice on s1 with one
-// pending delivery created ago before now, and the claim pump_until (an SQL
+// pending delivery created ago before now, and the claim lease_until (an SQL
 // expression: NULL, or a time relative to now()).
-func addSubscription(t *testing.T, pool *pgxpool.Pool, ago, pumpUntil string) uuid.UUID {
+func addSubscription(t *testing.T, pool *pgxpool.Pool, ago, leaseUntil string) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	var id uuid.UUID
 	require.NoError(t, pool.QueryRow(ctx, `
-INSERT INTO webhook_subscriptions (id, owner, space, url, secret, pump_until)
+INSERT INTO webhook_subscriptions (id, owner, space, url, secret, lease_until)
 VALUES (gen_random_uuid(), 'alice', 's1', 'https://receiver.invalid/hook',
-        'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=', `+pumpUntil+`)
+        'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=', `+leaseUntil+`)
 RETURNING id`).Scan(&id))
 	if ago != "" {
 		// The head, and a younger delivery behind it.
@@ -118,12 +118,12 @@ func TestMetrics_DeliveryStall(t *testing.T) {
 	require.Equal(t, 0.0, g["bothy_webhook_subscriptions/disabled_failing"])
 
 	// A sender claims the unsent one: the expired claim is the longest stall.
-	_, err := db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET pump_until = now() + interval '45 seconds' WHERE id = $1`, unsent)
+	_, err := db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET lease_until = now() + interval '45 seconds' WHERE id = $1`, unsent)
 	require.NoError(t, err)
 	requireAge(t, 300, gauges(t, reg)["bothy_webhook_delivery_stall_seconds"], written)
 
 	// Every subscription with pending deliveries has a live sender.
-	_, err = db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET pump_until = now() + interval '1 minute' WHERE status = 'active'`)
+	_, err = db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET lease_until = now() + interval '1 minute' WHERE status = 'active'`)
 	require.NoError(t, err)
 	g = gauges(t, reg)
 	require.Zero(t, g["bothy_webhook_delivery_stall_seconds"])

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 )
 
 // Resend, Recover and EnableFromBacklog put deliveries back in front of a
@@ -672,7 +673,7 @@ WHERE subscription_id = $1 AND status = 'pending' AND event_seq < $2`
 const activateSQL = `
 UPDATE webhook_subscriptions
 SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
-    resume_after_seq = $2, backlog_from_seq = NULL, pump_job_id = NULL, pump_until = NULL
+    resume_after_seq = $2, backlog_from_seq = NULL, ` + lease.ClearSQL + `
 WHERE id = $1`
 
 // EnableFromBacklog re-activates a disabled subscription with what it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 )
 
 // Status of a subscription.
@@ -446,7 +447,7 @@ ORDER BY s.created_at, s.id LIMIT $5`, p.Owner, p.Space, after, p.AfterID, limit
 const DisableSQL = `
 UPDATE webhook_subscriptions
 SET status = 'disabled', disabled_cause = $2, disabled_detail = $3, disabled_at = now(), updated_at = now(),
-    pump_job_id = NULL, pump_until = NULL
+    ` + lease.ClearSQL + `
 WHERE id = $1 AND (status = 'active' OR probing)`
 
 // Disable disables an active subscription by hand. Disabling a disabled
@@ -495,7 +496,7 @@ WITH old AS (SELECT coalesce(disabled_cause, '') AS cause, `+deliveredThroughSQL
 up AS (
     UPDATE webhook_subscriptions s
     SET status = 'active', disabled_cause = NULL, disabled_detail = NULL, disabled_at = NULL, updated_at = now(),
-        resume_after_seq = (SELECT last_seq FROM event_seq), backlog_from_seq = NULL, pump_job_id = NULL, pump_until = NULL
+        resume_after_seq = (SELECT last_seq FROM event_seq), backlog_from_seq = NULL, `+lease.ClearSQL+`
     WHERE s.id = $1 AND s.status = 'disabled'
     RETURNING s.resume_after_seq
 ),

@@ -125,7 +125,7 @@ func leaseOwner(t *testing.T, b *bundle, sub uuid.UUID) string {
 	t.Helper()
 	var owner string
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		`SELECT pump_owner FROM webhook_subscriptions WHERE id = $1 AND pump_until > now() + interval '1 minute'`, sub).Scan(&owner))
+		`SELECT lease_owner FROM webhook_subscriptions WHERE id = $1 AND lease_until > now() + interval '1 minute'`, sub).Scan(&owner))
 	return owner
 }
 

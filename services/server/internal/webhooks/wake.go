@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 )
 
 // WakeChannel is the notification channel on which transactions that give
@@ -32,10 +32,8 @@ const WakeChannel = "webhook_deliveries"
 // the release and sees the lease gone: a job is inserted exactly when no
 // sender will see the new deliveries (TestWake_ReleaseRacingARound).
 var leaseLiveSQL = `
-SELECT id, CASE WHEN pump_until IS NULL OR pump_until <= now() THEN false
-                WHEN pump_owner IS NULL THEN true
-                ELSE NOT ` + liveness.GoneSQL("pump_owner", "$2") + ` END,
-       coalesce(pump_job_id, 0)
+SELECT id, ` + lease.LiveForRoundSQL("$2") + `,
+       coalesce(lease_job_id, 0)
 FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) ORDER BY id FOR KEY SHARE`
 
 // maxWakePayload is the most bytes of ids one notification carries
@@ -49,7 +47,7 @@ const maxWakePayload = 7800
 // own.
 type LocalSenders interface {
 	// Holds says whether job, a sender of subscription sub (as its lease
-	// names it, pump_job_id), runs in this process.
+	// names it, lease_job_id), runs in this process.
 	Holds(sub uuid.UUID, job int64) bool
 	// WakeIDs wakes the process's senders of subscriptions ids. It must not
 	// block.
@@ -109,34 +107,16 @@ func wakeOrStart(ctx context.Context, tx pgx.Tx, from map[uuid.UUID]int64, settl
 	return jobs, notifyWake(ctx, tx, wake)
 }
 
-// reservation is how long the lease a job is inserted with waits for the
-// job to start: until then, rounds wake nobody and insert no other job.
-const reservation = time.Minute
-
-// reserveSQL gives subscriptions $1 a lease that names no job for $2 ms,
-// skipping any whose row another transaction holds: a round never waits
-// for an owner's change of a subscription (at worst a later round inserts
-// a second job, which ends at once).
-const reserveSQL = `
-UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_owner = NULL, pump_until = now() + $2::bigint * interval '1 millisecond'
-WHERE id IN (SELECT id FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)`
-
 // reserve gives the subscriptions of jobs a lease that names no job: live
 // for the rounds, which insert no other job for them meanwhile, and free
-// for whichever of their delivery jobs runs first (lockSubSQL). Without it,
-// every round until a sender has started would insert another job.
+// for whichever of their delivery jobs runs first. Without it, every round
+// until a sender has started would insert another job.
 func reserve(ctx context.Context, tx pgx.Tx, jobs []DeliverArgs) error {
-	if len(jobs) == 0 {
-		return nil
-	}
 	ids := make([]uuid.UUID, len(jobs))
 	for i := range jobs {
 		ids[i] = jobs[i].SubscriptionID
 	}
-	if _, err := tx.Exec(ctx, reserveSQL, ids, reservation.Milliseconds()); err != nil {
-		return fmt.Errorf("webhooks: reserve %d subscriptions for their jobs: %w", len(ids), err)
-	}
-	return nil
+	return lease.Reserve(ctx, tx, ids)
 }
 
 // notifyWake queues, in tx, the notifications naming ids on WakeChannel.

@@ -526,7 +526,7 @@ ORDER BY id LIMIT 20`)
 		h.logf("stuck jobs: %v", err)
 	}
 	rows, err = h.pool.Query(ctx, `
-SELECT s.id::text, s.status, coalesce(s.pump_job_id, 0), coalesce(s.pump_until - now(), '0'), coalesce(s.pump_owner, ''),
+SELECT s.id::text, s.status, coalesce(s.lease_job_id, 0), coalesce(s.lease_until - now(), '0'), coalesce(s.lease_owner, ''),
        min(d.event_seq), count(*), coalesce(min(d.next_attempt_at) - now(), '0'), max(d.attempts)
 FROM webhook_subscriptions s JOIN webhook_deliveries d ON d.subscription_id = s.id AND d.status = 'pending'
 WHERE s.status = 'active' GROUP BY s.id`)
@@ -535,12 +535,12 @@ WHERE s.status = 'active' GROUP BY s.id`)
 		return
 	}
 	var status, owner string
-	var pumpJob, head, pending int64
+	var leaseJob, head, pending int64
 	var until, next time.Duration
 	var attempts int
-	_, err = pgx.ForEachRow(rows, []any{&sub, &status, &pumpJob, &until, &owner, &head, &pending, &next, &attempts}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&sub, &status, &leaseJob, &until, &owner, &head, &pending, &next, &attempts}, func() error {
 		h.logf("stuck subscription %s (%s): %d pending from seq %d, next attempt in %s, most attempts %d; sender job %d of %q until %s from now",
-			h.targetName(sub), status, pending, head, next.Round(time.Millisecond), attempts, pumpJob, owner, until.Round(time.Millisecond))
+			h.targetName(sub), status, pending, head, next.Round(time.Millisecond), attempts, leaseJob, owner, until.Round(time.Millisecond))
 		return nil
 	})
 	if err != nil {

@@ -64,7 +64,7 @@ const heldJobsSQL = `
 SELECT id, kind, coalesce(args->>'subscription_id', '') FROM river_job
 WHERE state = 'running' AND attempted_by[array_upper(attempted_by, 1)] = $1
 UNION ALL
-SELECT 0, '` + kindClaim + `', id::text FROM webhook_subscriptions WHERE pump_owner = $1 AND pump_until > now()`
+SELECT 0, '` + kindClaim + `', id::text FROM webhook_subscriptions WHERE lease_owner = $1 AND lease_until > now()`
 
 // stillHeldSQL lists the jobs still running under the dead client and the
 // claims it still holds: a job is taken over once it was made available
@@ -74,7 +74,7 @@ const stillHeldSQL = `
 SELECT id, '' FROM river_job
 WHERE id = ANY ($1) AND state = 'running' AND attempted_by[array_upper(attempted_by, 1)] = $2
 UNION ALL
-SELECT 0, id::text FROM webhook_subscriptions WHERE id = ANY ($3) AND pump_owner = $2 AND pump_until > now()`
+SELECT 0, id::text FROM webhook_subscriptions WHERE id = ANY ($3) AND lease_owner = $2 AND lease_until > now()`
 
 // heldJobs lists the jobs River believes clientID, the killed worker
 // name, runs. When it cannot, the takeover of that kill goes unmeasured:

@@ -169,8 +169,7 @@ const leaseMargin = 30 * time.Second
 func (c *DeliverConfig) lease() time.Duration { return max(c.Timeout, c.Linger) + leaseMargin }
 
 // Deliverer is the River worker of webhook_out.deliver: a job becomes the
-// one sender of its subscription, holding its lease (pump_job_id,
-// pump_owner, pump_until), and works through the subscription's pending
+// one sender of its subscription, holding its lease (package lease), and works through the subscription's pending
 // deliveries in batches (sender.run): one transaction records the last
 // batch's outcomes and claims the next, the requests go out with no
 // transaction open — in seq order for the ordered policies, up to
@@ -180,7 +179,7 @@ func (c *DeliverConfig) lease() time.Duration { return max(c.Timeout, c.Linger) 
 // subscription go.
 //
 // A lease names the process that took it (its River client ID, when the
-// process takes part in package liveness). It is live until pump_until,
+// process takes part in package liveness). It is live until lease_until,
 // unless its owner's liveness lock is free: then the owner died (SIGKILL, a
 // lost host) and the next job of the subscription takes over at once
 // (TestDelivery_TakesOverFromADeadSender). What the dead sender had in

@@ -15,6 +15,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/coalesce"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -223,7 +224,7 @@ func (s *subRow) groupable() bool {
 // subscription. One range serves the whole group: a group records only
 // batches that took everything their subscription had pending (groupable),
 // so in that range each subscription has its batch and what came since.
-const deliveredManySQL = `
+var deliveredManySQL = `
 WITH o AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $11::text[])
         AS o(sub, seq, code, secs, excerpt, started, msg)
@@ -241,8 +242,7 @@ WITH o AS (
 )
 UPDATE webhook_subscriptions s SET
     last_delivered_seq = greatest(s.last_delivered_seq, coalesce(m.seq, 0), l.recorded),
-    pump_job_id = l.job, pump_owner = NULLIF(l.owner, ''),
-    pump_until = now() + $10::bigint * interval '1 millisecond'
+    ` + lease.SetSQL("l.job", "l.owner", "$10") + `
 FROM unnest($7::uuid[], $8::bigint[], $9::text[], $12::bigint[]) AS l(sub, job, owner, recorded)
 LEFT JOIN m ON m.subscription_id = l.sub
 WHERE s.id = l.sub`

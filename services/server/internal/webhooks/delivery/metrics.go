@@ -127,16 +127,16 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 // deliveries in seq order, so the head is also the oldest) and its first
 // due delivery (a retry or a resend by its next attempt, a new one by its
 // creation). The backlog behind a failing receiver is never read. A
-// subscription's claim (pump_until) is live while a sender sends, and while
+// subscription's claim (lease_until) is live while a sender sends, and while
 // an ordered sender waits for its head's retry (the claim runs to the
-// retry's time plus an attempt). An unordered pump lets go of the claim
+// retry's time plus an attempt). An unordered sender lets go of the claim
 // when every pending delivery waits for its retry, and a job comes back at
 // the first one's time. So a subscription stalls only when a delivery is
 // due and no claim is live, counted from the later of the due time and the
 // claim's end.
 const gaugesSQL = `
 WITH heads AS (
-    SELECT h.created_at, n.due, s.pump_until
+    SELECT h.created_at, n.due, s.lease_until
     FROM webhook_subscriptions s
     CROSS JOIN LATERAL (
         SELECT greatest(d.created_at, d.resent_at) AS created_at FROM webhook_deliveries d
@@ -152,8 +152,8 @@ SELECT (SELECT coalesce(jsonb_object_agg(st, n), '{}')
         FROM (SELECT CASE WHEN status = 'active' THEN 'active' ELSE 'disabled_' || disabled_cause END AS st, count(*) AS n
               FROM webhook_subscriptions GROUP BY 1) c),
        greatest(coalesce(extract(epoch FROM now() - min(created_at)), 0), 0)::float8,
-       greatest(coalesce(extract(epoch FROM now() - min(greatest(due, pump_until))
-                                 FILTER (WHERE due <= now() AND (pump_until IS NULL OR pump_until <= now()))), 0), 0)::float8
+       greatest(coalesce(extract(epoch FROM now() - min(greatest(due, lease_until))
+                                 FILTER (WHERE due <= now() AND (lease_until IS NULL OR lease_until <= now()))), 0), 0)::float8
 FROM heads`
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -21,7 +22,7 @@ import (
 // its lease taken for $11 ms ($8: by job $9 of process $10) and its
 // throttle's next slot ($12). It is the one update of the subscription row
 // on a batch's usual path. Its deliveries are found as in pendingAtSQL.
-const deliveredSQL = `
+var deliveredSQL = `
 WITH o AS (
     SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $13::text[])
         AS o(seq, code, secs, excerpt, started, msg)
@@ -38,9 +39,7 @@ WITH o AS (
 UPDATE webhook_subscriptions SET
     last_delivered_seq = greatest(last_delivered_seq, coalesce((SELECT max(event_seq) FROM d), 0), $14::bigint),
     failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END,
-    pump_job_id = CASE WHEN $8 THEN $9 ELSE pump_job_id END,
-    pump_owner = CASE WHEN $8 THEN NULLIF($10::text, '') ELSE pump_owner END,
-    pump_until = CASE WHEN $8 THEN now() + $11::bigint * interval '1 millisecond' ELSE pump_until END,
+    ` + lease.SetIfSQL("$8", "$9", "$10", "$11") + `,
     throttle_next_at = coalesce($12, throttle_next_at)
 WHERE id = $1`
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
@@ -14,8 +15,8 @@ import (
 // releaseLockSQL locks the subscription against every transaction that is
 // giving it new deliveries (they hold FOR KEY SHARE, see leaseLiveSQL) and
 // says whether the lease is still this job's.
-const releaseLockSQL = `
-SELECT coalesce(pump_job_id = $2, false), status = 'active' OR probing, policy, now(), keeper_wake_at
+var releaseLockSQL = `
+SELECT ` + lease.MineSQL("$2") + `, status = 'active' OR probing, policy, now(), keeper_wake_at
 FROM webhook_subscriptions WHERE id = $1 FOR UPDATE`
 
 // nextDueSQL is when the subscription's next pending delivery is due: a
@@ -64,8 +65,8 @@ func (s *sender) release(ctx context.Context) (done bool, err error) {
 	if due != nil && (policy != webhooks.PolicyUnordered || !due.After(now)) {
 		return false, nil // more arrived, or an ordered head waits: the steps see to it
 	}
-	if _, err := tx.Exec(ctx, `UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_until = NULL, pump_owner = NULL WHERE id = $1`, s.subID); err != nil {
-		return false, fmt.Errorf("deliver %s: release: %w", s.subID, err)
+	if err := lease.Release(ctx, tx, s.subID); err != nil {
+		return false, fmt.Errorf("deliver %s: %w", s.subID, err)
 	}
 	var wait *time.Duration
 	if due != nil && (keeper == nil || !keeper.After(now) || keeper.After(*due)) {

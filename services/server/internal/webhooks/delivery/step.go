@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
-	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
+	"github.com/bothy/bothy/services/server/internal/webhooks/lease"
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
@@ -59,11 +59,8 @@ FROM webhook_subscriptions s WHERE id = $1 FOR NO KEY UPDATE`
 func subColumns(job, owner, settle string) string {
 	return `owner, space, url, secret, CASE WHEN previous_secret_until > now() THEN coalesce(previous_secret, '') ELSE '' END,
        headers, destination_kind, destination, token_id, status, probing, failing_since IS NOT NULL,
-       coalesce(pump_job_id = ` + job + `, false),
-       CASE WHEN pump_until IS NULL OR pump_until <= now() OR pump_job_id IS NULL THEN false
-            WHEN pump_job_id = ` + job + ` OR pump_owner IS NULL OR pump_owner = ` + owner + ` THEN true
-            ELSE NOT ` + liveness.GoneSQL("pump_owner", settle) + `
-       END,
+       ` + lease.MineSQL(job) + `,
+       ` + lease.LiveForSenderSQL(job, owner, settle) + `,
        now(), throttle_next_at, keeper_wake_at, ` + webhooks.PolicyColumns + `, coalesce(transform, '')`
 }
 
@@ -187,23 +184,12 @@ func (t *stepTx) throttleWait() time.Duration {
 	return max(s.throttleNext.Sub(s.now), 0)
 }
 
-const setLeaseSQL = `
-UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = now() + $3::bigint * interval '1 millisecond',
-    pump_owner = NULLIF($4::text, '')
-WHERE id = $1`
-
 // setLease keeps the lease for d from now, or gives it up (nil).
 func (t *stepTx) setLease(ctx context.Context, d *time.Duration) error {
-	var err error
 	if d == nil {
-		_, err = t.tx.Exec(ctx, `UPDATE webhook_subscriptions SET pump_job_id = NULL, pump_until = NULL, pump_owner = NULL WHERE id = $1`, t.s.subID)
-	} else {
-		_, err = t.tx.Exec(ctx, setLeaseSQL, t.s.subID, t.s.me.jobID, d.Milliseconds(), t.s.me.owner)
+		return lease.Release(ctx, t.tx, t.s.subID)
 	}
-	if err != nil {
-		return fmt.Errorf("deliver %s: lease: %w", t.s.subID, err)
-	}
-	return nil
+	return lease.Set(ctx, t.tx, t.s.subID, t.s.me.jobID, t.s.me.owner, *d)
 }
 
 // hold keeps the lease through a wait of w and an attempt after it.

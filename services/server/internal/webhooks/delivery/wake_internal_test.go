@@ -35,7 +35,7 @@ func TestWake_ReleaseRacingARound(t *testing.T) {
 		URL: "http://127.0.0.1:9/hook", AllowPrivateTargets: true})
 	require.NoError(t, err)
 	const job = 42 // the lease of a live sender outside liveness
-	_, err = db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET pump_job_id = $2, pump_until = now() + interval '1 minute' WHERE id = $1`, sub.ID, job)
+	_, err = db.Pool.Exec(ctx, `UPDATE webhook_subscriptions SET lease_job_id = $2, lease_until = now() + interval '1 minute' WHERE id = $1`, sub.ID, job)
 	require.NoError(t, err)
 	evs, err := log.Write(ctx, func(context.Context, pgx.Tx) ([]sync.NewEvent, error) {
 		return []sync.NewEvent{{Space: "s1", Type: "item.created", Actor: "bob"}}, nil
@@ -77,7 +77,7 @@ func TestWake_ReleaseRacingARound(t *testing.T) {
 	require.NoError(t, r.err)
 	require.False(t, r.done, "the sender sees the round's delivery and goes on")
 	var holder *int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pump_job_id FROM webhook_subscriptions WHERE id = $1`, sub.ID).Scan(&holder))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT lease_job_id FROM webhook_subscriptions WHERE id = $1`, sub.ID).Scan(&holder))
 	require.NotNil(t, holder, "the lease is kept")
 	require.EqualValues(t, job, *holder)
 }
@@ -89,7 +89,7 @@ func releaseWaitsForALock(t *testing.T, db *dbtest.DB) bool {
 	var waiting bool
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `
 SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-               AND query LIKE '%FOR UPDATE%' AND query LIKE '%pump_job_id = $2%')`).Scan(&waiting))
+               AND query LIKE '%FOR UPDATE%' AND query LIKE '%lease_job_id = $2%')`).Scan(&waiting))
 	return waiting
 }
 
