@@ -29,6 +29,8 @@ const idleChannels = 64
 type Pool struct {
 	policy egress.Policy
 	conns  *broker.Pool[*conn]
+	// channels is how many idle channels a connection keeps.
+	channels int
 	// noConfirm publishes without waiting for the broker's ack: for the
 	// test that shows the conformance suite fails without confirms.
 	noConfirm bool
@@ -36,7 +38,7 @@ type Pool struct {
 
 // NewPool returns a pool that dials through p.Control.
 func NewPool(p egress.Policy, log *slog.Logger) *Pool {
-	return &Pool{policy: p, conns: broker.NewPool[*conn]("rabbitmq", log)}
+	return &Pool{policy: p, conns: broker.NewPool[*conn]("rabbitmq", log), channels: idleChannels}
 }
 
 // Destination returns the destination of c for target t (its secrets and
@@ -80,7 +82,7 @@ func (p *Pool) dial(rawURL string) broker.Dial[*conn] {
 		if err != nil {
 			return nil, fmt.Errorf("dial: %s", scrub(err, rawURL))
 		}
-		return &conn{amqp: ac, idle: make(chan *channel, idleChannels), noConfirm: p.noConfirm}, nil
+		return &conn{amqp: ac, idle: make(chan *channel, p.channels), noConfirm: p.noConfirm}, nil
 	}
 }
 
