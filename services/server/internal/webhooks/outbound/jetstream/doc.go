@@ -17,6 +17,6 @@
 // subject, another stream than the configured one, an outage, a lost
 // connection or no PubAck within the attempt's time are Retry, with the
 // reason. The connection (one per server URL and credentials, Pool)
-// buffers nothing while it reconnects, so no publish outlives the Send
-// that made it.
+// does not reconnect by itself and buffers nothing: a lost one is
+// replaced by a new dial, so no publish outlives the Send that made it.
 package jetstream

@@ -11,14 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/broker"
 )
 
 // destination publishes one subscription's messages.
 type destination struct {
-	cfg       Config
-	target    *outbound.Target
-	conn      *conn
-	noConfirm bool
+	cfg    Config
+	target *outbound.Target
+	pool   *Pool
+	key    broker.Key
 }
 
 // Send publishes m on the subject its space and type make, with the
@@ -37,14 +38,16 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if err != nil {
 		return retry("%s", err)
 	}
-	js, err := d.conn.client(ctx)
+	cn, release, err := d.pool.conns.Acquire(ctx, d.key, d.pool.dial(d.cfg.url))
 	if err != nil {
 		return retry("%s", err)
 	}
-	if d.noConfirm {
+	defer release()
+	addr := d.key.Addr
+	if d.pool.noConfirm {
 		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
-		if err := d.conn.nc.PublishMsg(msg); err != nil {
-			return retry("publishing on %q to %s: %s", subject, d.conn.addr, err)
+		if err := cn.nc.PublishMsg(msg); err != nil {
+			return retry("publishing on %q to %s: %s", subject, addr, err)
 		}
 		return outbound.Answer{Kind: outbound.Delivered}
 	}
@@ -52,19 +55,19 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if d.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(d.cfg.Stream))
 	}
-	ack, err := d.publish(ctx, js, msg, opts)
+	ack, err := publish(ctx, cn, msg, opts)
 	switch {
 	case errors.Is(err, errLost):
-		return retry("publishing on %q to %s: %s", subject, d.conn.addr, errLost)
+		return retry("publishing on %q to %s: %s", subject, addr, errLost)
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		if d.cfg.Stream != "" {
-			return retry("no stream takes subject %q (stream %q expected) on %s", subject, d.cfg.Stream, d.conn.addr)
+			return retry("no stream takes subject %q (stream %q expected) on %s", subject, d.cfg.Stream, addr)
 		}
-		return retry("no stream takes subject %q on %s", subject, d.conn.addr)
+		return retry("no stream takes subject %q on %s", subject, addr)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout):
-		return retry("no acknowledgement from %s for subject %q within the attempt's time", d.conn.addr, subject)
+		return retry("no acknowledgement from %s for subject %q within the attempt's time", addr, subject)
 	case err != nil:
-		return retry("publishing on %q to %s: %s", subject, d.conn.addr, err)
+		return retry("publishing on %q to %s: %s", subject, addr, err)
 	}
 	a := outbound.Answer{Kind: outbound.Delivered, Excerpt: fmt.Sprintf("stream %s seq %d", ack.Stream, ack.Sequence)}
 	if ack.Duplicate {
@@ -75,12 +78,12 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 
 // publish publishes msg and waits for its PubAck until ctx ends or the
 // connection it went out on is lost (the error is then errLost).
-func (d *destination) publish(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func publish(ctx context.Context, cn *conn, msg *nats.Msg, opts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(d.conn.up.Load().ctx, func() { cancel(errLost) })
+	stop := context.AfterFunc(cn.lost, func() { cancel(errLost) })
 	defer stop()
-	ack, err := js.PublishMsg(ctx, msg, opts...)
+	ack, err := cn.js.PublishMsg(ctx, msg, opts...)
 	if err != nil && context.Cause(ctx) == errLost {
 		return nil, errLost
 	}

@@ -224,4 +224,28 @@ func TestDestination_Send(t *testing.T) {
 		require.Equal(t, outbound.Retry, brokertest.Send(d, m[1]).Kind)
 		require.Equal(t, outbound.Retry, brokertest.Send(pool.Destination(c, brokertest.Target()), m[1]).Kind)
 	})
+
+	t.Run("RotatedCredentialsConnectionIsClosed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pool := bjs.NewPool(brokertest.Policy, brokertest.Log)
+		t.Cleanup(pool.Close)
+		pool.SetIdleTTL(20 * time.Millisecond)
+		config := func(user string) bjs.Config {
+			c, err := bjs.ParseConfig(json.RawMessage(fmt.Sprintf(`{"url":"nats://%s:pw@%s","subject":"%s.{space}.{type}"}`, user, b.addr, b.prefix)))
+			require.NoError(t, err)
+			return c
+		}
+		before, after := config("before"), config("after")
+		m := brokertest.Messages(t, "acme", "order.created", 1, 2)
+		require.Equal(t, outbound.Delivered, brokertest.Send(pool.Destination(before, brokertest.Target()), m[0]).Kind)
+		old, ok := pool.Conn(before)
+		require.True(t, ok)
+		// The subscription's URL is changed (its password rotated): its
+		// sends use the new one, and the old connection goes.
+		d := pool.Destination(after, brokertest.Target())
+		require.Equal(t, outbound.Delivered, brokertest.Send(d, m[1]).Kind)
+		testwait.Until(t, time.Minute, old.IsClosed, "the rotated credentials' connection closed")
+		require.Equal(t, outbound.Delivered, brokertest.Send(d, m[1]).Kind, "the new credentials still send")
+	})
 }

@@ -1,13 +1,13 @@
 package mqtt
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
-	gosync "sync"
-	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -18,17 +18,13 @@ import (
 )
 
 // Pool keeps one connection per broker URL (address and credentials) for
-// the whole process, under a client id of its own. A connection is made
-// when a destination first needs it and kept until Close; after a loss it
-// is made again at once, then after broker.Backoff between failed
-// attempts. It is safe for concurrent use.
+// the whole process, each under a client id of its own, in a broker.Pool:
+// made when a destination first needs it, made again after a loss (with
+// broker.Backoff between failed dials), closed once unused for
+// broker.IdleTTL or at Close. It is safe for concurrent use.
 type Pool struct {
 	policy egress.Policy
-	log    *slog.Logger
-
-	mu     gosync.Mutex
-	conns  map[string]*conn
-	closed bool
+	conns  *broker.Pool[*conn]
 	// noConfirm publishes at QoS 0, without a PUBACK: only for the test
 	// that shows the conformance suite fails without it.
 	noConfirm bool
@@ -37,29 +33,14 @@ type Pool struct {
 // NewPool returns a pool whose connections dial through p and report
 // their losses and recoveries to log (addresses only, no credentials).
 func NewPool(p egress.Policy, log *slog.Logger) *Pool {
-	return &Pool{policy: p, log: log, conns: map[string]*conn{}}
+	return &Pool{policy: p, conns: broker.NewPool[*conn]("mqtt", log)}
 }
 
-// conn is one broker connection and the loop that keeps it. tried is
-// closed once the first attempt to connect has ended, so that a new
-// destination's first send waits for it rather than finding no
-// connection yet.
-type conn struct {
-	addr    string
-	client  paho.Client
-	tried   chan struct{}
-	lost    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	lastErr atomic.Pointer[string]
-}
+// conn is one broker connection.
+type conn struct{ client paho.Client }
 
-func (cn *conn) note(err error) {
-	if err != nil {
-		s := err.Error()
-		cn.lastErr.Store(&s)
-	}
-}
+func (cn *conn) Broken() bool { return !cn.client.IsConnectionOpen() }
+func (cn *conn) Close()       { cn.client.Disconnect(250) }
 
 // Destination returns where c's messages go, signed for t. c must come
 // from ParseConfig; one that did not gives a destination whose every
@@ -68,36 +49,33 @@ func (p *Pool) Destination(c Config, t *outbound.Target) outbound.Destination {
 	if c.url.Addr == "" {
 		return broker.Refusing("the destination's configuration was not checked")
 	}
-	cn := p.conn(c)
-	if cn == nil {
-		return broker.Refusing("the destination pool is closed")
-	}
-	return &destination{cfg: c, target: t, conn: cn, noConfirm: p.noConfirm}
+	return &destination{cfg: c, target: t, pool: p, key: broker.Key{ID: c.URL, Addr: c.url.Addr}}
 }
 
-// conn returns the connection of c's URL, starting it if there is none;
-// nil once the pool is closed.
-func (p *Pool) conn(c Config) *conn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
+// dial connects to c's broker, within ctx.
+func (p *Pool) dial(c Config) broker.Dial[*conn] {
+	return func(ctx context.Context) (*conn, error) {
+		client := paho.NewClient(p.options(c))
+		tok := client.Connect()
+		select {
+		case <-tok.Done():
+		case <-ctx.Done():
+			go func() { <-tok.Done(); client.Disconnect(0) }() // bounded by the connect timeout
+			return nil, ctx.Err()
+		}
+		if err := tok.Error(); err != nil {
+			return nil, fmt.Errorf("mqtt connect: %w", err)
+		}
+		return &conn{client: client}, nil
 	}
-	if cn, ok := p.conns[c.URL]; ok {
-		return cn
-	}
-	cn := &conn{addr: c.url.Addr, tried: make(chan struct{}), lost: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	cn.client = paho.NewClient(p.options(c, cn))
-	p.conns[c.URL] = cn
-	go p.keep(cn)
-	return cn
 }
 
 // options are a connection's: MQTT 3.1.1, a clean session, and no
 // reconnection or publish kept by the client across a loss, so that a
 // publish the loss interrupted fails at once (its Send answers Retry) and
-// is never sent later behind the sender's back; keep reconnects instead.
-func (p *Pool) options(c Config, cn *conn) *paho.ClientOptions {
+// is never sent later behind the sender's back; the pool dials again
+// instead.
+func (p *Pool) options(c Config) *paho.ClientOptions {
 	scheme := "tcp://"
 	o := paho.NewClientOptions()
 	if c.url.TLS {
@@ -118,13 +96,6 @@ func (p *Pool) options(c Config, cn *conn) *paho.ClientOptions {
 	o.SetKeepAlive(30 * time.Second)
 	o.SetPingTimeout(10 * time.Second)
 	o.SetDialer(broker.NewDialer(p.policy))
-	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
-		cn.note(err)
-		select {
-		case cn.lost <- struct{}{}:
-		default:
-		}
-	})
 	return o
 }
 
@@ -136,67 +107,5 @@ func clientID() string {
 	return "bothy-" + hex.EncodeToString(b[:])
 }
 
-// keep connects cn, and connects it again after each loss, until Close.
-func (p *Pool) keep(cn *conn) {
-	defer close(cn.done)
-	failed := 0
-	for n := 0; ; n++ {
-		select {
-		case <-cn.lost: // the previous connection's, already handled
-		default:
-		}
-		tok := cn.client.Connect()
-		<-tok.Done() // bounded by the connect timeout
-		if n == 0 {
-			close(cn.tried)
-		}
-		if err := tok.Error(); err != nil {
-			cn.note(err)
-			failed++
-			if failed == 1 {
-				p.log.Warn("mqtt connection failed", slog.String("addr", cn.addr), slog.Any("error", err))
-			}
-			select {
-			case <-time.After(broker.Backoff(failed)):
-				continue
-			case <-cn.stop:
-				return
-			}
-		}
-		if failed > 0 {
-			p.log.Info("mqtt connection back", slog.String("addr", cn.addr))
-		}
-		failed = 0
-		select {
-		case <-cn.lost:
-			p.log.Warn("mqtt connection lost", slog.String("addr", cn.addr), slog.String("error", cn.why()))
-		case <-cn.stop:
-			cn.client.Disconnect(250)
-			return
-		}
-	}
-}
-
-// why is the last connection error, or "no connection yet".
-func (cn *conn) why() string {
-	if s := cn.lastErr.Load(); s != nil {
-		return *s
-	}
-	return "no connection yet"
-}
-
-// Close disconnects every connection and waits for their loops to end.
-// Sends after Close answer Retry.
-func (p *Pool) Close() {
-	p.mu.Lock()
-	p.closed = true
-	conns := p.conns
-	p.conns = map[string]*conn{}
-	p.mu.Unlock()
-	for _, cn := range conns {
-		close(cn.stop)
-	}
-	for _, cn := range conns {
-		<-cn.done
-	}
-}
+// Close disconnects every connection. Sends after Close answer Retry.
+func (p *Pool) Close() { p.conns.Close() }

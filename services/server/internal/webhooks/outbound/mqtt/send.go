@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/broker"
 )
 
 // QoS is the quality of service of every publish: at least once, so the
@@ -17,10 +18,10 @@ const QoS = 1
 
 // destination publishes one subscription's messages.
 type destination struct {
-	cfg       Config
-	target    *outbound.Target
-	conn      *conn
-	noConfirm bool
+	cfg    Config
+	target *outbound.Target
+	pool   *Pool
+	key    broker.Key
 }
 
 // Payload is what a message's MQTT payload is: MQTT 3.1.1 has no headers,
@@ -43,27 +44,24 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if err != nil {
 		return retry("%s", err)
 	}
-	cn := d.conn
-	select {
-	case <-cn.tried:
-	case <-ctx.Done():
-		return retry("connecting to %s: %s", cn.addr, ctx.Err())
+	cn, release, err := d.pool.conns.Acquire(ctx, d.key, d.pool.dial(d.cfg))
+	if err != nil {
+		return retry("%s", err)
 	}
-	if !cn.client.IsConnected() {
-		return retry("not connected to %s: %s", cn.addr, cn.why())
-	}
+	defer release()
+	addr := d.key.Addr
 	qos := byte(QoS)
-	if d.noConfirm {
+	if d.pool.noConfirm {
 		qos = 0
 	}
 	tok := cn.client.Publish(topic, qos, false, payload)
 	select {
 	case <-tok.Done():
 	case <-ctx.Done():
-		return retry("no PUBACK from %s for topic %q within the attempt's time", cn.addr, topic)
+		return retry("no PUBACK from %s for topic %q within the attempt's time", addr, topic)
 	}
 	if err := tok.Error(); err != nil {
-		return retry("publishing to %q on %s: %s", topic, cn.addr, err)
+		return retry("publishing to %q on %s: %s", topic, addr, err)
 	}
 	return outbound.Answer{Kind: outbound.Delivered, Excerpt: fmt.Sprintf("PUBACK for topic %q", topic)}
 }

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/broker"
 )
 
 // channel is a channel in confirm mode used by one send at a time, so the
@@ -23,7 +24,8 @@ type channel struct {
 type destination struct {
 	cfg    Config
 	target *outbound.Target
-	conn   *conn
+	pool   *Pool
+	key    broker.Key
 }
 
 // Send publishes m, signed at ts, and waits for the broker's confirmation
@@ -33,13 +35,18 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if err != nil {
 		return retry(err.Error())
 	}
-	ch, err := d.conn.channel()
+	cn, release, err := d.pool.conns.Acquire(ctx, d.key, d.pool.dial(d.cfg.URL))
 	if err != nil {
-		return retry("broker: " + scrub(err, d.conn.url))
+		return retry("broker: " + scrub(err, d.cfg.URL))
+	}
+	defer release()
+	ch, err := cn.channel()
+	if err != nil {
+		return retry("broker: " + scrub(err, d.cfg.URL))
 	}
 	a, reusable := d.publish(ctx, ch, d.cfg.key(m), d.publishing(m, headers, ts))
 	if reusable {
-		d.conn.put(ch)
+		cn.put(ch)
 	} else {
 		_ = ch.ch.Close()
 	}

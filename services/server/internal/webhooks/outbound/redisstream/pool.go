@@ -17,18 +17,17 @@ import (
 )
 
 // Pool keeps one client per server URL (address, credentials and
-// database) for the whole process. A client holds a few connections,
-// dials them when a command needs one, and after a run of failed dials
-// answers at once with the last dial error while it probes the server
-// once a second in the background: the backoff of a down server. It is
-// safe for concurrent use.
+// database) for the whole process, in a broker.Pool: made when a
+// destination first needs it, once Redis answered its PING (with
+// broker.Backoff between failed tries), closed once unused for
+// broker.IdleTTL or at Close. A client holds a few connections and
+// replaces a broken one by itself, dialling when a command needs one;
+// after a run of failed dials it answers at once with the last dial error
+// while it probes the server once a second in the background. It is safe
+// for concurrent use.
 type Pool struct {
 	policy egress.Policy
-	log    *slog.Logger
-
-	mu      gosync.Mutex
-	clients map[string]*redis.Client
-	closed  bool
+	conns  *broker.Pool[*conn]
 	// noConfirm adds entries without waiting for Redis' answer: only for
 	// the test that shows the conformance suite fails without it.
 	noConfirm bool
@@ -43,7 +42,7 @@ func NewPool(p egress.Policy, log *slog.Logger) *Pool {
 		log = slog.Default()
 	}
 	libraryLog.Do(func() { redis.SetLogger(slogPrinter{log}) })
-	return &Pool{policy: p, log: log, clients: map[string]*redis.Client{}}
+	return &Pool{policy: p, conns: broker.NewPool[*conn]("redis", log)}
 }
 
 var libraryLog gosync.Once
@@ -55,6 +54,13 @@ func (s slogPrinter) Printf(ctx context.Context, format string, v ...any) {
 	s.log.WarnContext(ctx, "redis client", slog.String("report", fmt.Sprintf(format, v...)))
 }
 
+// conn is one server's client.
+type conn struct{ client *redis.Client }
+
+// Broken is false: the client replaces its broken connections itself.
+func (cn *conn) Broken() bool { return false }
+func (cn *conn) Close()       { _ = cn.client.Close() }
+
 // Destination returns where c's messages go, signed for t. c must come
 // from ParseConfig; one that did not gives a destination whose every
 // attempt is a Retry saying so.
@@ -62,27 +68,21 @@ func (p *Pool) Destination(c Config, t *outbound.Target) outbound.Destination {
 	if c.url.Addr == "" {
 		return broker.Refusing("the destination's configuration was not checked")
 	}
-	cl := p.client(c)
-	if cl == nil {
-		return broker.Refusing("the destination pool is closed")
-	}
-	return &destination{cfg: c, target: t, client: cl, addr: c.url.Addr, noConfirm: p.noConfirm}
+	return &destination{cfg: c, target: t, pool: p, key: broker.Key{ID: c.URL, Addr: c.url.Addr}}
 }
 
-// client returns the client of c's URL, making it if there is none; nil
-// once the pool is closed.
-func (p *Pool) client(c Config) *redis.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
+// dial makes c's client and has it PING the server within ctx, so that
+// a server that cannot be reached or refuses the credentials is met with
+// the pool's backoff.
+func (p *Pool) dial(c Config) broker.Dial[*conn] {
+	return func(ctx context.Context) (*conn, error) {
+		cl := redis.NewClient(p.options(c))
+		if err := cl.Ping(ctx).Err(); err != nil {
+			_ = cl.Close()
+			return nil, err
+		}
+		return &conn{client: cl}, nil
 	}
-	if cl, ok := p.clients[c.URL]; ok {
-		return cl
-	}
-	cl := redis.NewClient(p.options(c))
-	p.clients[c.URL] = cl
-	return cl
 }
 
 // options are a client's: no command retried by the client (the sender
@@ -116,13 +116,4 @@ func (p *Pool) options(c Config) *redis.Options {
 }
 
 // Close closes every client. Sends after Close answer Retry.
-func (p *Pool) Close() {
-	p.mu.Lock()
-	p.closed = true
-	clients := p.clients
-	p.clients = map[string]*redis.Client{}
-	p.mu.Unlock()
-	for _, cl := range clients {
-		_ = cl.Close()
-	}
-}
+func (p *Pool) Close() { p.conns.Close() }

@@ -13,15 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/broker"
 )
 
 // destination adds one subscription's messages to its stream.
 type destination struct {
-	cfg       Config
-	target    *outbound.Target
-	client    *redis.Client
-	addr      string
-	noConfirm bool
+	cfg    Config
+	target *outbound.Target
+	pool   *Pool
+	key    broker.Key
 	// unanswered carries the commands of a noConfirm destination to the
 	// goroutine that sends them in order without reading the answers.
 	unanswered     chan *redis.XAddArgs
@@ -42,9 +42,15 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	if err != nil {
 		return retry("%s", err)
 	}
+	cn, release, err := d.pool.conns.Acquire(ctx, d.key, d.pool.dial(d.cfg))
+	if err != nil {
+		return retry("%s", err)
+	}
+	defer release()
+	cl := cn.client
 	args := &redis.XAddArgs{Stream: key, Values: fields(m, h), MaxLen: d.cfg.MaxLen, Approx: d.cfg.MaxLen > 0}
 	if m.LastSeq <= 0 {
-		top, err := d.lastEntry(ctx, key)
+		top, err := lastEntry(ctx, cl, key)
 		if err != nil {
 			return d.failed(key, err)
 		}
@@ -52,16 +58,16 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	} else {
 		args.ID = entryID(m.LastSeq)
 	}
-	if d.noConfirm {
-		d.sendUnanswered(args)
+	if d.pool.noConfirm {
+		d.sendUnanswered(cl, args)
 		return outbound.Answer{Kind: outbound.Delivered}
 	}
-	id, err := d.client.XAdd(ctx, args).Result()
+	id, err := cl.XAdd(ctx, args).Result()
 	switch {
 	case err == nil:
 		return outbound.Answer{Kind: outbound.Delivered, Excerpt: fmt.Sprintf("entry %s of stream %q", id, key)}
 	case m.LastSeq > 0 && redis.HasErrorPrefix(err, "The ID specified in XADD is equal or smaller"):
-		return d.repeat(ctx, key, m)
+		return d.repeat(ctx, cl, key, m)
 	}
 	return d.failed(key, err)
 }
@@ -69,12 +75,12 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 // sendUnanswered hands args to a goroutine that adds entries in order and
 // reads no answer: a destination without Redis' confirmation, for the
 // test that shows the conformance suite fails without it.
-func (d *destination) sendUnanswered(args *redis.XAddArgs) {
+func (d *destination) sendUnanswered(cl *redis.Client, args *redis.XAddArgs) {
 	d.unansweredOnce.Do(func() {
 		d.unanswered = make(chan *redis.XAddArgs, 1024)
 		go func() {
 			for a := range d.unanswered {
-				d.client.XAdd(context.Background(), a)
+				cl.XAdd(context.Background(), a)
 			}
 		}()
 	})
@@ -83,8 +89,8 @@ func (d *destination) sendUnanswered(args *redis.XAddArgs) {
 
 // repeat answers for m, which Redis refused because the stream's last id
 // is at or past m's entry id.
-func (d *destination) repeat(ctx context.Context, key string, m *outbound.Message) outbound.Answer {
-	entries, err := d.client.XRangeN(ctx, key, entryID(m.Seq), "+", 1).Result()
+func (d *destination) repeat(ctx context.Context, cl *redis.Client, key string, m *outbound.Message) outbound.Answer {
+	entries, err := cl.XRangeN(ctx, key, entryID(m.Seq), "+", 1).Result()
 	if err != nil {
 		return d.failed(key, err)
 	}
@@ -94,7 +100,7 @@ func (d *destination) repeat(ctx context.Context, key string, m *outbound.Messag
 	}
 	return retry("stream %q on %s is already past entry id %s and does not hold seqs %d to %d: Redis adds entries only after the last one "+
 		"(a stream key takes one ordered subscription's messages; an entry trimmed by maxlen or deleted does not come back)",
-		key, d.addr, entryID(m.LastSeq), m.Seq, m.LastSeq)
+		key, d.key.Addr, entryID(m.LastSeq), m.Seq, m.LastSeq)
 }
 
 // holds says whether entry e is m, or a batch whose seqs include m's.
@@ -109,8 +115,8 @@ func holds(e redis.XMessage, m *outbound.Message) bool {
 
 // lastEntry is the seq part of the stream's last entry id, 0 for an
 // empty or missing stream.
-func (d *destination) lastEntry(ctx context.Context, key string) (uint64, error) {
-	entries, err := d.client.XRevRangeN(ctx, key, "+", "-", 1).Result()
+func lastEntry(ctx context.Context, cl *redis.Client, key string) (uint64, error) {
+	entries, err := cl.XRevRangeN(ctx, key, "+", "-", 1).Result()
 	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
@@ -125,11 +131,11 @@ func (d *destination) failed(key string, err error) outbound.Answer {
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr):
-		return retry("Redis on %s refused stream %q: %s", d.addr, key, rerr.Error())
+		return retry("Redis on %s refused stream %q: %s", d.key.Addr, key, rerr.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return retry("no answer from Redis on %s for stream %q within the attempt's time", d.addr, key)
+		return retry("no answer from Redis on %s for stream %q within the attempt's time", d.key.Addr, key)
 	}
-	return retry("Redis on %s, stream %q: %s", d.addr, key, err)
+	return retry("Redis on %s, stream %q: %s", d.key.Addr, key, err)
 }
 
 // entryID is the stream entry id of the message whose last seq is seq.
