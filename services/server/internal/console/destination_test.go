@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound/brokertest"
 )
 
 // TestConsole_BrokerDestination: a subscription to a broker shows its kind
@@ -166,4 +168,68 @@ func TestConsole_EditBrokerDestination(t *testing.T) {
 	page := br.get("/console/subscriptions/" + sub.ID)
 	require.NotContains(t, page.body, "n3w-pw")
 	require.NotContains(t, br.get(edit).body, "n3w-pw")
+}
+
+// TestConsole_BrokerKindsAndTestSend: a subscription of each broker kind is
+// created from the form as the API stores it, and the test send answers
+// with what the broker said: MQTT's acknowledgement as "confirmed by the
+// broker", JetStream's missing stream as the reason (the machine's brokers;
+// nothing is left on them: no stream is made, the MQTT publish is not
+// retained).
+func TestConsole_BrokerKindsAndTestSend(t *testing.T) {
+	t.Parallel()
+	mqttAddr := brokertest.MQTT.Addr(t)
+	natsAddr := brokertest.NATS.Addr(t)
+	b := setup(t)
+	token := b.principal(t, "alice", authz.RightWrite, "acme")
+	br := b.browser(t)
+	br.signIn(token)
+	create := func(kind string, fields map[string]string) string {
+		t.Helper()
+		v := url.Values{"csrf": {br.csrf("/console/subscriptions/new")}, "space": {"acme"}, "policy": {"ordered"}, "kind": {kind}}
+		for k, x := range fields {
+			v.Set(kind+"."+k, x)
+		}
+		res := br.post("/console/subscriptions/new", v)
+		require.Equal(t, http.StatusOK, res.status, res.body)
+		m := regexp.MustCompile(`href="/console/subscriptions/([0-9a-f-]+)"`).FindStringSubmatch(res.body)
+		require.NotNil(t, m, res.body)
+		return m[1]
+	}
+	testSend := func(id string) string {
+		t.Helper()
+		base := "/console/subscriptions/" + id
+		res := br.post(base+"/test", url.Values{"csrf": {br.csrf(base + "/confirm/test")}})
+		require.Equal(t, http.StatusOK, res.status, res.body)
+		m := regexp.MustCompile(`data-testid="test-status">([^<]*)<`).FindStringSubmatch(res.body)
+		require.NotNil(t, m, res.body)
+		return m[1]
+	}
+
+	topic := brokertest.Name("console-test/")
+	mqttSub := create("mqtt", map[string]string{"url": "mqtt://" + mqttAddr, "topic": topic + "/{type}"})
+	require.Equal(t, "confirmed by the broker", testSend(mqttSub))
+
+	subject := brokertest.Name("consoletest.nostream.")
+	natsSub := create("jetstream", map[string]string{"url": "nats://" + natsAddr, "subject": subject + ".{type}"})
+	status := testSend(natsSub)
+	require.True(t, strings.HasPrefix(status, "none: "), status)
+	require.Contains(t, status, subject)
+
+	redisSub := create("redis", map[string]string{"url": "redis://:pw-redis-1@127.0.0.1:6379/3", "key": "bothy:{space}", "maxlen": "100"})
+	for id, want := range map[string]map[string]any{
+		mqttSub:  {"kind": "mqtt", "url": "mqtt://" + mqttAddr, "topic": topic + "/{type}"},
+		natsSub:  {"kind": "jetstream", "url": "nats://" + natsAddr, "subject": subject + ".{type}"},
+		redisSub: {"kind": "redis", "url": "redis://:********@127.0.0.1:6379/3", "key": "bothy:{space}", "maxlen": float64(100)},
+	} {
+		var got struct {
+			Destination map[string]any `json:"destination"`
+		}
+		require.Equal(t, http.StatusOK, b.api(t, http.MethodGet, "/v1/webhooks/"+id, token, nil, &got))
+		require.Equal(t, want, got.Destination)
+	}
+	require.Equal(t, "redis://:pw-redis-1@127.0.0.1:6379/3", b.storedDestination(t, redisSub)["url"])
+	edit := br.get("/console/subscriptions/" + redisSub + "/edit")
+	require.NotContains(t, edit.body, "pw-redis-1")
+	require.Contains(t, edit.body, `name="redis.maxlen" value="100"`)
 }
