@@ -110,7 +110,8 @@ func (f *subscriptionForm) setDestination(sub *subscriptionView) {
 // kind's fields (an older form) leaves the destination as it is.
 func (f *subscriptionForm) readDestination(r *http.Request, body map[string]any) {
 	kind := strings.TrimSpace(r.PostFormValue("kind"))
-	if kind == "" {
+	chosen := kind != ""
+	if !chosen {
 		kind = outbound.KindHTTP
 		if f.Sub != nil {
 			kind = f.Sub.DestinationKind()
@@ -124,7 +125,7 @@ func (f *subscriptionForm) readDestination(r *http.Request, body map[string]any)
 		}
 	}
 	if kind == outbound.KindHTTP {
-		if f.Sub == nil || f.Sub.URL != "" || f.Values["url"] != "" {
+		if f.Sub == nil || chosen || f.Sub.URL != "" || f.Values["url"] != "" {
 			body["url"] = f.Values["url"] // a broker's edit from an older form leaves url empty: the destination stays
 		}
 		return
@@ -191,4 +192,27 @@ func (f *subscriptionForm) maskCredentials() {
 			}
 		}
 	}
+}
+
+// shownAt is the key of f.Errors under which the form shows a problem
+// about field (as fieldOf names it): a destination's field by that field
+// of the chosen kind (an http destination's url by the url field), the
+// destination as a whole by the kind selector, and a field the form does
+// not show as the form's error.
+func (f *subscriptionForm) shownAt(field string) string {
+	name, ok := strings.CutPrefix(field, "destination.")
+	switch {
+	case field == "destination" || field == "destination.kind":
+		return "kind"
+	case !ok:
+		return field
+	case f.Values["kind"] == outbound.KindHTTP && name == "url":
+		return "url"
+	}
+	for _, fd := range kinds.All[f.Values["kind"]].Fields {
+		if fd.Name == name {
+			return field
+		}
+	}
+	return ""
 }

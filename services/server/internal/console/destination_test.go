@@ -162,6 +162,11 @@ func TestConsole_EditBrokerDestination(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, res.status)
 	require.Regexp(t, `id="field-rabbitmq-url"(.|\n)*destination.url: \*\*\*\*\*\*\*\* stands for the stored credential`, res.body)
 
+	res = br.post(edit, url.Values{"csrf": {br.csrf(edit)}, "policy": {"ordered"}, "kind": {"http"}, "url": {""}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.status, "http chosen without a URL")
+	require.Regexp(t, `id="field-url"(.|\n)*class="field-error"`, res.body)
+	require.Equal(t, "orders", b.storedDestination(t, sub.ID)["exchange"], "unchanged")
+
 	res = save("amqp://bob:n3w-pw@127.0.0.1:5672/prod", "orders")
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
 	require.Equal(t, "amqp://bob:n3w-pw@127.0.0.1:5672/prod", b.storedDestination(t, sub.ID)["url"], "rotated")

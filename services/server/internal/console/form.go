@@ -200,11 +200,7 @@ func (f *subscriptionForm) fail(err error) error {
 	if !errors.As(err, &pe) || !slices.Contains([]int{http.StatusBadRequest, http.StatusForbidden, http.StatusUnprocessableEntity}, pe.status) {
 		return err
 	}
-	field := fieldOf(pe.detail)
-	if field == "destination" || field == "destination.kind" {
-		field = "kind"
-	}
-	f.Errors[field] = pe.detail
+	f.Errors[f.shownAt(fieldOf(pe.detail))] = pe.detail
 	return nil
 }
 
