@@ -7,8 +7,9 @@
 // receiver's response excerpt, found by status, event ID and creation time
 // and paged both ways; a delivery's page with its event's data and, for
 // each attempt, the request's headers (masked by the API) and the answer;
-// forms to create and edit a subscription, which show the API's refusal
-// next to the field it names; the actions the API offers, each behind a
+// forms to create and edit a subscription of any destination kind, which
+// show the API's refusal next to the field it names and never a
+// credential; the actions the API offers, each behind a
 // confirmation page; a lag overview (the event log's consumers
 // against its head, for tokens with ops:read, and each subscription's
 // pending deliveries); and the signed-in principal's push registrations
@@ -52,8 +53,9 @@
 // (portal pages: frame-ancestors from console.frame_ancestors), so no
 // inline script or style runs; everything a receiver sent is rendered as
 // text by html/template. Times are <time datetime="RFC 3339"> with UTC
-// text; static/time.js (the only script) shows them in the viewer's
-// locale.
+// text; static/time.js shows them in the viewer's locale, and
+// static/destination.js shows only the chosen destination kind's fieldset
+// of the subscription form (every page works without them).
 //
 // # Configuration
 //
@@ -122,9 +124,16 @@
 //     fields f-NAME inside div#field-NAME for NAME in space, url,
 //     event_types, headers, policy, auto_recover, max_in_flight,
 //     max_requests_per_second, max_batch, retry_base_seconds,
-//     retry_max_seconds, retry_budget_seconds (the API's names); the API's
-//     refusal of a field in div#field-NAME p.field-error, of the form in
-//     p#form-error; checkboxes input[name=remove_header] (edit);
+//     retry_max_seconds, retry_budget_seconds (the API's names); the
+//     destination's select#f-kind in div#field-kind, then
+//     fieldset.destination[data-kind=KIND]#destination-KIND for http
+//     (holding div#field-url) and each broker kind, with inputs
+//     f-KIND-FIELD named KIND.FIELD in div#field-KIND-FIELD (a kind's
+//     fields as outbound.Driver.Fields lists them), and
+//     strong[data-testid=retype] when a typed credential is shown masked;
+//     the API's refusal of a field in div#field-NAME (a destination's
+//     field: div#field-KIND-FIELD of the chosen kind) p.field-error, of
+//     the form in p#form-error; checkboxes input[name=remove_header] (edit);
 //     button#form-submit, a#form-cancel. Creating shows the result page
 //     with the secret.
 //   - confirmation (/console/subscriptions/ID/confirm/NAME[?seq=]):

@@ -50,13 +50,16 @@ type subscriptionForm struct {
 	RemoveHeaders map[string]bool
 	Errors        map[string]string
 	Policies      []struct{ Name, Label string }
+	// Retype says a credential typed into the form is shown masked: it
+	// must be entered again, or the stored one is kept.
+	Retype bool
 	// Preview is what the typed filter and transform make of the space's
 	// recent events (edit only, after the Preview button); nil otherwise.
 	Preview *previewView
 }
 
 func newSubscriptionForm(s *session, sub *subscriptionView) *subscriptionForm {
-	f := &subscriptionForm{Sub: sub, FixedSpace: s.portalSpace, Values: map[string]string{"policy": "ordered"},
+	f := &subscriptionForm{Sub: sub, FixedSpace: s.portalSpace, Values: map[string]string{"policy": "ordered", "kind": "http"},
 		RemoveHeaders: map[string]bool{}, Errors: map[string]string{}, Policies: policies}
 	if sub == nil {
 		f.Values["space"] = s.portalSpace
@@ -64,6 +67,7 @@ func newSubscriptionForm(s *session, sub *subscriptionView) *subscriptionForm {
 	}
 	f.Headers = sub.Headers
 	f.Values["space"], f.Values["url"] = sub.Space, sub.URL
+	f.setDestination(sub)
 	f.Values["event_types"] = strings.Join(sub.EventTypes, ", ")
 	f.Values["policy"] = sub.Policy
 	f.Values["filter"], f.Values["transform"] = sub.Filter, sub.Transform
@@ -91,6 +95,8 @@ func newSubscriptionForm(s *session, sub *subscriptionView) *subscriptionForm {
 // a create's (every field given) or an update's (sub set: every field,
 // an emptied number returning to the server's default, headers as a merge
 // patch). A value the console cannot even send is an error on its field.
+// The values kept in f for showing the form again have their credentials
+// masked.
 func (f *subscriptionForm) read(r *http.Request) map[string]any {
 	body := map[string]any{}
 	for _, k := range formFields {
@@ -102,9 +108,8 @@ func (f *subscriptionForm) read(r *http.Request) map[string]any {
 	if f.Sub == nil {
 		body["space"] = f.Values["space"]
 	}
-	if f.Sub == nil || f.Sub.URL != "" || f.Values["url"] != "" {
-		body["url"] = f.Values["url"] // a broker destination's form leaves url empty: the destination stays
-	}
+	f.readDestination(r, body)
+	defer f.maskCredentials()
 	types := strings.FieldsFunc(f.Values["event_types"], func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
 	if types == nil {
 		types = []string{}
@@ -165,11 +170,11 @@ func (f *subscriptionForm) read(r *http.Request) map[string]any {
 }
 
 // fieldOf names the form field a problem's detail is about: the field
-// named first (as "name:" or "name." after the start or a space), "" for
-// none.
+// named first (as "name:" or "name." after the start or a space; a
+// destination's field as "destination.name"), "" for none.
 func fieldOf(detail string) string {
 	best, at := "", len(detail)
-	for _, name := range formFields {
+	for _, name := range slices.Concat(destinationFields, formFields) {
 		for _, sep := range []string{":", "."} {
 			i := 0
 			for {
@@ -195,7 +200,7 @@ func (f *subscriptionForm) fail(err error) error {
 	if !errors.As(err, &pe) || !slices.Contains([]int{http.StatusBadRequest, http.StatusForbidden, http.StatusUnprocessableEntity}, pe.status) {
 		return err
 	}
-	f.Errors[fieldOf(pe.detail)] = pe.detail
+	f.Errors[f.shownAt(fieldOf(pe.detail))] = pe.detail
 	return nil
 }
 

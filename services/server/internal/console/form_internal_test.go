@@ -12,12 +12,16 @@ import (
 func TestFieldOf(t *testing.T) {
 	t.Parallel()
 	for detail, want := range map[string]string{
-		"invalid webhook subscription: max_batch: 5000, want 1..1000 (0: one event per request)":        "max_batch",
-		"invalid webhook subscription: max_in_flight: only with policy unordered (this one is ordered)": "max_in_flight",
-		"invalid webhook subscription: headers.X-Forwarded-For: this header cannot be set: hop":         "headers",
-		"webhook target refused: url: scheme ftp, want http or https":                                   "url",
-		"invalid webhook subscription: event_types: filter \"Bad Type\": want item.created":             "event_types",
-		"invalid webhook subscription: retry_base_seconds: 5 is above retry_max_seconds 2":              "retry_base_seconds",
+		"invalid webhook subscription: max_batch: 5000, want 1..1000 (0: one event per request)":                   "max_batch",
+		"invalid webhook subscription: max_in_flight: only with policy unordered (this one is ordered)":            "max_in_flight",
+		"invalid webhook subscription: headers.X-Forwarded-For: this header cannot be set: hop":                    "headers",
+		"webhook target refused: url: scheme ftp, want http or https":                                              "url",
+		"invalid webhook subscription: event_types: filter \"Bad Type\": want item.created":                        "event_types",
+		"invalid webhook subscription: retry_base_seconds: 5 is above retry_max_seconds 2":                         "retry_base_seconds",
+		"invalid webhook subscription: destination.exchange: required (the default exchange routes by queue name)": "destination.exchange",
+		"webhook target refused: destination.url: 10.0.0.1 is a private address":                                   "destination.url",
+		"invalid webhook subscription: destination.kind: \"kafka\", want one of http, jetstream":                   "destination.kind",
+		"invalid webhook subscription: destination: unknown field \"q\"":                                           "destination",
 		"space and url are required":                                    "",
 		`not allowed: principal "alice" has no right on space "globex"`: "",
 	} {

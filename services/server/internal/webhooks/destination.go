@@ -151,3 +151,37 @@ func checkOrdered(kind, policy string) error {
 func kindNames() string {
 	return strings.Join(slices.Sorted(maps.Keys(kinds.All)), ", ")
 }
+
+// keepMasked returns fields, a destination's new fields of kind, with each
+// value that is a masked value as the API shows it for stored replaced by
+// the stored value: how an edit that sends a broker's url back as it was
+// shown keeps its credentials while other fields change. A masked value
+// that is not one stored shows (another host, another kind, or no stored
+// destination at all) is refused naming its field: the mask stands for a
+// stored credential only.
+func keepMasked(kind string, fields json.RawMessage, stored *Destination) (json.RawMessage, error) {
+	if !bytes.Contains(fields, []byte(outbound.Masked)) {
+		return fields, nil
+	}
+	var f, shown, was map[string]json.RawMessage
+	if err := json.Unmarshal(fields, &f); err != nil {
+		return nil, fmt.Errorf("destination: %w", err)
+	}
+	if stored != nil && stored.Kind == kind {
+		_ = json.Unmarshal(stored.Redacted(), &shown)
+		_ = json.Unmarshal(stored.Config, &was)
+	}
+	for _, name := range slices.Sorted(maps.Keys(f)) {
+		var v string
+		if json.Unmarshal(f[name], &v) != nil || !strings.Contains(v, outbound.Masked) {
+			continue
+		}
+		var s string
+		if json.Unmarshal(shown[name], &s) != nil || s != v || was[name] == nil {
+			return nil, fmt.Errorf("%w: destination.%s: %s stands for the stored credential, kept only when the rest of the value is unchanged; enter the credential",
+				ErrInvalid, name, outbound.Masked)
+		}
+		f[name] = was[name]
+	}
+	return json.Marshal(f)
+}

@@ -110,3 +110,38 @@ func TestUpdate_Destination(t *testing.T) {
 	require.Equal(t, url, got.URL)
 	require.JSONEq(t, `{}`, string(got.Destination.Config))
 }
+
+// TestUpdate_KeepsAMaskedCredential: a destination sent back with its url
+// as the API shows it (password masked) keeps the stored password while
+// its other fields change; a masked value that is not what the stored
+// destination shows, or a mask on create, is refused naming the field.
+func TestUpdate_KeepsAMaskedCredential(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	s, _ := b.subscribe(t, &webhooks.CreateParams{Destination: json.RawMessage(rabbitDest)})
+
+	shown := `{"kind":"rabbitmq","url":"amqp://bob:********@127.0.0.1:5672/prod","exchange":"other"}`
+	got, err := webhooks.Update(ctx, b.db.Pool, s.ID, &webhooks.UpdateParams{Destination: json.RawMessage(shown), AllowPrivateTargets: true})
+	require.NoError(t, err)
+	var stored struct{ URL, Exchange string }
+	require.NoError(t, json.Unmarshal(got.Destination.Config, &stored))
+	require.Equal(t, "amqp://bob:s3cret-pw@127.0.0.1:5672/prod", stored.URL, "the masked password kept the stored one")
+	require.Equal(t, "other", stored.Exchange)
+
+	for _, raw := range []string{
+		`{"kind":"rabbitmq","url":"amqp://bob:********@127.0.0.2:5672/prod","exchange":"other"}`, // another host
+		`{"kind":"rabbitmq","url":"amqp://eve:********@127.0.0.1:5672/prod","exchange":"other"}`, // another user
+		`{"kind":"mqtt","url":"mqtt://bob:********@127.0.0.1:5672","topic":"t"}`,                 // another kind
+	} {
+		_, err := webhooks.Update(ctx, b.db.Pool, s.ID, &webhooks.UpdateParams{Destination: json.RawMessage(raw), AllowPrivateTargets: true})
+		require.ErrorIs(t, err, webhooks.ErrInvalid, raw)
+		require.ErrorContains(t, err, "destination.url: ******** stands for the stored credential", raw)
+	}
+	require.JSONEq(t, string(got.Destination.Config), string(b.sub(t, s.ID).Destination.Config), "unchanged by the refusals")
+
+	_, _, err = webhooks.Create(ctx, b.db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
+		Destination: json.RawMessage(shown), AllowPrivateTargets: true})
+	require.ErrorIs(t, err, webhooks.ErrInvalid)
+	require.ErrorContains(t, err, "destination.url: ******** stands for the stored credential")
+}

@@ -317,6 +317,9 @@ func validateCreate(ctx context.Context, p *CreateParams) (*checkedDestination, 
 	if err != nil {
 		return nil, Limits{}, nil, err
 	}
+	if dest.config, err = keepMasked(dest.kind, dest.config, nil); err != nil {
+		return nil, Limits{}, nil, err // a new subscription has no credential to keep
+	}
 	limits := p.Limits.withDefaults()
 	if err := validateEventTypes(p.EventTypes, limits); err != nil {
 		return nil, Limits{}, nil, err

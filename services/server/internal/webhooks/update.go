@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/webhooks/eventexpr"
+	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
 // UpdateParams changes a subscription; nil fields stay as they are. It
@@ -168,6 +170,9 @@ func (c *subscriptionChange) target(ctx context.Context, p *UpdateParams) error 
 // apply writes the change to subscription id in tx and checks the patched
 // headers as a whole.
 func (c *subscriptionChange) apply(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	if err := c.keepCredentials(ctx, tx, id); err != nil {
+		return err
+	}
 	var headers map[string]string
 	err := tx.QueryRow(ctx, `
 UPDATE webhook_subscriptions
@@ -185,6 +190,27 @@ RETURNING headers`, id, c.url, c.types, c.setHeaders, c.removeHeaders, c.kind, c
 		return fmt.Errorf("update webhook subscription %s: %w", id, err)
 	}
 	return checkHeaderTotals(headers)
+}
+
+// keepCredentials puts the stored credentials in place of the masked
+// values of a new destination that were sent back as the API shows them
+// (keepMasked), reading the stored destination in tx so a concurrent
+// rotation is not undone.
+func (c *subscriptionChange) keepCredentials(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	if c.kind == nil || !bytes.Contains(c.config, []byte(outbound.Masked)) {
+		return nil
+	}
+	var stored Destination
+	err := tx.QueryRow(ctx, `SELECT destination_kind, destination FROM webhook_subscriptions WHERE id = $1 FOR UPDATE`, id).
+		Scan(&stored.Kind, &stored.Config)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("update webhook subscription %s: %w", id, err)
+	}
+	c.config, err = keepMasked(*c.kind, c.config, &stored)
+	return err
 }
 
 // checkStoredBatch refuses, within an update's transaction, a

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -32,6 +34,39 @@ type Driver struct {
 	Check func(raw json.RawMessage) (Checked, error)
 	// Open returns the process's pool of this kind's destinations.
 	Open func(o *OpenParams) Opener
+	// Fields are the kind's destination fields, in the order its Config
+	// declares them: what a form asks for. Check alone decides what is
+	// valid.
+	Fields []Field
+}
+
+// Field is one of a kind's destination fields, named as its JSON names it.
+type Field struct {
+	Name string
+	// Number says the value is a whole number (a string otherwise).
+	Number bool
+	// Optional says the field may be left out: the kind has a default.
+	Optional bool
+	// Credential says the value may carry credentials, which are shown
+	// masked: every kind keeps them in its url.
+	Credential bool
+}
+
+// fieldsOf lists the JSON fields of the struct type C.
+func fieldsOf[C any]() []Field {
+	t := reflect.TypeFor[C]()
+	var out []Field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if !sf.IsExported() || name == "" || name == "-" {
+			continue
+		}
+		k := sf.Type.Kind()
+		out = append(out, Field{Name: name, Number: k >= reflect.Int && k <= reflect.Uint64,
+			Optional: strings.Contains(opts, "omitempty"), Credential: name == "url"})
+	}
+	return out
 }
 
 // Checked is what Check found in a destination's fields.
@@ -93,7 +128,8 @@ func NewDriver[C KindConfig[C], P KindPool[C]](parse func(json.RawMessage) (C, e
 			}
 			return Checked{Redacted: red, Addr: c.Addr()}, nil
 		},
-		Open: func(o *OpenParams) Opener { return &poolOpener[C, P]{parse: parse, pool: newPool(o.Policy, o.Logger)} },
+		Open:   func(o *OpenParams) Opener { return &poolOpener[C, P]{parse: parse, pool: newPool(o.Policy, o.Logger)} },
+		Fields: fieldsOf[C](),
 	}
 }
 
