@@ -270,7 +270,8 @@ RETURNING subscription_id, event_seq, event_id, status, attempts, created_at, fi
 // allowed to receive the space's events, and the event still in the log
 // (ErrConflict otherwise). The request it leads to carries the same
 // webhook-id as the first, the event's id, unless the subscription sends
-// batches (a batch's id covers its events).
+// batches (a batch's id covers its events). A broker that drops repeats
+// takes it for a new message by its resent_at (outbound.Message.Resent).
 func Resend(ctx context.Context, q authz.Querier, p *ResendParams) (*Delivery, error) {
 	var d Delivery
 	err := inTx(ctx, q, func(tx pgx.Tx) error {

@@ -249,10 +249,10 @@ WHERE s.id = l.sub`
 
 // claimManySQL is claimOrderedSQL for subscriptions $1, each its $2.
 const claimManySQL = `
-SELECT l.n, d.event_seq, d.event_id, d.attempts, d.first_attempt_at, d.next_attempt_at
+SELECT l.n, d.event_seq, d.event_id, d.attempts, d.first_attempt_at, d.next_attempt_at, d.resent_at
 FROM unnest($1::uuid[], $2::int[]) WITH ORDINALITY AS l(sub, want, n)
 CROSS JOIN LATERAL (
-    SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+    SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at, resent_at FROM webhook_deliveries
     WHERE subscription_id = l.sub AND status = 'pending' ORDER BY event_seq LIMIT l.want
 ) d`
 
@@ -276,7 +276,7 @@ func (g *steps) recordAndClaim(ctx context.Context, tx pgx.Tx, taken []*groupSte
 		for rows.Next() {
 			var n int
 			d := &delivery{}
-			if err := rows.Scan(&n, &d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt); err != nil {
+			if err := rows.Scan(&n, &d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt, &d.resentAt); err != nil {
 				return err
 			}
 			taken[n-1].items = append(taken[n-1].items, d)

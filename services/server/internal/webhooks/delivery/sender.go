@@ -274,7 +274,9 @@ type delivery struct {
 	attempts     int
 	firstAttempt *time.Time
 	nextAt       *time.Time
-	ev           *sync.Event
+	// resentAt is when the owner last resent it (nil: never).
+	resentAt *time.Time
+	ev       *sync.Event
 }
 
 // head is the request's first delivery.

@@ -200,14 +200,14 @@ func (t *stepTx) hold(ctx context.Context, w time.Duration) (plan, error) {
 
 // claimOrderedSQL reads the subscription's lowest pending deliveries.
 const claimOrderedSQL = `
-SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at, resent_at FROM webhook_deliveries
 WHERE subscription_id = $1 AND status = 'pending' ORDER BY event_seq LIMIT $2`
 
 // claimDueSQL reads the subscription's pending deliveries that are due,
 // oldest due first (a retry by its next attempt, a new one by its
 // creation).
 const claimDueSQL = `
-SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at FROM webhook_deliveries
+SELECT event_seq, event_id, attempts, first_attempt_at, next_attempt_at, resent_at FROM webhook_deliveries
 WHERE subscription_id = $1 AND status = 'pending' AND coalesce(next_attempt_at, created_at) <= now()
 ORDER BY coalesce(next_attempt_at, created_at), event_seq LIMIT $2`
 
@@ -227,7 +227,7 @@ func (t *stepTx) next(ctx context.Context) (plan, error) {
 	}
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*delivery, error) {
 		d := &delivery{}
-		err := r.Scan(&d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt)
+		err := r.Scan(&d.seq, &d.eventID, &d.attempts, &d.firstAttempt, &d.nextAt, &d.resentAt)
 		return d, err
 	})
 	if err != nil {
@@ -376,10 +376,23 @@ func (t *stepTx) requests(items []*delivery) ([]*request, error) {
 		if s.transform != "" {
 			t.shape(r)
 		}
+		r.msg.Resent = resent(r.items)
 		out = append(out, r)
 		i += n
 	}
 	return out, nil
+}
+
+// resent is the latest time items were resent, zero if none was: a
+// broker that drops repeats takes a resend for a new message.
+func resent(items []*delivery) time.Time {
+	var at time.Time
+	for _, d := range items {
+		if d.resentAt != nil && d.resentAt.After(at) {
+			at = *d.resentAt
+		}
+	}
+	return at
 }
 
 func events(items []*delivery) []*sync.Event {

@@ -53,6 +53,23 @@ type Message struct {
 	Type    string
 	Seq     int64
 	LastSeq int64
+	// Resent is when the owner asked for the message to be sent again
+	// (its delivery's resent_at, the latest of a batch's); zero for a
+	// first sending. The webhook-id stays ID: a receiver that deduplicates
+	// by it takes a resend for the message it has, as over HTTP.
+	Resent time.Time
+}
+
+// RepeatKey is what a destination that drops repeats by a key of its own
+// knows m by: its id for a first sending; for a resend, its id and the
+// resend's time, so that a resend is a new message there while its own
+// repeats (an attempt again after a lost answer or a crash) are still
+// dropped.
+func (m *Message) RepeatKey() string {
+	if m.Resent.IsZero() {
+		return m.ID
+	}
+	return m.ID + ".r" + strconv.FormatInt(m.Resent.UnixNano(), 10)
 }
 
 // SingleMessage is the request of one event: its envelope, signed under

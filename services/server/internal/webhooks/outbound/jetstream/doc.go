@@ -10,6 +10,10 @@
 // default) and acknowledges it as a duplicate; Send counts that as
 // Delivered. A repeat after the window is stored again: consumers that
 // must not see one twice deduplicate by webhook-id, as HTTP receivers do.
+// A resend (the owner asked for a delivery to be sent again) is a new
+// message: its Nats-Msg-Id is the id followed by ".r" and the resend's
+// time in Unix nanoseconds, so it is stored again and its own repeats are
+// dropped; its webhook-id is still the event's.
 // Subscription headers named Nats-* are left out: JetStream acts on them.
 //
 // Delivered means the stream's PubAck: the message is stored (on disk for

@@ -23,10 +23,11 @@ type destination struct {
 }
 
 // Send publishes m on the subject its space and type make, with the
-// signature headers and Nats-Msg-Id set to m's id, and waits for the
-// stream's acknowledgement within ctx. A stream that already holds the
-// id (a repeat within its duplicate window) acknowledges it as a
-// duplicate without storing it again: that is Delivered too. Everything
+// signature headers and Nats-Msg-Id set to m's repeat key (its id, and
+// for a resend the resend's time too), and waits for the stream's
+// acknowledgement within ctx. A stream that already holds the key (a
+// repeat within its duplicate window) acknowledges it as a duplicate
+// without storing it again: that is Delivered too. Everything
 // else is Retry with the reason: no connection, no stream taking the
 // subject, no acknowledgement in time, the server's refusal.
 func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
@@ -45,13 +46,13 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	defer release()
 	addr := d.key.Addr
 	if d.pool.noConfirm {
-		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+		msg.Header.Set(jetstream.MsgIDHeader, m.RepeatKey())
 		if err := cn.nc.PublishMsg(msg); err != nil {
 			return retry("publishing on %q to %s: %s", subject, addr, err)
 		}
 		return outbound.Answer{Kind: outbound.Delivered}
 	}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.ID)}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(m.RepeatKey())}
 	if d.cfg.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(d.cfg.Stream))
 	}

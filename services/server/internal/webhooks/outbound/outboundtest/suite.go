@@ -5,14 +5,16 @@
 // Delivered only after the destination confirmed, Retry (never Delivered)
 // for a connection cut mid-publish and no message lost that was answered
 // Delivered, repeats dropped where the broker can drop them and counted
-// where it cannot, and a refusal answered Retry with the destination's
-// reason.
+// where it cannot, a resend arriving again under its webhook-id (its own
+// repeat dropped where the broker drops repeats), and a refusal answered
+// Retry with the destination's reason.
 package outboundtest
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +71,7 @@ func Run(t *testing.T, kit *Kit) {
 	t.Run("ArrivesInOrderSigned", func(t *testing.T) { testOrder(t, kit) })
 	t.Run("DeliveredOnlyAfterConfirmationAndRetryOnCut", func(t *testing.T) { testCut(t, kit) })
 	t.Run("RefusalIsRetryWithReason", func(t *testing.T) { testRefusal(t, kit) })
+	t.Run("ResendArrivesAgain", func(t *testing.T) { testResend(t, kit) })
 }
 
 // setup starts a proxy and a place for one subtest.
@@ -159,6 +162,40 @@ func testCut(t *testing.T, kit *Kit) {
 		require.Equal(t, 1, repeats, "the one message sent again after the cut arrives twice")
 		t.Logf("repeats counted: %d (the broker cannot drop them; consumers deduplicate by webhook-id)", repeats)
 	}
+}
+
+// testResend sends two messages, then the first again as its owner's
+// resend (Resent set), twice as an attempt again after a lost answer
+// would, then a third message. The resend arrives again, signed under the
+// first's webhook-id; its repeat is dropped where the broker drops
+// repeats and counted where it cannot.
+func testResend(t *testing.T, kit *Kit) {
+	_, place, target := setup(t, kit)
+	first, second, third := Message("conformance", 1), Message("conformance", 2), Message("conformance", 3)
+	sendUntilDelivered(t, place.Dest, first)
+	sendUntilDelivered(t, place.Dest, second)
+	resent := *first
+	resent.Resent = time.Now()
+	for i := range 2 {
+		a := place.Dest.Send(ctx(t), &resent, time.Now())
+		require.Equal(t, outbound.Delivered, a.Kind, "resend, sending %d: %s", i+1, a.Err)
+	}
+	sendUntilDelivered(t, place.Dest, third)
+	want := []*outbound.Message{first, second, &resent, &resent, third}
+	if kit.DropsRepeats {
+		want = slices.Delete(want, 3, 4)
+	}
+	got := waitArrivals(t, place, len(want))
+	ids, wantIDs := make([]string, len(got)), make([]string, len(want))
+	for i := range got {
+		ids[i] = got[i].ID()
+		requireSigned(t, target, &got[i])
+	}
+	for i, m := range want {
+		wantIDs[i] = m.ID
+	}
+	require.Equal(t, wantIDs, ids, "the resend arrives again under the message's id")
+	require.Equal(t, string(first.Body), string(got[2].Body))
 }
 
 func testRefusal(t *testing.T, kit *Kit) {

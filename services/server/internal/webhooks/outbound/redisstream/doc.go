@@ -10,10 +10,10 @@
 //
 // Entry ids are the message's last seq: "<LastSeq>-0". Redis adds an
 // entry only above the stream's last id, so a repeat (a retry after an
-// answer that was lost, a resend of what the stream still holds) is
-// refused instead of stored twice; Send then reads the entry back and
-// answers Delivered when the stream holds the message itself or a batch
-// with its seqs. This asks three things of a stream key:
+// answer that was lost) is refused instead of stored twice; Send then
+// reads the entry back and answers Delivered when the stream holds the
+// message itself or a batch with its seqs. This asks three things of a
+// stream key:
 //
 //   - It takes one subscription's messages, and no other writer's. Seqs
 //     are the event log's, so two subscriptions on one key, or entries
@@ -38,6 +38,15 @@
 // A message without seqs (a test send) goes in under the stream's last
 // seq with the next free sequence part ("<last>-*"), so it never moves the
 // stream past a seq still to come.
+//
+// A resend (the owner asked for a delivery to be sent again) is a new
+// entry with a resent field, the time of the resend: it cannot take its
+// seq's id again, so it goes in like a test send, after the stream's last
+// entry (at its own seq if the stream has not reached it). Its own
+// repeats are dropped while its entry (same id and resent fields) is
+// among the stream's last 256 entries at or past its seq, which holds for
+// an ordered subscription's retry; further back a repeat of a resend is
+// added again, and consumers deduplicate it by webhook-id.
 //
 // Delivered means Redis answered XADD with the entry id: the entry is in
 // the server's memory, and on disk as its persistence settings say

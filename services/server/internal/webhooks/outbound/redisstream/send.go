@@ -35,7 +35,10 @@ type destination struct {
 // if that entry is m (its id field) or holds m's seqs (a batch that
 // carried them): a repeat, not stored twice. Otherwise m cannot be added
 // in order and the answer is Retry saying so. A message without seqs (a
-// test send) goes in after the stream's last entry, under the same seq.
+// test send) goes in after the stream's last entry, under the same seq;
+// a resend goes in after the stream's last entry too (resendID), unless
+// the stream already holds that very resend, and is Retry if another
+// writer added after the entry it read.
 func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Time) outbound.Answer {
 	key := d.cfg.key.Render(m.Space, m.Type)
 	h, err := outbound.Signed(d.target, m, ts)
@@ -49,13 +52,23 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	defer release()
 	cl := cn.client
 	args := &redis.XAddArgs{Stream: key, Values: fields(m, h), MaxLen: d.cfg.MaxLen, Approx: d.cfg.MaxLen > 0}
-	if m.LastSeq <= 0 {
+	switch {
+	case m.LastSeq <= 0:
 		top, err := lastEntry(ctx, cl, key)
 		if err != nil {
 			return d.failed(key, err)
 		}
 		args.ID = strconv.FormatUint(top, 10) + "-*"
-	} else {
+	case resend(m):
+		held, err := resendID(ctx, cl, key, m, args)
+		if err != nil {
+			return d.failed(key, err)
+		}
+		if held != "" {
+			return outbound.Answer{Kind: outbound.Delivered,
+				Excerpt: fmt.Sprintf("a repeat: entry %s of stream %q already holds this resend", held, key)}
+		}
+	default:
 		args.ID = entryID(m.LastSeq)
 	}
 	if d.pool.noConfirm {
@@ -66,7 +79,7 @@ func (d *destination) Send(ctx context.Context, m *outbound.Message, ts time.Tim
 	switch {
 	case err == nil:
 		return outbound.Answer{Kind: outbound.Delivered, Excerpt: fmt.Sprintf("entry %s of stream %q", id, key)}
-	case m.LastSeq > 0 && redis.HasErrorPrefix(err, "The ID specified in XADD is equal or smaller"):
+	case m.LastSeq > 0 && !resend(m) && redis.HasErrorPrefix(err, "The ID specified in XADD is equal or smaller"):
 		return d.repeat(ctx, cl, key, m)
 	}
 	return d.failed(key, err)
@@ -103,10 +116,14 @@ func (d *destination) repeat(ctx context.Context, cl *redis.Client, key string, 
 		key, d.key.Addr, entryID(m.LastSeq), m.Seq, m.LastSeq)
 }
 
-// holds says whether entry e is m, or a batch whose seqs include m's.
+// holds says whether entry e is m, or a batch whose seqs include m's. A
+// resend's entry holds its own message only: its id is not its seqs'.
 func holds(e redis.XMessage, m *outbound.Message) bool {
 	if id, _ := e.Values["id"].(string); id == m.ID {
 		return true
+	}
+	if _, ok := e.Values[resentField]; ok {
+		return false
 	}
 	last, ok := entrySeq(e.ID)
 	first, err := strconv.ParseInt(fmt.Sprint(e.Values["seq"]), 10, 64)
@@ -148,16 +165,19 @@ func entrySeq(id string) (int64, bool) {
 	return n, ok && err == nil
 }
 
-// fields are an entry's: id, seq (the first event's), body, then the
-// signature headers under their names, sorted.
+// fields are an entry's: id, seq (the first event's), body, resent for a
+// resend, then the signature headers under their names, sorted.
 func fields(m *outbound.Message, h map[string]string) []any {
 	names := make([]string, 0, len(h))
 	for name := range h {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	out := make([]any, 0, 6+2*len(names))
+	out := make([]any, 0, 8+2*len(names))
 	out = append(out, "id", m.ID, "seq", strconv.FormatInt(m.Seq, 10), "body", m.Body)
+	if resend(m) {
+		out = append(out, resentField, resentValue(m))
+	}
 	for _, name := range names {
 		out = append(out, name, h[name])
 	}
