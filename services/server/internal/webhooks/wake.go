@@ -123,7 +123,7 @@ WHERE id IN (SELECT id FROM webhook_subscriptions WHERE id = ANY($1::uuid[]) FOR
 
 // reserve gives the subscriptions of jobs a lease that names no job: live
 // for the rounds, which insert no other job for them meanwhile, and free
-// for whichever of their delivery jobs runs first (lockSubSQL). Without it,
+// for whichever of their delivery jobs runs first (lockSubsSQL). Without it,
 // every round until a sender has started would insert another job.
 func reserve(ctx context.Context, tx pgx.Tx, jobs []DeliverArgs) error {
 	if len(jobs) == 0 {
