@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -47,9 +48,9 @@ type claimed struct {
 // claiming, in one statement, and sends b (with what was queued before
 // it: the record, when nothing could change the claim); each step gets
 // its deliveries in the order to send them.
-func (g *steps) claim(ctx context.Context, tx pgx.Tx, b *pgx.Batch, claiming []*stepTx) error {
+func (g *steps) claim(ctx context.Context, tx pgx.Tx, b *pgx.Batch, what string, claiming []*stepTx) error {
 	if len(claiming) == 0 {
-		return send(ctx, tx, b, "record delivered")
+		return sendQueued(ctx, tx, b, what+": record delivered")
 	}
 	subs, wants, unordered := make([]uuid.UUID, len(claiming)), make([]int32, len(claiming)), make([]bool, len(claiming))
 	found := make([][]claimed, len(claiming))
@@ -68,7 +69,7 @@ func (g *steps) claim(ctx context.Context, tx pgx.Tx, b *pgx.Batch, claiming []*
 		}
 		return rows.Err()
 	})
-	if err := send(ctx, tx, b, "claim"); err != nil {
+	if err := sendQueued(ctx, tx, b, what+": claim"); err != nil {
 		return err
 	}
 	for i, t := range claiming {
@@ -136,6 +137,77 @@ func (g *steps) prepare(ctx context.Context, claiming []*stepTx) error {
 	return nil
 }
 
+// carryOut carries out a decision that ends the step's plan.
+func (t *stepTx) carryOut(ctx context.Context, o outcome) error {
+	var err error
+	switch o.kind {
+	case outGone, outTakenOver:
+		t.p = plan{kind: planStop}
+	case outRelease:
+		t.p, err = plan{kind: planStop}, t.setLease(ctx, nil)
+	case outHold:
+		t.p, err = t.hold(ctx, o.wait)
+		t.p.wakeable = o.wakeable
+	case outIdle:
+		t.p = plan{kind: planIdle, retryIn: o.wait}
+	case outYield:
+		t.p = plan{kind: planYield}
+	case outRefuse:
+		t.p, err = plan{kind: planAgain}, t.refuse(ctx, t.st.items, "not allowed: "+t.st.denied)
+	case outGap:
+		t.p, err = plan{kind: planStop}, t.gap(ctx, t.st.items[o.n].seq)
+	case outSend:
+		t.p, err = t.build(t.st.items[:o.n], t.decidedAt, o.n == len(t.st.items) && len(t.st.items) < t.want)
+	default:
+		err = fmt.Errorf("deliver %s: step cannot carry out %v here", t.s.subID, o.kind)
+	}
+	return err
+}
+
+// refuseSQL makes deliveries $2 dead without a request, each with an
+// attempt that says why ($3) and, as no request was signed, an empty
+// webhook-id.
+const refuseSQL = `
+WITH a AS (
+    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error, message_id)
+    SELECT $1, seq, NULL, 0, $3, '' FROM unnest($2::bigint[]) AS seq
+)
+UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
+    ` + pendingAtSQL
+
+// refuse makes the claimed deliveries dead without a request: rights
+// apply at send time, not when the event was matched.
+func (t *stepTx) refuse(ctx context.Context, items []*delivery, msg string) error {
+	seqs := make([]int64, len(items))
+	for i, d := range items {
+		seqs[i] = d.seq
+	}
+	if _, err := t.tx.Exec(ctx, refuseSQL, t.s.subID, seqs, msg); err != nil {
+		return fmt.Errorf("deliver %s: refuse %d deliveries: %w", t.s.subID, len(seqs), err)
+	}
+	for range seqs {
+		t.results = append(t.results, "dead")
+	}
+	return nil
+}
+
+// gap disables the subscription whose delivery at seq lost its event to
+// retention: order can no longer be kept, so the owner must resynchronize
+// and enable it again.
+func (t *stepTx) gap(ctx context.Context, seq int64) error {
+	detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
+	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{seq}, detail); err != nil {
+		return fmt.Errorf("deliver %s: gap at %d: %w", t.s.subID, seq, err)
+	}
+	if err := t.disable(ctx, webhooks.CauseGap, detail, seq, webhooks.TypeGap); err != nil {
+		return err
+	}
+	t.results = append(t.results, "gap")
+	t.s.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
+		slog.String("subscription", t.s.subID.String()), slog.Int64("seq", seq))
+	return nil
+}
+
 // findDue reads when the unordered subscription's next pending delivery
 // falls due.
 func (t *stepTx) findDue(ctx context.Context) error {
@@ -164,7 +236,7 @@ func (g *steps) read(ctx context.Context, reading []*stepTx) error {
 	var evs []sync.Event
 	g.d.events.QueueEventsAt(b, seqs, &evs)
 	decidedAt := time.Now()
-	if err := send(ctx, reading[0].tx, b, "rights and events"); err != nil {
+	if err := sendQueued(ctx, reading[0].tx, b, name(reading)+": rights and events"); err != nil {
 		return err
 	}
 	decs, err := decisions()

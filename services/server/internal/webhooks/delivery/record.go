@@ -128,11 +128,13 @@ func (t *stepTx) rare() bool {
 	if t.clears() || t.probed {
 		return true
 	}
-	return t.last != nil && !t.takenOver() && !t.last.allDelivered()
+	return t.last != nil && t.recordsFailures() && !t.last.allDelivered()
 }
 
-// takenOver says whether another live sender holds the subscription.
-func (t *stepTx) takenOver() bool { return decide(&t.st).kind == outTakenOver }
+// recordsFailures says whether the step records its last batch's
+// failures: not when the subscription was deleted, nor when another live
+// sender holds it (that sender took its claims over).
+func (t *stepTx) recordsFailures() bool { return t.st.found && !(!t.st.mine && t.st.leaseLive) }
 
 // recordRest records, after deliveredSQL, what else the last batch
 // brought: the recovered notice of a failing mark cleared, a probe's
@@ -155,7 +157,7 @@ func (t *stepTx) recordRest(ctx context.Context) error {
 		t.s.d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
 			slog.String("subscription", t.s.subID.String()))
 	}
-	if t.last == nil || t.takenOver() {
+	if t.last == nil || !t.recordsFailures() {
 		t.st.active = t.sub.active()
 		return nil
 	}
@@ -404,50 +406,6 @@ func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, at
 	}
 	log.WarnContext(ctx, "webhook subscription disabled: failing")
 	return "dead", nil
-}
-
-// refuseSQL makes deliveries $2 dead without a request, each with an
-// attempt that says why ($3) and, as no request was signed, an empty
-// webhook-id.
-const refuseSQL = `
-WITH a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error, message_id)
-    SELECT $1, seq, NULL, 0, $3, '' FROM unnest($2::bigint[]) AS seq
-)
-UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
-    ` + pendingAtSQL
-
-// refuse makes the claimed deliveries dead without a request: rights
-// apply at send time, not when the event was matched.
-func (t *stepTx) refuse(ctx context.Context, items []*delivery, msg string) error {
-	seqs := make([]int64, len(items))
-	for i, d := range items {
-		seqs[i] = d.seq
-	}
-	if _, err := t.tx.Exec(ctx, refuseSQL, t.s.subID, seqs, msg); err != nil {
-		return fmt.Errorf("deliver %s: refuse %d deliveries: %w", t.s.subID, len(seqs), err)
-	}
-	for range seqs {
-		t.results = append(t.results, "dead")
-	}
-	return nil
-}
-
-// gap disables the subscription whose delivery at seq lost its event to
-// retention: order can no longer be kept, so the owner must resynchronize
-// and enable it again.
-func (t *stepTx) gap(ctx context.Context, seq int64) error {
-	detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
-	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{seq}, detail); err != nil {
-		return fmt.Errorf("deliver %s: gap at %d: %w", t.s.subID, seq, err)
-	}
-	if err := t.disable(ctx, webhooks.CauseGap, detail, seq, webhooks.TypeGap); err != nil {
-		return err
-	}
-	t.results = append(t.results, "gap")
-	t.s.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
-		slog.String("subscription", t.s.subID.String()), slog.Int64("seq", seq))
-	return nil
 }
 
 // messageID is what an attempt of r records as its webhook-id

@@ -129,9 +129,9 @@ func (g *steps) alone(ctx context.Context, t *stepTx) (plan, error) {
 	taken, committing, err := g.tx(ctx, []*stepTx{t}, true)
 	if err != nil {
 		if committing {
-			err = fmt.Errorf("commit: %w", err)
+			err = fmt.Errorf("deliver %s: commit: %w", t.s.subID, err)
 		}
-		return plan{}, fmt.Errorf("deliver %s: %w", t.s.subID, err)
+		return plan{}, err
 	}
 	g.count(taken)
 	return t.p, nil
@@ -180,7 +180,7 @@ func (g *steps) count(taken []*stepTx) {
 func (g *steps) tx(ctx context.Context, group []*stepTx, wait bool) (taken []*stepTx, committing bool, err error) {
 	tx, err := g.d.pool.Begin(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("begin: %w", err)
+		return nil, false, fmt.Errorf("%s: begin: %w", name(group), err)
 	}
 	defer func() {
 		if err != nil && !committing {
@@ -188,12 +188,20 @@ func (g *steps) tx(ctx context.Context, group []*stepTx, wait bool) (taken []*st
 		}
 	}()
 	if taken, err = g.lock(ctx, tx, group, wait); err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("%s: %w", name(group), err)
 	}
 	if err := g.work(ctx, taken); err != nil {
 		return nil, false, err
 	}
 	return taken, true, tx.Commit(ctx)
+}
+
+// name names a transaction's steps in its errors.
+func name(group []*stepTx) string {
+	if len(group) == 1 {
+		return "deliver " + group[0].s.subID.String()
+	}
+	return fmt.Sprintf("deliver (%d senders)", len(group))
 }
 
 // work takes the steps through their decisions (decide): record the last
@@ -206,7 +214,7 @@ func (g *steps) work(ctx context.Context, taken []*stepTx) error {
 	if len(taken) == 0 {
 		return nil
 	}
-	tx, b := taken[0].tx, &pgx.Batch{}
+	tx, b, what := taken[0].tx, &pgx.Batch{}, name(taken)
 	queueDelivered(b, taken)
 	plain := true
 	for _, t := range taken {
@@ -214,7 +222,7 @@ func (g *steps) work(ctx context.Context, taken []*stepTx) error {
 		plain = plain && !t.rare()
 	}
 	if !plain {
-		if err := send(ctx, tx, b, "record delivered"); err != nil {
+		if err := sendQueued(ctx, tx, b, what+": record delivered"); err != nil {
 			return err
 		}
 		for _, t := range taken {
@@ -233,7 +241,7 @@ func (g *steps) work(ctx context.Context, taken []*stepTx) error {
 			decided[t] = o
 		}
 	}
-	if err := g.claim(ctx, tx, b, claiming); err != nil {
+	if err := g.claim(ctx, tx, b, what, claiming); err != nil {
 		return err
 	}
 	for _, t := range taken {
@@ -246,8 +254,8 @@ func (g *steps) work(ctx context.Context, taken []*stepTx) error {
 	return g.prepare(ctx, claiming)
 }
 
-// send sends b, if it has anything queued.
-func send(ctx context.Context, tx pgx.Tx, b *pgx.Batch, what string) error {
+// sendQueued sends b, if it has anything queued.
+func sendQueued(ctx context.Context, tx pgx.Tx, b *pgx.Batch, what string) error {
 	if b.Len() == 0 {
 		return nil
 	}
@@ -255,33 +263,6 @@ func send(ctx context.Context, tx pgx.Tx, b *pgx.Batch, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
-}
-
-// carryOut carries out a decision that ends the step's plan.
-func (t *stepTx) carryOut(ctx context.Context, o outcome) error {
-	var err error
-	switch o.kind {
-	case outGone, outTakenOver:
-		t.p = plan{kind: planStop}
-	case outRelease:
-		t.p, err = plan{kind: planStop}, t.setLease(ctx, nil)
-	case outHold:
-		t.p, err = t.hold(ctx, o.wait)
-		t.p.wakeable = o.wakeable
-	case outIdle:
-		t.p = plan{kind: planIdle, retryIn: o.wait}
-	case outYield:
-		t.p = plan{kind: planYield}
-	case outRefuse:
-		t.p, err = plan{kind: planAgain}, t.refuse(ctx, t.st.items, "not allowed: "+t.st.denied)
-	case outGap:
-		t.p, err = plan{kind: planStop}, t.gap(ctx, t.st.items[o.n].seq)
-	case outSend:
-		t.p, err = t.build(t.st.items[:o.n], t.decidedAt, o.n == len(t.st.items) && len(t.st.items) < t.want)
-	default:
-		err = fmt.Errorf("deliver %s: step cannot carry out %v here", t.s.subID, o.kind)
-	}
-	return err
 }
 
 // subRow is the subscription as a step reads it, locked.
