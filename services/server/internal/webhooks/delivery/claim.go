@@ -74,6 +74,7 @@ func (g *steps) claim(ctx context.Context, tx pgx.Tx, b *pgx.Batch, what string,
 	}
 	for i, t := range claiming {
 		slices.SortFunc(found[i], byDue)
+		t.st.sliceLeft = t.s.sliceLeft() // what the claimed rows mean is decided now
 		t.st.claimed, t.st.items = true, make([]*delivery, len(found[i]))
 		for j, c := range found[i] {
 			t.st.items[j] = c.d
@@ -95,7 +96,7 @@ func byDue(a, b claimed) int {
 
 // wantN is how many deliveries the step claims.
 func (t *stepTx) wantN() int {
-	if t.sub.status != webhooks.StatusActive || t.st.sliceLeft <= 0 {
+	if t.sub.status != webhooks.StatusActive || t.s.sliceLeft() <= 0 {
 		return 1 // a probe is the head alone; past the slice, only look
 	}
 	return max(t.s.d.cfg.BatchSize, t.sub.pol.MaxBatch)

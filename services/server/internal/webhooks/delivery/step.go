@@ -438,8 +438,9 @@ type stepState struct {
 	// throttleWait is how long the next request must wait for the
 	// throttle.
 	throttleWait time.Duration
-	// now is the database's time at the lock; sliceLeft what was left of
-	// the sender's slice then.
+	// now is the database's time at the lock; sliceLeft what is left of
+	// the sender's slice (taken at the lock, and again once the claim
+	// came back).
 	now       time.Time
 	sliceLeft time.Duration
 	// claimed: items are the claimed deliveries, in the order to send.
