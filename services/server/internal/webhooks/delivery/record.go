@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
@@ -14,48 +15,153 @@ import (
 	"github.com/bothy/bothy/services/server/internal/webhooks/outbound"
 )
 
-// deliveredSQL records the 2xx answers of subscription $1 — their attempts
-// ($2-$6, and $13: each one's webhook-id, empty for the event's own; see
-// messageID), their deliveries finished — and moves the subscription in the
-// same statement: its highest delivered seq (at least $14, the highest the
-// recorder recorded), its failing mark cleared ($7),
-// its lease taken for $11 ms ($8: by job $9 of process $10) and its
-// throttle's next slot ($12). It is the one update of the subscription row
-// on a batch's usual path. Its deliveries are found as in pendingAtSQL.
+// deliveredSQL records the 2xx answers of subscriptions' last batches —
+// their attempts ($1-$6 and $11: subscription, seq, code, seconds,
+// excerpt, start, webhook-id as messageID gives it), their deliveries
+// finished — and moves each subscription $7 in the same statement: its
+// highest delivered seq (at least $12, the highest the recorder recorded
+// of its last batch), its failing mark cleared ($13), its lease taken
+// ($14) for $10 ms by job $8 of process $9, and its throttle's next slot
+// ($15, NULL: unchanged). It is the one update of a subscription row on a
+// batch's usual path. The deliveries are found as in pendingAtSQL, by
+// their subscriptions and the range of their seqs; without that bound, a
+// plan made while a few deliveries were pending reads every pending
+// delivery of every subscription. One range serves a group: a group
+// records only batches that took everything their subscription had
+// pending (groupable), so in that range each subscription has its batch
+// and what came since.
 var deliveredSQL = `
 WITH o AS (
-    SELECT * FROM unnest($2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $13::text[])
-        AS o(seq, code, secs, excerpt, started, msg)
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::timestamptz[], $11::text[])
+        AS o(sub, seq, code, secs, excerpt, started, msg)
 ), a AS (
     INSERT INTO webhook_attempts (subscription_id, event_seq, attempted_at, status_code, duration_seconds, response_excerpt, message_id)
-    SELECT $1, seq, started, NULLIF(code, 0), secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
+    SELECT sub, seq, started, NULLIF(code, 0), secs, NULLIF(excerpt, ''), NULLIF(msg, '') FROM o
 ), d AS (
     UPDATE webhook_deliveries w SET status = 'delivered', attempts = w.attempts + 1,
         first_attempt_at = coalesce(w.first_attempt_at, o.started), finished_at = now(), last_error = NULL, next_attempt_at = NULL
-    FROM o WHERE w.subscription_id = $1 AND w.event_seq = o.seq AND w.status = 'pending'
-      AND w.event_seq BETWEEN (SELECT min(seq) FROM o) AND (SELECT max(seq) FROM o)
-    RETURNING w.event_seq
+    FROM o WHERE w.subscription_id = o.sub AND w.event_seq = o.seq AND w.status = 'pending'
+      AND w.subscription_id = ANY($1::uuid[]) AND w.event_seq BETWEEN (SELECT min(seq) FROM o) AND (SELECT max(seq) FROM o)
+    RETURNING w.subscription_id, w.event_seq
+), m AS (
+    SELECT subscription_id, max(event_seq) AS seq FROM d GROUP BY subscription_id
 )
-UPDATE webhook_subscriptions SET
-    last_delivered_seq = greatest(last_delivered_seq, coalesce((SELECT max(event_seq) FROM d), 0), $14::bigint),
-    failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END,
-    ` + lease.SetIfSQL("$8", "$9", "$10", "$11") + `,
-    throttle_next_at = coalesce($12, throttle_next_at)
-WHERE id = $1`
+UPDATE webhook_subscriptions s SET
+    last_delivered_seq = greatest(s.last_delivered_seq, coalesce(m.seq, 0), l.recorded),
+    failing_since = CASE WHEN l.clear THEN NULL ELSE s.failing_since END,
+    ` + lease.SetIfSQL("l.lease", "l.job", "l.owner", "$10") + `,
+    throttle_next_at = coalesce(l.throttled, s.throttle_next_at)
+FROM unnest($7::uuid[], $8::bigint[], $9::text[], $12::bigint[], $13::bool[], $14::bool[], $15::timestamptz[])
+    AS l(sub, job, owner, recorded, clear, lease, throttled)
+LEFT JOIN m ON m.subscription_id = l.sub
+WHERE s.id = l.sub`
 
-// record records the last batch's outcomes and takes the lease: the 2xx
-// answers with the lease in one statement, then each failure. A failure
-// may disable the subscription or start probing it, so the step reads its
-// status again after one.
-func (t *stepTx) record(ctx context.Context, last *batch) error {
-	if err := t.recordDelivered(ctx, last, true); err != nil {
-		return err
+// queueDelivered queues on b the record of the 2xx answers of the steps'
+// last batches (those the recorder has not), with their leases, in one
+// statement; a step whose subscription another live sender holds records
+// its answers without the lease, and one with nothing to record or take
+// is left out.
+func queueDelivered(b *pgx.Batch, taken []*stepTx) {
+	var o outcomes
+	var subs []uuid.UUID
+	var jobs, recorded []int64
+	var owners []string
+	var clear, lease []bool
+	var throttled []*time.Time
+	for _, t := range taken {
+		kind := decide(&t.st).kind
+		if kind != outRecord && kind != outTakenOver {
+			continue
+		}
+		n := len(o.seqs)
+		t.answers(&o)
+		to := recordedTo(t.last)
+		if kind == outTakenOver && len(o.seqs) == n && to == 0 {
+			continue
+		}
+		var slot *time.Time
+		if t.last != nil {
+			slot = t.last.throttled
+		}
+		subs, jobs, owners = append(subs, t.s.subID), append(jobs, t.s.me.jobID), append(owners, t.s.me.owner)
+		recorded, clear = append(recorded, to), append(clear, t.clears())
+		lease, throttled = append(lease, kind == outRecord), append(throttled, slot)
 	}
-	if last == nil {
+	if len(subs) == 0 {
+		return
+	}
+	b.Queue(deliveredSQL, o.subs, o.seqs, o.codes, o.secs, o.excerpts, o.started,
+		subs, jobs, owners, taken[0].leaseFor.Milliseconds(), o.msgs, recorded, clear, lease, throttled)
+}
+
+// answers adds t's last batch's 2xx answers to o, counts them in t's
+// results, and notes the first delivered event that is not operational
+// and whether a probe was answered.
+func (t *stepTx) answers(o *outcomes) {
+	if t.last == nil {
+		return
+	}
+	for _, r := range t.last.requests {
+		if !r.sent || r.Kind != outbound.Delivered {
+			continue
+		}
+		t.probed = t.probed || r.probe
+		for _, d := range r.items {
+			if t.firstPlain == nil && !webhooks.IsOperational(d.ev.Type) {
+				t.firstPlain = d
+			}
+			t.results = append(t.results, "delivered")
+		}
+		o.addRequest(t.s.subID, r)
+	}
+}
+
+// clears says whether recording the last batch clears the subscription's
+// failing mark: an event that is not operational was delivered.
+func (t *stepTx) clears() bool { return t.sub.failing && t.firstPlain != nil }
+
+// rare says whether the step has more to record than deliveredSQL does:
+// a failure, a probe answered, or a failing mark cleared. Any of them may
+// change what the step claims next.
+func (t *stepTx) rare() bool {
+	if t.clears() || t.probed {
+		return true
+	}
+	return t.last != nil && t.recordsFailures() && !t.last.allDelivered()
+}
+
+// recordsFailures says whether the step records its last batch's
+// failures: not when the subscription was deleted, nor when another live
+// sender holds it (that sender took its claims over).
+func (t *stepTx) recordsFailures() bool { return t.st.found && !(!t.st.mine && t.st.leaseLive) }
+
+// recordRest records, after deliveredSQL, what else the last batch
+// brought: the recovered notice of a failing mark cleared, a probe's
+// recovery, and each failure (unless another live sender holds the
+// subscription: its claims were taken over). A failure may disable the
+// subscription or start probing it, so the step reads its status again
+// after one.
+func (t *stepTx) recordRest(ctx context.Context) error {
+	if t.clears() {
+		t.sub.failing = false
+		if err := webhooks.InsertNotice(ctx, t.tx, webhooks.TypeRecovered, t.sub.space, t.s.subID, "", "", t.firstPlain.seq); err != nil {
+			return err
+		}
+	}
+	if t.probed {
+		if _, err := t.tx.Exec(ctx, probeRecoveredSQL, t.s.subID); err != nil {
+			return fmt.Errorf("deliver %s: recover: %w", t.s.subID, err)
+		}
+		t.sub.status, t.sub.probing = webhooks.StatusActive, false
+		t.s.d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
+			slog.String("subscription", t.s.subID.String()))
+	}
+	if t.last == nil || !t.recordsFailures() {
+		t.st.active = t.sub.active()
 		return nil
 	}
 	failed := false
-	for _, r := range last.requests {
+	for _, r := range t.last.requests {
 		if !r.sent || r.Kind == outbound.Delivered {
 			continue
 		}
@@ -74,59 +180,48 @@ func (t *stepTx) record(ctx context.Context, last *batch) error {
 			return fmt.Errorf("deliver %s: reread status: %w", t.s.subID, err)
 		}
 	}
+	t.st.active = t.sub.active()
 	return nil
 }
 
-// recordDelivered records last's 2xx answers that the recorder has not
-// and, with lease, takes the lease; a probe answered 2xx makes the
-// subscription active again.
-func (t *stepTx) recordDelivered(ctx context.Context, last *batch, lease bool) error {
-	var o outcomes
-	var firstPlain *delivery // the first delivered non-operational event
-	probed := false
-	if last != nil {
-		for _, r := range last.requests {
-			if !r.sent || r.Kind != outbound.Delivered {
-				continue
-			}
-			probed = probed || r.probe
-			for _, d := range r.items {
-				if firstPlain == nil && !webhooks.IsOperational(d.ev.Type) {
-					firstPlain = d
-				}
-				t.results = append(t.results, "delivered")
-			}
-			o.addRequest(t.s.subID, r)
+// outcomes are 2xx answers of subscriptions' batches, as deliveredSQL
+// (and recordedSQL) take them.
+type outcomes struct {
+	subs     []uuid.UUID
+	seqs     []int64
+	codes    []int32
+	secs     []float64
+	excerpts []string
+	started  []time.Time
+	msgs     []string
+}
+
+// addRequest adds the deliveries of r, answered 2xx, of subscription sub,
+// unless the recorder recorded them.
+func (o *outcomes) addRequest(sub uuid.UUID, r *request) {
+	if r.rec == recDone {
+		return
+	}
+	for _, d := range r.items {
+		o.subs, o.seqs, o.codes = append(o.subs, sub), append(o.seqs, d.seq), append(o.codes, int32(r.StatusCode))
+		o.secs, o.excerpts, o.started = append(o.secs, r.Duration.Seconds()), append(o.excerpts, r.Excerpt), append(o.started, r.started)
+		o.msgs = append(o.msgs, messageID(r))
+	}
+}
+
+// recordedTo is the highest seq of last that the recorder recorded (0:
+// none).
+func recordedTo(last *batch) int64 {
+	if last == nil {
+		return 0
+	}
+	var to int64
+	for _, r := range last.requests {
+		if r.rec == recDone {
+			to = max(to, r.items[len(r.items)-1].seq)
 		}
 	}
-	recorded := recordedTo(last)
-	if len(o.seqs) == 0 && recorded == 0 && !lease {
-		return nil
-	}
-	clear := t.sub.failing && firstPlain != nil
-	var throttled *time.Time
-	if last != nil {
-		throttled = last.throttled
-	}
-	if _, err := t.tx.Exec(ctx, deliveredSQL, t.s.subID, o.seqs, o.codes, o.secs, o.excerpts, o.started, clear,
-		lease, t.s.me.jobID, t.s.me.owner, t.leaseFor.Milliseconds(), throttled, o.msgs, recorded); err != nil {
-		return fmt.Errorf("deliver %s: record %d delivered: %w", t.s.subID, len(o.seqs), err)
-	}
-	if clear {
-		t.sub.failing = false
-		if err := webhooks.InsertNotice(ctx, t.tx, webhooks.TypeRecovered, t.sub.space, t.s.subID, "", "", firstPlain.seq); err != nil {
-			return err
-		}
-	}
-	if probed {
-		if _, err := t.tx.Exec(ctx, probeRecoveredSQL, t.s.subID); err != nil {
-			return fmt.Errorf("deliver %s: recover: %w", t.s.subID, err)
-		}
-		t.sub.status, t.sub.probing = webhooks.StatusActive, false
-		t.s.d.cfg.Logger.InfoContext(ctx, "webhook subscription recovered: a probe was answered with 2xx",
-			slog.String("subscription", t.s.subID.String()))
-	}
-	return nil
+	return to
 }
 
 // pendingAtSQL finds, for a statement that updates them (as w), the
@@ -310,67 +405,6 @@ func (t *stepTx) budgetSpent(ctx context.Context, f *failure, sched schedule, at
 	}
 	log.WarnContext(ctx, "webhook subscription disabled: failing")
 	return "dead", nil
-}
-
-// refuseSQL makes deliveries $2 dead without a request, each with an
-// attempt that says why ($3) and, as no request was signed, an empty
-// webhook-id.
-const refuseSQL = `
-WITH a AS (
-    INSERT INTO webhook_attempts (subscription_id, event_seq, status_code, duration_seconds, error, message_id)
-    SELECT $1, seq, NULL, 0, $3, '' FROM unnest($2::bigint[]) AS seq
-)
-UPDATE webhook_deliveries w SET status = 'dead', finished_at = now(), last_error = $3, next_attempt_at = NULL
-    ` + pendingAtSQL
-
-// refuse makes the claimed deliveries dead without a request: rights
-// apply at send time, not when the event was matched.
-func (t *stepTx) refuse(ctx context.Context, items []*delivery, msg string) error {
-	seqs := make([]int64, len(items))
-	for i, d := range items {
-		seqs[i] = d.seq
-	}
-	if _, err := t.tx.Exec(ctx, refuseSQL, t.s.subID, seqs, msg); err != nil {
-		return fmt.Errorf("deliver %s: refuse %d deliveries: %w", t.s.subID, len(seqs), err)
-	}
-	for range seqs {
-		t.results = append(t.results, "dead")
-	}
-	return nil
-}
-
-// gap disables the subscription whose delivery at seq lost its event to
-// retention: order can no longer be kept, so the owner must resynchronize
-// and enable it again.
-func (t *stepTx) gap(ctx context.Context, seq int64) error {
-	detail := fmt.Sprintf("event %d left the log (retention) before it was delivered", seq)
-	if _, err := t.tx.Exec(ctx, deadSQL, t.s.subID, []int64{seq}, detail); err != nil {
-		return fmt.Errorf("deliver %s: gap at %d: %w", t.s.subID, seq, err)
-	}
-	if err := t.disable(ctx, webhooks.CauseGap, detail, seq, webhooks.TypeGap); err != nil {
-		return err
-	}
-	t.results = append(t.results, "gap")
-	t.s.d.cfg.Logger.WarnContext(ctx, "webhook subscription disabled: gap at head",
-		slog.String("subscription", t.s.subID.String()), slog.Int64("seq", seq))
-	return nil
-}
-
-// readEvents reads the claimed deliveries' events in one statement.
-func (t *stepTx) readEvents(ctx context.Context, items []*delivery) error {
-	seqs := make([]int64, len(items))
-	for i, d := range items {
-		seqs[i] = d.seq
-	}
-	evs, err := t.s.d.events.EventsAt(ctx, t.tx, seqs)
-	if err != nil {
-		return fmt.Errorf("deliver %s: read events: %w", t.s.subID, err)
-	}
-	bySeq := eventsBySeq(evs)
-	for _, d := range items {
-		d.ev = bySeq[d.seq]
-	}
-	return nil
 }
 
 // messageID is what an attempt of r records as its webhook-id

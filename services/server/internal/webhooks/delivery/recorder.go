@@ -179,7 +179,7 @@ func (c *recorder) flush(taken []answered) {
 	c.mu.Unlock()
 }
 
-// recordedSQL records 2xx answers of many subscriptions, as deliveredManySQL
+// recordedSQL records 2xx answers of many subscriptions, as deliveredSQL
 // does, without touching the subscriptions: the attempts ($1-$7:
 // subscription, seq, code, seconds, excerpt, start, webhook-id as messageID
 // gives it) and their deliveries finished. Each delivery is looked up by
