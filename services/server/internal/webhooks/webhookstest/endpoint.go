@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	gosync "sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +14,7 @@ import (
 // Endpoint is one path of a receiver: its secret, rule and arrivals.
 type Endpoint struct {
 	r        *Receiver
+	mu       gosync.Mutex
 	name     string
 	verifier *standardwebhooks.Webhook
 	rule     Rule
@@ -48,29 +50,29 @@ func (e *Endpoint) SetSecret(secret string) error {
 			return err
 		}
 	}
-	e.r.mu.Lock()
+	e.mu.Lock()
 	e.verifier = v
-	e.r.mu.Unlock()
+	e.mu.Unlock()
 	return nil
 }
 
 // SetRule makes the endpoint answer by rule from now on (nil: 200).
 func (e *Endpoint) SetRule(rule Rule) {
-	e.r.mu.Lock()
+	e.mu.Lock()
 	e.rule = rule
-	e.r.mu.Unlock()
+	e.mu.Unlock()
 }
 
 // Release answers every request the endpoint holds by a Hang; later hangs
 // hold again.
 func (e *Endpoint) Release() {
-	e.r.mu.Lock()
+	e.mu.Lock()
 	close(e.release)
 	e.release = make(chan struct{})
-	e.r.mu.Unlock()
+	e.mu.Unlock()
 }
 
-// arrive records a request; e.r.mu is held.
+// arrive records a request; e.mu is held.
 func (e *Endpoint) arrive(h http.Header, body []byte, at time.Time) *Arrival {
 	a := &Arrival{Endpoint: e.name, N: len(e.arrivals) + 1, ID: h.Get("webhook-id"), At: at}
 	a.Events, a.Batch, _ = envelopes(body)
@@ -81,7 +83,8 @@ func (e *Endpoint) arrive(h http.Header, body []byte, at time.Time) *Arrival {
 		default:
 			a.SigErr = e.verifier.Verify(body, h)
 		}
-		if a.SigErr != nil {
+		a.Verified = a.SigErr == nil
+		if !a.Verified {
 			e.badSig++
 		}
 	}
@@ -137,7 +140,7 @@ func (e *Endpoint) hold(req *http.Request, ans *Answer, release <-chan struct{})
 	return req.Context().Err() == nil
 }
 
-// answer records a's answer; e.r.mu is held.
+// answer records a's answer; e.mu is held.
 func (e *Endpoint) answer(a *Arrival, status int, at time.Time) {
 	a.Status, a.Answered = status, at
 	e.now--
@@ -153,8 +156,8 @@ func (e *Endpoint) answer(a *Arrival, status int, at time.Time) {
 
 // Arrivals copies the endpoint's arrivals, in the order they came.
 func (e *Endpoint) Arrivals() []Arrival {
-	e.r.mu.Lock()
-	defer e.r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	out := make([]Arrival, len(e.arrivals))
 	for i, a := range e.arrivals {
 		out[i] = *a
@@ -164,8 +167,8 @@ func (e *Endpoint) Arrivals() []Arrival {
 
 // Count is how many requests arrived.
 func (e *Endpoint) Count() int {
-	e.r.mu.Lock()
-	defer e.r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return len(e.arrivals)
 }
 
@@ -203,8 +206,8 @@ func (e *Endpoint) OutOfOrder() []int64 {
 }
 
 func (e *Endpoint) marked(f func(*Arrival) bool) []int64 {
-	e.r.mu.Lock()
-	defer e.r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	var out []int64
 	for _, a := range e.arrivals {
 		if f(a) {
@@ -214,18 +217,25 @@ func (e *Endpoint) marked(f func(*Arrival) bool) []int64 {
 	return out
 }
 
+// Distinct is how many distinct events arrived.
+func (e *Endpoint) Distinct() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.events)
+}
+
 // BadSignatures counts the requests whose signature did not verify.
 func (e *Endpoint) BadSignatures() int {
-	e.r.mu.Lock()
-	defer e.r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.badSig
 }
 
 // InFlight is how many requests the endpoint holds now, and the most it
 // held at once.
 func (e *Endpoint) InFlight() (now, top int) {
-	e.r.mu.Lock()
-	defer e.r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	return e.now, e.top
 }
 

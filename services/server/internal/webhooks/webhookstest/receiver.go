@@ -38,8 +38,9 @@ type Arrival struct {
 	Seq     int64
 	Attempt int
 	// SigErr is why the signature did not verify; nil if it did or the
-	// endpoint has no secret.
-	SigErr error
+	// endpoint has no secret. Verified: it verified under the secret.
+	SigErr   error
+	Verified bool
 	// Repeat: one of the events had been answered 2xx at the endpoint
 	// already. Overlap: one was in another request still unanswered.
 	// OutOfOrder: one has a lower seq than an event answered 2xx before.
@@ -74,7 +75,7 @@ type Options struct {
 }
 
 // Receiver is an http.Handler serving endpoints at /hook/{name} ("/hook"
-// is the endpoint ""). An endpoint is made by its first use.
+// and "/" are the endpoint ""). An endpoint is made by its first use.
 type Receiver struct {
 	opts   Options
 	mu     gosync.Mutex
@@ -133,6 +134,9 @@ func (r *Receiver) Close() { r.once.Do(func() { close(r.closed) }) }
 // endpoint's rule.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	name, ok := strings.CutPrefix(req.URL.Path, "/hook")
+	if req.URL.Path == "/" {
+		name, ok = "", true
+	}
 	if !ok || (name != "" && name[0] != '/') {
 		http.NotFound(w, req)
 		return
@@ -143,25 +147,25 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	r.mu.Lock()
-	ep := r.endpoint(name)
+	ep := r.Endpoint(name)
+	ep.mu.Lock()
 	a := ep.arrive(req.Header, body, time.Now())
 	ans := Answer{}
 	if ep.rule != nil {
 		ans = ep.rule(a)
 	}
 	release := ep.release
-	r.mu.Unlock()
+	ep.mu.Unlock()
 
 	answered := ep.hold(req, &ans, release)
-	r.mu.Lock()
+	ep.mu.Lock()
 	status := 0
 	if answered {
 		status = ans.status()
 	}
 	ep.answer(a, status, time.Now())
 	done := *a
-	r.mu.Unlock()
+	ep.mu.Unlock()
 	if r.opts.OnArrival != nil {
 		r.opts.OnArrival(done)
 	}
@@ -176,12 +180,12 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // at endpoint name, answered 200 at once, and returns its arrival.
 func (r *Receiver) Accept(name string, header http.Header, body []byte) Arrival {
 	now := time.Now()
-	r.mu.Lock()
-	ep := r.endpoint(name)
+	ep := r.Endpoint(name)
+	ep.mu.Lock()
 	a := ep.arrive(header, body, now)
 	ep.answer(a, http.StatusOK, now)
 	done := *a
-	r.mu.Unlock()
+	ep.mu.Unlock()
 	if r.opts.OnArrival != nil {
 		r.opts.OnArrival(done)
 	}

@@ -52,12 +52,20 @@ func TestReceiver_VerifiesTheProjectsSignature(t *testing.T) {
 	a := good.Arrivals()
 	require.Len(t, a, 1)
 	require.NoError(t, a[0].SigErr)
+	require.True(t, a[0].Verified)
 	require.Equal(t, single(t, 1).ID, a[0].ID)
 	require.Equal(t, int64(1), a[0].Seq)
 	require.Equal(t, 1, a[0].Attempt)
 	require.Equal(t, http.StatusOK, a[0].Status)
 	require.Equal(t, "application/json", a[0].Header.Get("Content-Type"))
 	require.Error(t, bad.Arrivals()[0].SigErr)
+	require.False(t, bad.Arrivals()[0].Verified)
+
+	strict := s.Endpoint("strict")
+	strict.SetRule(webhookstest.Verified(nil))
+	require.Equal(t, http.StatusUnauthorized, send(t, s.URL("strict"), secret, single(t, 1)).StatusCode, "no secret yet: nothing verifies")
+	require.NoError(t, strict.SetSecret(secret))
+	require.Equal(t, http.StatusOK, send(t, s.URL("strict"), secret, single(t, 1)).StatusCode)
 	require.Equal(t, 0, good.BadSignatures())
 	require.Equal(t, 1, bad.BadSignatures())
 }
@@ -169,9 +177,13 @@ func TestReceiver_LeanKeepsNoBodies(t *testing.T) {
 
 func TestReceiver_ServesOnlyHookPaths(t *testing.T) {
 	s := recvtest.Start(t, nil)
-	resp, err := http.Post(s.Base()+"/other", "application/json", nil)
+	resp, err := http.Post(s.Base()+"/", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/ is the endpoint \"\"")
+	resp, err = http.Post(s.Base()+"/other", "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Empty(t, s.Endpoints())
+	require.Equal(t, []string{""}, s.Endpoints())
 }

@@ -20,8 +20,9 @@ type Answer struct {
 	Hang bool
 }
 
-// Rule chooses the answer to an arrival. It runs with the receiver's lock
-// held, so it may keep state of its own without one, and must not block.
+// Rule chooses the answer to an arrival. It runs with its endpoint's lock
+// held, so it may keep state of its own without one, and must not block
+// nor call the endpoint's methods.
 type Rule func(a *Arrival) Answer
 
 // Status answers every request with code.
@@ -57,4 +58,19 @@ func (a Answer) status() int {
 		return http.StatusOK
 	}
 	return a.Status
+}
+
+// Verified answers 401 to a request that did not verify under the
+// endpoint's secret (or came before it had one), and the others by next
+// (nil: 200).
+func Verified(next Rule) Rule {
+	return func(a *Arrival) Answer {
+		if !a.Verified {
+			return Answer{Status: http.StatusUnauthorized}
+		}
+		if next == nil {
+			return Answer{}
+		}
+		return next(a)
+	}
 }
