@@ -2,6 +2,7 @@ package webhookstest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -75,12 +76,15 @@ type Options struct {
 }
 
 // Receiver is an http.Handler serving endpoints at /hook/{name} ("/hook"
-// and "/" are the endpoint ""). An endpoint is made by its first use.
+// and "/" are the endpoint ""); any other path is an endpoint too, named
+// by the path without its leading slash. An endpoint is made by its first
+// use.
 type Receiver struct {
 	opts   Options
 	mu     gosync.Mutex
 	eps    map[string]*Endpoint
 	order  []string
+	def    Rule // the rule of endpoints made from now on
 	closed chan struct{}
 	once   gosync.Once
 }
@@ -111,11 +115,19 @@ func (r *Receiver) Endpoints() []string {
 func (r *Receiver) endpoint(name string) *Endpoint {
 	ep := r.eps[name]
 	if ep == nil {
-		ep = &Endpoint{r: r, name: name, release: make(chan struct{}), attempts: map[int64]int{}, events: map[uuid.UUID]*eventState{}}
+		ep = &Endpoint{r: r, name: name, rule: r.def, release: make(chan struct{}), attempts: map[int64]int{}, events: map[uuid.UUID]*eventState{}}
 		r.eps[name] = ep
 		r.order = append(r.order, name)
 	}
 	return ep
+}
+
+// SetDefaultRule makes the endpoints made from now on answer by rule
+// until their own SetRule.
+func (r *Receiver) SetDefaultRule(rule Rule) {
+	r.mu.Lock()
+	r.def = rule
+	r.mu.Unlock()
 }
 
 // Path is the path of endpoint name.
@@ -126,6 +138,14 @@ func Path(name string) string {
 	return "/hook/" + name
 }
 
+// endpointName is the name of the endpoint at path.
+func endpointName(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/hook"); ok && (rest == "" || rest[0] == '/') {
+		path = rest
+	}
+	return strings.TrimPrefix(path, "/")
+}
+
 // Close releases every held request, now and later; it does not stop a
 // server serving r.
 func (r *Receiver) Close() { r.once.Do(func() { close(r.closed) }) }
@@ -133,15 +153,7 @@ func (r *Receiver) Close() { r.once.Do(func() { close(r.closed) }) }
 // ServeHTTP records the request at its endpoint and answers it by the
 // endpoint's rule.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	name, ok := strings.CutPrefix(req.URL.Path, "/hook")
-	if req.URL.Path == "/" {
-		name, ok = "", true
-	}
-	if !ok || (name != "" && name[0] != '/') {
-		http.NotFound(w, req)
-		return
-	}
-	name = strings.TrimPrefix(name, "/")
+	name := endpointName(req.URL.Path)
 	body, err := io.ReadAll(io.LimitReader(req.Body, MaxBody))
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
@@ -173,7 +185,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set(k, v)
 	}
 	w.WriteHeader(ans.status())
-	_, _ = w.Write([]byte("ok"))
+	_, _ = io.WriteString(w, cmp.Or(ans.Body, "ok"))
 }
 
 // Accept records a message that came another way than HTTP (a broker's)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -175,15 +176,21 @@ func TestReceiver_LeanKeepsNoBodies(t *testing.T) {
 	require.Equal(t, int64(1), a.Seq)
 }
 
-func TestReceiver_ServesOnlyHookPaths(t *testing.T) {
+func TestReceiver_EveryPathIsAnEndpoint(t *testing.T) {
 	s := recvtest.Start(t, nil)
-	resp, err := http.Post(s.Base()+"/", "application/json", nil)
+	s.Endpoint("other").SetRule(webhookstest.Always(webhookstest.Answer{Status: http.StatusTeapot, Body: "<b>teapot</b>"}))
+	for _, path := range []string{"/", "/hook", "/hook/", "/other", "/hook/other", "/hooked"} {
+		resp, err := http.Post(s.Base()+path, "application/json", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	require.Equal(t, []string{"other", "", "hooked"}, s.Endpoints())
+	require.Equal(t, 3, s.Endpoint("").Count())
+	require.Equal(t, 2, s.Endpoint("other").Count())
+	resp, err := http.Post(s.Base()+"/other", "application/json", nil)
 	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "/ is the endpoint \"\"")
-	resp, err = http.Post(s.Base()+"/other", "application/json", nil)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Equal(t, []string{""}, s.Endpoints())
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusTeapot, resp.StatusCode)
+	require.Equal(t, "<b>teapot</b>", string(body))
 }

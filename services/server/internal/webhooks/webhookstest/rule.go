@@ -10,8 +10,10 @@ import (
 type Answer struct {
 	// Status is the answer's status; 0 is 200.
 	Status int
-	// Header is set on the answer (Retry-After, say).
+	// Header is set on the answer (Retry-After, say); Body is its body
+	// ("": "ok").
 	Header map[string]string
+	Body   string
 	// Delay holds the request that long before answering; the hold ends
 	// early if the sender gives up.
 	Delay time.Duration
