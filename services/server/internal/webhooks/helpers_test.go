@@ -19,6 +19,7 @@ import (
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testwait"
@@ -320,4 +321,36 @@ func (b *bundle) pending(t testing.TB, id uuid.UUID) int {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'`, id).Scan(&n))
 	return n
+}
+
+// workerProcessWith is what a worker process runs for webhooks: its
+// liveness lock and a River client with the delivery worker and slots
+// worker slots, under the lock's ID.
+func workerProcessWith(t *testing.T, b *bundle, cfg *delivery.DeliverConfig, slots int) (*liveness.Holder, *river.Client[pgx.Tx]) {
+	t.Helper()
+	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Acquire(context.Background()))
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	del, err := delivery.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, del)
+	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
+		ID:                   h.ID(),
+		Queues:               map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: slots}},
+		Workers:              workers,
+		FetchCooldown:        5 * time.Millisecond,
+		FetchPollInterval:    20 * time.Millisecond,
+		RescueStuckJobsAfter: 10 * time.Minute,
+		Logger:               quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.StopAndCancel(ctx)
+	})
+	return h, rc
 }
