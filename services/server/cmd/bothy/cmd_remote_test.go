@@ -18,6 +18,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // remoteBundle is a running server (role all, real database), a token of
@@ -83,16 +85,15 @@ func TestCLI_ServerModeNeedsNoDatabase(t *testing.T) {
 func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 	t.Parallel()
 	b := setupRemote(t)
-	rv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	t.Cleanup(rv.Close)
+	rv, _ := recvtest.Endpoint(t, webhookstest.Status(http.StatusNoContent))
 
 	var sub webhooks.SubscriptionView
-	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv.URL+"/hook?key=secret", "--policy", "unordered",
+	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv+"?key=secret", "--policy", "unordered",
 		"--header", "X-Tenant: acme-tenant")
 	require.Equal(t, "alice", sub.Owner, "the token's principal owns it")
 	require.NotNil(t, sub.TokenID, "the calling token bounds the deliveries")
 	require.NotEmpty(t, sub.Secret)
-	require.Equal(t, rv.URL+"/hook?…", sub.URL)
+	require.Equal(t, rv+"?…", sub.URL)
 	require.Equal(t, map[string]string{"X-Tenant": "********"}, sub.Headers)
 	id := sub.ID.String()
 
@@ -155,10 +156,9 @@ func TestCLI_WebhooksThroughTheServer(t *testing.T) {
 func TestCLI_WebhooksStatsThroughTheServer(t *testing.T) {
 	t.Parallel()
 	b := setupRemote(t)
-	rv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	t.Cleanup(rv.Close)
+	rv, _ := recvtest.Endpoint(t, webhookstest.Status(http.StatusNoContent))
 	var sub webhooks.SubscriptionView
-	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv.URL+"/hook")
+	b.jsonOf(t, &sub, "webhooks", "create", "--space", "s1", "--url", rv)
 	id := sub.ID.String()
 	b.cli(t, 0, "events", "emit", "--space", "s1", "--count", "3")
 	require.Eventually(t, func() bool {

@@ -3,18 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	gosync "sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // cliWebhook creates principal alice with admin on s1 and a subscription of
@@ -91,31 +89,19 @@ func TestWebhooksTest_CLI(t *testing.T) {
 	t.Parallel()
 	environ, sub := cliWebhook(t)
 	id := sub["id"].(string)
-	var mu gosync.Mutex
-	var got http.Header
-	var verified error
+	url, rv := recvtest.Endpoint(t, func(a *webhookstest.Arrival) webhookstest.Answer {
+		if a.Header.Get("X-Fail") != "" {
+			return webhookstest.Answer{Status: http.StatusBadGateway}
+		}
+		return webhookstest.Answer{Status: http.StatusNoContent}
+	})
+	require.NoError(t, rv.SetSecret(sub["secret"].(string)))
 	seen := func() (http.Header, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return got, verified
+		as := rv.Arrivals()
+		require.NotEmpty(t, as)
+		return as[len(as)-1].Header, as[len(as)-1].SigErr
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		wh, err := standardwebhooks.NewWebhook(sub["secret"].(string))
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		mu.Lock()
-		got, verified = r.Header.Clone(), err
-		mu.Unlock()
-		if r.Header.Get("X-Fail") != "" {
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(srv.Close)
-	code, _, stderr := runCLI(t, environ, "webhooks", "update", id, "--url", srv.URL+"/hook")
+	code, _, stderr := runCLI(t, environ, "webhooks", "update", id, "--url", url)
 	require.Equal(t, 0, code, stderr)
 
 	code, stdout, stderr := runCLI(t, environ, "webhooks", "test", id)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -18,6 +17,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // arrival is one message a receiver got: the event's id and seq as sent.
@@ -69,32 +70,30 @@ func (b *inbox) lastBefore(t time.Time) (time.Time, bool) {
 	return last, !last.IsZero()
 }
 
-// hookReceiver receives every webhook subscription at /hook/{name}.
+// hookReceiver receives every webhook subscription at /hook/{name} with
+// the webhook test kit, which adds each envelope to its inbox.
 type hookReceiver struct {
-	srv     *httptest.Server
+	srv     *webhookstest.Server
 	inboxes map[string]*inbox
 }
 
 func newHookReceiver(t *testing.T) *hookReceiver {
 	h := &hookReceiver{inboxes: map[string]*inbox{
 		foOrdered: {name: "webhook " + foOrdered, ordered: true}, foUnordered: {name: "webhook " + foUnordered}}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook/{name}", func(w http.ResponseWriter, r *http.Request) {
-		var env sync.Envelope
-		b := h.inboxes[r.PathValue("name")]
-		if b == nil || json.NewDecoder(r.Body).Decode(&env) != nil {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
+	h.srv = recvtest.Start(t, &webhookstest.Options{Lean: true, OnArrival: func(a webhookstest.Arrival) {
+		if b := h.inboxes[a.Endpoint]; b != nil && a.OK() {
+			for _, env := range a.Events {
+				b.add(arrival{id: env.ID, seq: env.Seq, at: a.At})
+			}
 		}
-		b.add(arrival{id: env.ID, seq: env.Seq, at: time.Now()})
-		w.WriteHeader(http.StatusNoContent)
-	})
-	h.srv = httptest.NewServer(mux)
-	t.Cleanup(h.srv.Close)
+	}})
+	for name := range h.inboxes {
+		h.srv.Endpoint(name).SetRule(webhookstest.Status(http.StatusNoContent))
+	}
 	return h
 }
 
-func (h *hookReceiver) url(name string) string { return h.srv.URL + "/hook/" + name }
+func (h *hookReceiver) url(name string) string { return h.srv.URL(name) }
 
 // pushDevices is a local push service (pushtest: it checks VAPID and
 // decrypts every message) with one inbox per device.

@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +26,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testsweep"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 var (
@@ -192,23 +192,11 @@ func TestWorkerProcessesExactlyOnce(t *testing.T) {
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightAdmin}))
 
-	var mu gosync.Mutex
-	got := map[string][]int64{} // subscription path → seqs in arrival order
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var env sync.Envelope
-		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
-			http.Error(w, err.Error(), 400)
-			return
-		}
-		mu.Lock()
-		got[r.URL.Path] = append(got[r.URL.Path], env.Seq)
-		mu.Unlock()
-	}))
-	defer recv.Close()
+	recv := recvtest.Start(t, &webhookstest.Options{Lean: true})
 	const subs = 3
 	for i := range subs {
 		_, _, err := webhooks.Create(ctx, db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
-			URL: fmt.Sprintf("%s/sub%d", recv.URL, i), AllowPrivateTargets: true})
+			URL: recv.URL(fmt.Sprintf("sub%d", i)), AllowPrivateTargets: true})
 		require.NoError(t, err)
 	}
 
@@ -265,17 +253,15 @@ func TestWorkerProcessesExactlyOnce(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT last_seq FROM event_seq), last_seq FROM event_consumer_cursors WHERE name = 'webhooks'`).Scan(&head, &cursor))
 	require.Equal(t, head, cursor)
 
-	mu.Lock()
-	for path, seqs := range got {
+	for _, name := range recv.Endpoints() {
 		var last int64
-		for _, s := range seqs {
-			require.GreaterOrEqual(t, s, last, "subscription %s: seq %d arrived after %d", path, s, last)
+		for _, s := range recv.Endpoint(name).Seqs() {
+			require.GreaterOrEqual(t, s, last, "subscription %s: seq %d arrived after %d", name, s, last)
 			last = s
 		}
-		require.Equal(t, int64(n), last, path)
+		require.Equal(t, int64(n), last, name)
 	}
-	require.Len(t, got, subs)
-	mu.Unlock()
+	require.Len(t, recv.Endpoints(), subs)
 
 	for i, a := range addrs {
 		t.Logf("worker %d rounds: %s", i, strings.ReplaceAll(scrape(t, a, `bothy_event_consumer_rounds_total{consumer="webhooks"`), "\n", "; "))

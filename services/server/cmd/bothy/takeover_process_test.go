@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
 	"testing"
 	"time"
 
@@ -18,6 +15,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // TestWorkers_TakeOverWhenEveryWorkerIsKilled: two real worker processes,
@@ -39,33 +38,16 @@ func TestWorkers_TakeOverWhenEveryWorkerIsKilled(t *testing.T) {
 	require.NoError(t, authz.CreatePrincipal(ctx, db.Pool, "alice", authz.KindUser))
 	require.NoError(t, authz.Grant(ctx, db.Pool, &authz.GrantParams{Space: "s1", Principal: "alice", Right: authz.RightRead}))
 
-	var mu gosync.Mutex
-	var arrivals []time.Time
-	var seqs []int64
-	hung, release := make(chan struct{}), make(chan struct{})
-	var hangOnce gosync.Once
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var env sync.Envelope
-		_ = json.NewDecoder(r.Body).Decode(&env)
-		first := false
-		hangOnce.Do(func() { first = true })
-		if first {
+	hung := make(chan struct{})
+	url, recv := recvtest.Endpoint(t, func(a *webhookstest.Arrival) webhookstest.Answer {
+		if a.N == 1 { // the request of a process that is killed never ends
 			close(hung)
-			select { // the request of a process that is killed never ends
-			case <-release:
-			case <-r.Context().Done():
-			}
-			return
+			return webhookstest.Answer{Hang: true}
 		}
-		mu.Lock()
-		arrivals, seqs = append(arrivals, time.Now()), append(seqs, env.Seq)
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(recv.Close)
-	t.Cleanup(func() { close(release) })
+		return webhookstest.Answer{Status: http.StatusNoContent}
+	})
 	_, _, err := webhooks.Create(ctx, db.Pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: "alice", Space: "s1",
-		URL: recv.URL + "/hook", AllowPrivateTargets: true})
+		URL: url, AllowPrivateTargets: true})
 	require.NoError(t, err)
 
 	env := []string{"BOTHY_DATABASE_URL=" + db.URL, "BOTHY_SERVER_LISTEN_ADDR=127.0.0.1:0",
@@ -107,13 +89,19 @@ func TestWorkers_TakeOverWhenEveryWorkerIsKilled(t *testing.T) {
 	require.Eventually(t, func() bool { return time.Since(killed) >= time.Second }, 5*time.Second, 10*time.Millisecond, "a second has passed")
 	startProcess(t, bin, env, "server", "--role=worker").waitAddr(t)
 
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seqs) >= 2
-	}, 90*time.Second, 20*time.Millisecond, "the restarted worker delivers both events")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []int64{first, second}, seqs[:2], "the event in flight first, then the next")
-	t.Logf("next request %s after every worker was killed (one started again after 1 s)", arrivals[0].Sub(killed).Round(time.Millisecond))
+	// The hung request is never answered: the answered ones are the
+	// restarted worker's.
+	answered := func() []webhookstest.Arrival {
+		var out []webhookstest.Arrival
+		for _, a := range recv.Arrivals() {
+			if a.OK() {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	recvtest.Until(t, 90*time.Second, recv, func([]webhookstest.Arrival) bool { return len(answered()) >= 2 }, "the restarted worker delivers both events")
+	got := answered()
+	require.Equal(t, []int64{first, second}, webhookstest.Seqs(got[:2]), "the event in flight first, then the next")
+	t.Logf("next request %s after every worker was killed (one started again after 1 s)", got[0].At.Sub(killed).Round(time.Millisecond))
 }

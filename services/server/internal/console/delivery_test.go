@@ -2,44 +2,36 @@ package console_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // idsReceiver answers every request 204 and keeps the webhook-ids it got.
 type idsReceiver struct {
-	srv *httptest.Server
-	mu  gosync.Mutex
-	ids []string
+	url string
+	ep  *webhookstest.Endpoint
 }
 
 func newIDsReceiver(t *testing.T) *idsReceiver {
-	rv := &idsReceiver{}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		rv.mu.Lock()
-		rv.ids = append(rv.ids, r.Header.Get("webhook-id"))
-		rv.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rv.srv.Close)
-	return rv
+	url, ep := recvtest.Endpoint(t, webhookstest.Status(http.StatusNoContent))
+	return &idsReceiver{url: url, ep: ep}
 }
 
 func (rv *idsReceiver) received() []string {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return append([]string(nil), rv.ids...)
+	var ids []string
+	for _, a := range rv.ep.Arrivals() {
+		ids = append(ids, a.ID)
+	}
+	return ids
 }
 
 var webhookIDRow = regexp.MustCompile(`data-name="Webhook-Id"><th>Webhook-Id</th><td class="wrap">([^<]*)</td>`)
@@ -56,7 +48,7 @@ func TestConsole_DeliveryShowsTheWebhookIDSent(t *testing.T) {
 		ID string `json:"id"`
 	}
 	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/webhooks", token,
-		map[string]any{"space": "acme", "url": rv.srv.URL, "max_batch": 10}, &sub))
+		map[string]any{"space": "acme", "url": rv.url, "max_batch": 10}, &sub))
 	require.Equal(t, http.StatusCreated, b.api(t, http.MethodPost, "/v1/spaces/acme/events", token,
 		map[string]any{"events": []map[string]any{{"type": "item.created"}, {"type": "item.created"}}}, nil))
 	br := b.browser(t)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // consoleKey signs the portal links of the test servers.
@@ -172,17 +173,20 @@ func (br *browser) csrf(path string) string {
 	return m[1]
 }
 
+// receiver is the webhook test kit's receiver; URL is its base, under
+// which every path is an endpoint.
+type receiver struct {
+	*webhookstest.Server
+	URL string
+}
+
 // newReceiver is a webhook receiver that answers every request with
-// status and body.
-func newReceiver(t testing.TB, status int, body string) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, body)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+// status and body, as HTML.
+func newReceiver(t testing.TB, status int, body string) *receiver {
+	srv := recvtest.Start(t, nil)
+	ans := webhookstest.Answer{Status: status, Body: body, Header: map[string]string{"Content-Type": "text/html"}}
+	srv.SetDefaultRule(webhookstest.Always(ans))
+	return &receiver{Server: srv, URL: srv.Base()}
 }
 
 func stringsReader(s string) io.Reader { return strings.NewReader(s) }

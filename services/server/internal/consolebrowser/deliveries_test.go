@@ -3,9 +3,7 @@ package consolebrowser
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // seqs are the seqs of the delivery rows the page shows, in order.
@@ -149,24 +149,20 @@ func TestConsole_DeliverySearchAndPaging(t *testing.T) {
 func TestConsole_HealthAtAGlance(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(failing.Close)
-	var flakyCalls atomic.Int64
-	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if flakyCalls.Add(1)%3 == 0 {
-			http.Error(w, "try again", http.StatusInternalServerError)
+	failingURL, _ := recvtest.Endpoint(t, webhookstest.Always(webhookstest.Answer{Status: http.StatusServiceUnavailable, Body: "down for maintenance"}))
+	flakyURL, _ := recvtest.Endpoint(t, func(a *webhookstest.Arrival) webhookstest.Answer {
+		if a.N%3 == 0 {
+			return webhookstest.Answer{Status: http.StatusInternalServerError, Body: "try again"}
 		}
-	}))
-	t.Cleanup(flaky.Close)
+		return webhookstest.Answer{}
+	})
 	var sub, flakySub struct {
 		ID string `json:"id"`
 	}
 	require.Equal(t, http.StatusCreated, f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken,
-		map[string]any{"space": "acme", "url": failing.URL + "/hook", "policy": "unordered"}, &sub))
+		map[string]any{"space": "acme", "url": failingURL, "policy": "unordered"}, &sub))
 	require.Equal(t, http.StatusCreated, f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken,
-		map[string]any{"space": "acme", "url": flaky.URL + "/hook", "policy": "unordered"}, &flakySub))
+		map[string]any{"space": "acme", "url": flakyURL, "policy": "unordered"}, &flakySub))
 	disabled := f.createSubscription(t, f.aliceToken, "acme")
 	require.Equal(t, http.StatusOK, f.api(t, http.MethodPost, "/v1/webhooks/"+disabled+"/disable", f.aliceToken, map[string]any{}, nil))
 	f.appendEvents(t, f.aliceToken, "acme", 8)

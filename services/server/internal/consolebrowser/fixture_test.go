@@ -1,11 +1,8 @@
 package consolebrowser
 
 import (
-	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +11,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // maliciousExcerpt is what the receiver answers: markup that runs script
@@ -91,7 +90,7 @@ func (f *fixture) createSubscription(t *testing.T, token, space string) string {
 	var sub struct {
 		ID string `json:"id"`
 	}
-	status := f.api(t, http.MethodPost, "/v1/webhooks", token, map[string]any{"space": space, "url": f.receiver.srv.URL + "/" + space}, &sub)
+	status := f.api(t, http.MethodPost, "/v1/webhooks", token, map[string]any{"space": space, "url": f.receiver.srv.Base() + "/" + space}, &sub)
 	require.Equal(t, http.StatusCreated, status)
 	return sub.ID
 }
@@ -151,31 +150,19 @@ func (f *fixture) waitDelivered(t *testing.T, token, id string, n int) []deliver
 }
 
 // receiver answers every webhook request 200 with maliciousExcerpt as an
-// HTML body and counts the requests by path.
+// HTML body; every path is an endpoint of the webhook test kit.
 type receiver struct {
-	srv *httptest.Server
-	mu  gosync.Mutex
-	got map[string]int
+	srv *webhookstest.Server
 }
 
 func newReceiver(t *testing.T) *receiver {
 	t.Helper()
-	rv := &receiver{got: map[string]int{}}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		rv.mu.Lock()
-		rv.got[r.URL.Path]++
-		rv.mu.Unlock()
-		w.Header().Set("Content-Type", "text/html")
-		_, _ = fmt.Fprint(w, maliciousExcerpt)
-	}))
-	t.Cleanup(rv.srv.Close)
-	return rv
+	srv := recvtest.Start(t, nil)
+	srv.SetDefaultRule(webhookstest.Always(webhookstest.Answer{Body: maliciousExcerpt, Header: map[string]string{"Content-Type": "text/html"}}))
+	return &receiver{srv: srv}
 }
 
 // requests is how many requests came for path.
 func (rv *receiver) requests(path string) int {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return rv.got[path]
+	return rv.srv.Endpoint(strings.TrimPrefix(path, "/")).Count()
 }

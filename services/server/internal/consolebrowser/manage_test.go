@@ -87,7 +87,7 @@ func TestConsole_CreateAndEditSubscription(t *testing.T) {
 		require.Equal(t, "New subscription", heading(b))
 		b.Do(
 			fill("space", "acme"),
-			fill("url", f.receiver.srv.URL+"/created"),
+			fill("url", f.receiver.srv.Base()+"/created"),
 			fill("event_types", "item.*, order.created"),
 			fill("headers", "X-Team: payments"),
 			setValue("f-policy", "ordered_dead_letter"),
@@ -100,7 +100,7 @@ func TestConsole_CreateAndEditSubscription(t *testing.T) {
 		// The API's refusal, next to its field; the other fields as typed.
 		require.Contains(t, fieldError(b, "max_batch"), "max_batch: 5000")
 		require.Empty(t, fieldError(b, "url"))
-		require.Equal(t, f.receiver.srv.URL+"/created", Run(b, chromedp.Evaluate[string](`document.getElementById("f-url").value`)))
+		require.Equal(t, f.receiver.srv.Base()+"/created", Run(b, chromedp.Evaluate[string](`document.getElementById("f-url").value`)))
 		require.Equal(t, "ordered_dead_letter", Run(b, chromedp.Evaluate[string](`document.getElementById("f-policy").value`)))
 		b.Screenshot("create-form-refused")
 		b.DocScreenshot("create-form-error", 1000, false)
@@ -126,7 +126,7 @@ func TestConsole_CreateAndEditSubscription(t *testing.T) {
 	t.Run("RefusedSpace", func(t *testing.T) {
 		b := b.For(t)
 		b.Do(chromedp.Navigate(f.base+"/console/subscriptions/new"), shows("#subscription-form"),
-			fill("space", "globex"), fill("url", f.receiver.srv.URL+"/x"),
+			fill("space", "globex"), fill("url", f.receiver.srv.Base()+"/x"),
 			chromedp.Click(chromedp.ID("form-submit")), shows("#form-error"))
 		require.Contains(t, text(b, "#form-error"), `no right on space "globex"`)
 	})
@@ -174,7 +174,7 @@ func TestConsole_CreateAndEditSubscription(t *testing.T) {
 			chromedp.Click(chromedp.ID("new-subscription")), shows("#subscription-form"))
 		require.True(t, Run(b, chromedp.Evaluate[bool](`document.getElementById("f-space").readOnly`)))
 		require.Equal(t, "acme", Run(b, chromedp.Evaluate[string](`document.getElementById("f-space").value`)))
-		b.Do(setValue("f-space", "globex"), fill("url", f.receiver.srv.URL+"/carol"),
+		b.Do(setValue("f-space", "globex"), fill("url", f.receiver.srv.Base()+"/carol"),
 			chromedp.Click(chromedp.ID("form-submit")), shows(`[data-testid="new-secret"]`),
 			chromedp.Click(chromedp.ID("result-back")), shows("#subscription-id"))
 		sub := f.policyOf(t, carol, text(b, "#subscription-id"))
@@ -190,10 +190,10 @@ func TestConsole_CreateAndEditSubscription(t *testing.T) {
 		b = New(t)
 		b.Do(chromedp.Navigate(portalLink(t, f, admin, "carol")), shows(`[data-testid="portal-banner"]`))
 		b.Do(chromedp.Navigate(f.base+"/console/subscriptions/"+carolSub+"/edit"), shows("#subscription-form"),
-			fill("url", f.receiver.srv.URL+"/carol-edited"), chromedp.Click(chromedp.ID("form-submit")), shows("#saved-message"))
-		require.Equal(t, f.receiver.srv.URL+"/carol-edited", f.policyOf(t, carol, carolSub).URL)
+			fill("url", f.receiver.srv.Base()+"/carol-edited"), chromedp.Click(chromedp.ID("form-submit")), shows("#saved-message"))
+		require.Equal(t, f.receiver.srv.Base()+"/carol-edited", f.policyOf(t, carol, carolSub).URL)
 		b.Do(chromedp.Navigate(f.base+"/console/subscriptions/new"), shows("#subscription-form"),
-			fill("url", f.receiver.srv.URL+"/carol2"), chromedp.Click(chromedp.ID("form-submit")), shows("#form-error"))
+			fill("url", f.receiver.srv.Base()+"/carol2"), chromedp.Click(chromedp.ID("form-submit")), shows("#form-error"))
 		require.Contains(t, text(b, "#form-error"), "another principal")
 	})
 }

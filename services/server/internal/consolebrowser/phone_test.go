@@ -97,7 +97,7 @@ const urlBreaksJS = `(sel => {
 func TestConsole_PhoneWidth(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	long := f.receiver.srv.URL + "/acme/webhooks/incoming-deliveries-from-bothy/tenant-0042?source=bothy&region=eu-west-1"
+	long := f.receiver.srv.Base() + "/acme/webhooks/incoming-deliveries-from-bothy/tenant-0042?source=bothy&region=eu-west-1"
 	var sub struct {
 		ID string `json:"id"`
 	}

@@ -19,7 +19,7 @@ func TestConsole_Recover(t *testing.T) {
 	var sub struct {
 		ID string `json:"id"`
 	}
-	status := f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken, map[string]any{"space": "acme", "url": f.receiver.srv.URL + "/late"}, &sub)
+	status := f.api(t, http.MethodPost, "/v1/webhooks", f.aliceToken, map[string]any{"space": "acme", "url": f.receiver.srv.Base() + "/late"}, &sub)
 	require.Equal(t, http.StatusCreated, status)
 	b := New(t)
 	signIn(f, b, f.aliceToken)

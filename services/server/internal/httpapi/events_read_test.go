@@ -130,9 +130,9 @@ func TestAPI_ReceiverThatWasDownPullsWhatItMissed(t *testing.T) {
 	writer := b.principal(t, "writer", authz.RightWrite, "s1", authz.ScopeEventsWrite)
 	owner := b.principal(t, "owner", authz.RightRead, "s1", authz.ScopeWebhooksManage, authz.ScopeEventsRead)
 	rv := newReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.URL))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.Base()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-	rv.setSecret(r.json(t)["secret"].(string))
+	rv.setSecret(t, r.json(t)["secret"].(string))
 
 	b.appendTo(t, writer, "s1", "item.created", "item.created")
 	got := rv.waitFor(t, 2)
@@ -178,10 +178,10 @@ func TestAPI_DeliveryDetail(t *testing.T) {
 	admin := b.principal(t, "admin", authz.RightAdmin, "s1", authz.ScopeWebhooksManage)
 	const secretValue = "Bearer receiver-secret-0123456789"
 	rv := newReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"authorization":%q}}`, rv.srv.URL, secretValue))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"authorization":%q}}`, rv.srv.Base(), secretValue))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
-	rv.setSecret(sub["secret"].(string))
+	rv.setSecret(t, sub["secret"].(string))
 	id := b.appendTo(t, writer, "s1", "item.created")[0]
 	seq := int64(rv.waitFor(t, 1)[0]["seq"].(float64))
 	path := fmt.Sprintf("/v1/webhooks/%s/deliveries/%d", sub["id"], seq)
@@ -192,7 +192,7 @@ func TestAPI_DeliveryDetail(t *testing.T) {
 	d := r.json(t)
 	require.Equal(t, id, d["event"].(map[string]any)["id"])
 	req := d["request"].(map[string]any)
-	require.Equal(t, rv.srv.URL, req["url"])
+	require.Equal(t, rv.srv.Base(), req["url"])
 	h := req["headers"].(map[string]any)
 	require.Equal(t, id, h["Webhook-Id"])
 	require.Equal(t, "application/json", h["Content-Type"])

@@ -76,9 +76,9 @@ func TestAPI_AppendEventsIdempotent(t *testing.T) {
 	})
 	t.Run("RepeatedIDIsDeliveredOnce", func(t *testing.T) {
 		rv := newReceiver(t)
-		r := b.do(t, "POST", "/v1/webhooks", writer, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["hook.*"]}`, rv.srv.URL))
+		r := b.do(t, "POST", "/v1/webhooks", writer, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["hook.*"]}`, rv.srv.Base()))
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-		rv.setSecret(r.json(t)["secret"].(string))
+		rv.setSecret(t, r.json(t)["secret"].(string))
 		body := `{"events":[{"id":"0199c0de-0000-7000-8000-000000000003","type":"hook.created"}]}`
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", path, writer, body).status)
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", path, writer, body).status)

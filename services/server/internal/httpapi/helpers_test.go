@@ -4,18 +4,18 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/app/apptest"
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/testwait"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 const adminToken = "admin-token-for-tests-0123456789"
@@ -113,67 +113,58 @@ func send(t *testing.T, req *http.Request) *response {
 	return &response{status: res.StatusCode, header: res.Header, body: body}
 }
 
-// receiver is a webhook receiver that verifies every request with the
-// Standard Webhooks library and keeps the verified bodies.
+// receiver is the kit's receiver with one endpoint: it answers 401 to a
+// request that does not verify under the subscription's secret (setSecret)
+// with the Standard Webhooks library, and 204 to the others.
 type receiver struct {
-	srv    *httptest.Server
-	mu     gosync.Mutex
-	secret string
-	got    []map[string]any
-	bad    int
-	notify chan struct{}
+	*webhookstest.Endpoint
+	srv *webhookstest.Server
 }
 
 func newReceiver(t *testing.T) *receiver {
-	rv := &receiver{notify: make(chan struct{}, 100)}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		rv.mu.Lock()
-		defer rv.mu.Unlock()
-		wh, err := standardwebhooks.NewWebhook(rv.secret)
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		if err != nil {
-			rv.bad++
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		var env map[string]any
-		_ = json.Unmarshal(body, &env)
-		rv.got = append(rv.got, env)
-		w.WriteHeader(http.StatusNoContent)
-		rv.notify <- struct{}{}
-	}))
-	t.Cleanup(rv.srv.Close)
+	t.Helper()
+	srv := recvtest.Start(t, nil)
+	rv := &receiver{Endpoint: srv.Endpoint(""), srv: srv}
+	rv.SetRule(webhookstest.Verified(webhookstest.Status(http.StatusNoContent)))
 	return rv
 }
 
-func (rv *receiver) setSecret(s string) {
-	rv.mu.Lock()
-	rv.secret = s
-	rv.mu.Unlock()
+func (rv *receiver) setSecret(t *testing.T, s string) {
+	t.Helper()
+	require.NoError(t, rv.SetSecret(s))
 }
 
-// waitFor waits until n verified deliveries arrived and returns them.
-func (rv *receiver) waitFor(t *testing.T, n int) []map[string]any {
-	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		rv.mu.Lock()
-		if len(rv.got) >= n {
-			out := append([]map[string]any(nil), rv.got...)
-			rv.mu.Unlock()
-			return out
-		}
-		rv.mu.Unlock()
-		select {
-		case <-rv.notify:
-		case <-deadline:
-			rv.mu.Lock()
-			have, bad := len(rv.got), rv.bad
-			rv.mu.Unlock()
-			t.Fatalf("waited for %d verified deliveries, have %d (%d failed verification)", n, have, bad)
+func (rv *receiver) url() string { return rv.srv.URL("") }
+
+// verified are the requests that verified and were answered 2xx, in
+// arrival order.
+func (rv *receiver) verified() []webhookstest.Arrival {
+	var out []webhookstest.Arrival
+	for _, a := range rv.Arrivals() {
+		if a.Verified && a.OK() {
+			out = append(out, a)
 		}
 	}
+	return out
+}
+
+// waitVerified waits until n verified deliveries arrived and returns them.
+func (rv *receiver) waitVerified(t *testing.T, n int) []webhookstest.Arrival {
+	t.Helper()
+	testwait.Until(t, 20*time.Second, func() bool { return len(rv.verified()) >= n },
+		"%d verified deliveries (%d failed verification)", n, rv.BadSignatures())
+	return rv.verified()
+}
+
+// waitFor waits until n verified deliveries arrived and returns their
+// bodies.
+func (rv *receiver) waitFor(t *testing.T, n int) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, a := range rv.waitVerified(t, n) {
+		var env map[string]any
+		_ = json.Unmarshal(a.Body, &env)
+		out = append(out, env)
+	}
+	return out
 }

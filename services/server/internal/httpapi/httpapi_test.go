@@ -146,7 +146,7 @@ func TestAPI_Webhooks(t *testing.T) {
 	outsider := b.principal(t, "outsider", "", "", allScopes...)
 	rv := newReceiver(t)
 
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, rv.srv.URL+"/hook"))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
 	id := sub["id"].(string)
@@ -154,11 +154,11 @@ func TestAPI_Webhooks(t *testing.T) {
 	require.True(t, strings.HasPrefix(secret, "whsec_"))
 	require.Equal(t, "/v1/webhooks/"+id, r.header.Get("Location"))
 	require.Equal(t, "active", sub["status"])
-	rv.setSecret(secret)
+	rv.setSecret(t, secret)
 	sp := "/v1/webhooks/" + id
 
 	t.Run("CreateRefusals", func(t *testing.T) {
-		url := fmt.Sprintf("%q", rv.srv.URL)
+		url := fmt.Sprintf("%q", rv.srv.Base())
 		b.do(t, "POST", "/v1/webhooks", noManage, `{"space":"s1","url":`+url+`}`).problem(t, http.StatusForbidden)
 		b.do(t, "POST", "/v1/webhooks", outsider, `{"space":"s1","url":`+url+`}`).problem(t, http.StatusForbidden)
 		b.do(t, "POST", "/v1/webhooks", owner, `{"space":"s1","url":"ftp://example.com/x"}`).problem(t, http.StatusUnprocessableEntity)
@@ -261,9 +261,9 @@ func TestAPI_Webhooks(t *testing.T) {
 		b.do(t, "PATCH", sp, owner, `{"url":"http://"}`).problem(t, http.StatusUnprocessableEntity)
 		b.do(t, "PATCH", sp, owner, `{"secret":"whsec_x"}`).problem(t, http.StatusBadRequest)
 		b.do(t, "PATCH", sp, owner, `{"event_types":["NO"]}`).problem(t, http.StatusUnprocessableEntity)
-		r = b.do(t, "PATCH", sp, owner, fmt.Sprintf(`{"url":%q}`, rv.srv.URL+"/hook2"))
+		r = b.do(t, "PATCH", sp, owner, fmt.Sprintf(`{"url":%q}`, rv.srv.Base()+"/hook/"))
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		require.Equal(t, rv.srv.URL+"/hook2", r.json(t)["url"])
+		require.Equal(t, rv.srv.Base()+"/hook/", r.json(t)["url"])
 	})
 
 	t.Run("RotateSecretSignsWithBoth", func(t *testing.T) {
@@ -272,7 +272,7 @@ func TestAPI_Webhooks(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		newSecret := r.json(t)["secret"].(string)
 		require.NotEqual(t, secret, newSecret)
-		rv.setSecret(newSecret) // no overlap: only the new one signs
+		rv.setSecret(t, newSecret) // no overlap: only the new one signs
 		n := len(rv.waitFor(t, 0))
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"other.thing"}]}`).status)
 		got := rv.waitFor(t, n+1)

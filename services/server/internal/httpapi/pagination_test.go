@@ -66,7 +66,7 @@ func TestAPI_PaginationWalksEveryItemOnce(t *testing.T) {
 	rv := newHeaderReceiver(t)
 	create := func(space string) string {
 		t.Helper()
-		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":%q,"url":%q}`, space, rv.srv.URL+"/hook"))
+		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":%q,"url":%q}`, space, rv.url()))
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 		return r.json(t)["id"].(string)
 	}
@@ -101,7 +101,7 @@ func TestAPI_PaginationWalksEveryItemOnce(t *testing.T) {
 
 	t.Run("Deliveries", func(t *testing.T) {
 		require.NoError(t, authz.Grant(t.Context(), b.db.Pool, &authz.GrantParams{Space: "s3", Principal: "owner", Right: authz.RightWrite}))
-		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s3","url":%q}`, rv.srv.URL+"/hook"))
+		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s3","url":%q}`, rv.url()))
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 		id := r.json(t)["id"].(string)
 		deliveries := func() int {

@@ -5,8 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +21,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/dbtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
 // TestCrash_ARoundIsDurableBeforeItsFirstSend: a consumer round commits
@@ -81,7 +82,7 @@ func sendThenCrash(t *testing.T, allAsync bool) (lost bool, at string) {
 	token := apptest.Principal(t, pool, "owner", authz.RightWrite, "s1", apptest.AllScopes)
 	base, stop := runWorker(t, p.URL)
 	defer stop()
-	res := (&testBundle{base: base}).do(t, "POST", "/v1/webhooks", token, `{"space":"s1","url":"`+rv.srv.URL+`/hook"}`)
+	res := (&testBundle{base: base}).do(t, "POST", "/v1/webhooks", token, `{"space":"s1","url":"`+rv.url()+`"}`)
 	require.Equal(t, http.StatusCreated, res.status, "body: %s", res.body)
 	subID := res.json(t)["id"].(string)
 
@@ -170,45 +171,36 @@ func walPositions(t *testing.T, pool *pgxpool.Pool) string {
 }
 
 // holdingReceiver answers webhooks with 204 until hold is called; after
-// that it signals the first request on held and keeps it unanswered until
-// release.
+// that it signals the first request on held and keeps every request
+// unanswered until release.
 type holdingReceiver struct {
-	srv      *httptest.Server
-	mu       gosync.Mutex
-	holding  bool
-	held     chan struct{}
-	released chan struct{}
-	once     gosync.Once
+	*receiver
+	holding, released atomic.Bool
+	held              chan struct{}
 }
 
 func newHoldingReceiver(t *testing.T) *holdingReceiver {
-	rv := &holdingReceiver{held: make(chan struct{}, 1), released: make(chan struct{})}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		rv.mu.Lock()
-		holding := rv.holding
-		rv.mu.Unlock()
-		if holding {
-			select {
-			case rv.held <- struct{}{}:
-			default:
-			}
-			<-rv.released
+	t.Helper()
+	rv := &holdingReceiver{receiver: newReceiver(t), held: make(chan struct{}, 1)}
+	rv.SetRule(func(*webhookstest.Arrival) webhookstest.Answer {
+		if !rv.holding.Load() || rv.released.Load() {
+			return webhookstest.Answer{Status: http.StatusNoContent}
 		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rv.srv.Close)
-	t.Cleanup(rv.release)
+		select {
+		case rv.held <- struct{}{}:
+		default:
+		}
+		return webhookstest.Answer{Status: http.StatusNoContent, Hang: true}
+	})
 	return rv
 }
 
-func (rv *holdingReceiver) hold() {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	rv.holding = true
-}
+func (rv *holdingReceiver) hold() { rv.holding.Store(true) }
 
-func (rv *holdingReceiver) release() { rv.once.Do(func() { close(rv.released) }) }
+func (rv *holdingReceiver) release() {
+	rv.released.Store(true)
+	rv.Release()
+}
 
 // runWorker starts the server (role all) on the database at url, which may
 // crash under it, and returns its base URL and a func that stops it and

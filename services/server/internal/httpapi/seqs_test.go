@@ -65,16 +65,14 @@ func TestAPI_SeqsBeyondInt4(t *testing.T) {
 			owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 			ops := b.principal(t, "ops", "", "", authz.ScopeOpsRead)
 			rv := newIDReceiver(t)
-			r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.URL))
+			r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.Base()))
 			require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 			var sub struct {
 				ID     string `json:"id"`
 				Secret string `json:"secret"`
 			}
 			r.decode(t, &sub)
-			rv.mu.Lock()
-			rv.secret = sub.Secret
-			rv.mu.Unlock()
+			rv.setSecret(t, sub.Secret)
 			sp := "/v1/webhooks/" + sub.ID
 
 			r = b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.a"},{"type":"item.b"},{"type":"item.c"}]}`)
@@ -208,7 +206,7 @@ func TestAPI_OutOfRangeNumbersAre400(t *testing.T) {
 	})
 
 	t.Run("DeliveriesCursor", func(t *testing.T) {
-		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, newReceiver(t).srv.URL))
+		r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, newReceiver(t).srv.Base()))
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 		var sub struct {
 			ID uuid.UUID `json:"id"`

@@ -6,9 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
@@ -25,38 +23,31 @@ import (
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
-// flakyReceiver answers its first request 500 and the others 204, and
-// keeps the traceparent header of each.
-type flakyReceiver struct {
-	srv          *httptest.Server
-	mu           gosync.Mutex
-	traceparents []string
-}
+// flakyReceiver answers its first request 500 and the others 204; got
+// is the traceparent header of each.
+type flakyReceiver struct{ *receiver }
 
 func newFlakyReceiver(t *testing.T) *flakyReceiver {
 	t.Helper()
-	rv := &flakyReceiver{}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		rv.mu.Lock()
-		defer rv.mu.Unlock()
-		rv.traceparents = append(rv.traceparents, r.Header.Get("traceparent"))
-		if len(rv.traceparents) == 1 {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
+	rv := &flakyReceiver{newReceiver(t)}
+	rv.SetRule(func(a *webhookstest.Arrival) webhookstest.Answer {
+		if a.N == 1 {
+			return webhookstest.Answer{Status: http.StatusInternalServerError}
 		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rv.srv.Close)
+		return webhookstest.Answer{Status: http.StatusNoContent}
+	})
 	return rv
 }
 
 func (rv *flakyReceiver) got() []string {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return append([]string(nil), rv.traceparents...)
+	var out []string
+	for _, a := range rv.Arrivals() {
+		out = append(out, a.Header.Get("traceparent"))
+	}
+	return out
 }
 
 // startTraced runs the real server (role all) on db, tracing into exp.
@@ -134,7 +125,7 @@ func TestTrace_OneEventFromRequestToDelivery(t *testing.T) {
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	rv := newFlakyReceiver(t)
 	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(
-		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
+		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
 	client := appendTraced(t, base, owner, trace.TraceID{0x0b, 0x07, 0x41, 0x17}, "X-Request-Id", "trace-test-0001")
@@ -217,7 +208,7 @@ func TestTrace_OffStillForwardsTheProducersTraceparent(t *testing.T) {
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	rv := newFlakyReceiver(t)
 	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(
-		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.srv.URL+"/hook"))
+		`{"space":"s1","url":%q,"event_types":["item.*"],"retry_base_seconds":0.1,"retry_max_seconds":0.2}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
 	client := appendTraced(t, b.base, owner, trace.TraceID{0x0f, 0xf0, 0x41, 0x17})

@@ -1,12 +1,8 @@
 package httpapi_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,28 +10,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
-// failingType puts a gate before rv: while failing is set, requests for
-// events of type typ are answered 500 without reaching rv; the others go
-// through to rv, which verifies them.
+// failingType makes rv answer 500, while failing is set, to requests for
+// events of type typ; it verifies the others. It returns rv's URL.
 func failingType(t *testing.T, rv *idReceiver, typ string, failing *atomic.Bool) string {
 	t.Helper()
-	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var env struct {
-			Type string `json:"type"`
+	verified := webhookstest.Verified(webhookstest.Status(http.StatusNoContent))
+	rv.SetRule(func(a *webhookstest.Arrival) webhookstest.Answer {
+		if failing.Load() && len(a.Events) > 0 && a.Events[0].Type == typ {
+			return webhookstest.Answer{Status: http.StatusInternalServerError}
 		}
-		_ = json.Unmarshal(body, &env)
-		if env.Type == typ && failing.Load() {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		rv.srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	t.Cleanup(gate.Close)
-	return gate.URL + "/hook"
+		return verified(a)
+	})
+	return rv.url()
 }
 
 // createWith creates a subscription on s1 for url with the policy fields
@@ -46,9 +35,7 @@ func (b *testBundle) createWith(t *testing.T, token string, rv *idReceiver, url,
 	r := b.do(t, "POST", "/v1/webhooks", token, fmt.Sprintf(`{"space":"s1","url":%q,%s}`, url, extra))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
-	rv.mu.Lock()
-	rv.secret = sub["secret"].(string)
-	rv.mu.Unlock()
+	rv.setSecret(t, sub["secret"].(string))
 	return "/v1/webhooks/" + sub["id"].(string)
 }
 

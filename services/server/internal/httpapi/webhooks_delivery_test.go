@@ -3,68 +3,44 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/testwait"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
-// batchIDReceiver answers every request 204 and keeps, by seq, the webhook-id
-// of the last request that carried it: a batch's body is a JSON array of
-// envelopes, any other an envelope.
-type batchIDReceiver struct {
-	srv *httptest.Server
-	mu  gosync.Mutex
-	ids map[int64]string
-}
+// batchIDReceiver answers every request 204; received gives, by seq, the
+// webhook-id of the last request that carried it (a batch's carries
+// several).
+type batchIDReceiver struct{ *receiver }
 
 func newBatchIDReceiver(t *testing.T) *batchIDReceiver {
-	rv := &batchIDReceiver{ids: map[int64]string{}}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var envs []struct {
-			Seq int64 `json:"seq"`
-		}
-		if err := json.Unmarshal(body, &envs); err != nil {
-			envs = envs[:0]
-			var one struct {
-				Seq int64 `json:"seq"`
-			}
-			_ = json.Unmarshal(body, &one)
-			envs = append(envs, one)
-		}
-		rv.mu.Lock()
-		for _, e := range envs {
-			rv.ids[e.Seq] = r.Header.Get("webhook-id")
-		}
-		rv.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rv.srv.Close)
+	t.Helper()
+	rv := &batchIDReceiver{newReceiver(t)}
+	rv.SetRule(webhookstest.Status(http.StatusNoContent))
 	return rv
 }
 
 // received returns the webhook-ids by seq once n seqs arrived.
 func (rv *batchIDReceiver) received(t *testing.T, n int) map[int64]string {
 	t.Helper()
-	var out map[int64]string
-	require.Eventually(t, func() bool {
-		rv.mu.Lock()
-		defer rv.mu.Unlock()
-		out = make(map[int64]string, len(rv.ids))
-		for k, v := range rv.ids {
-			out[k] = v
+	ids := func() map[int64]string {
+		out := map[int64]string{}
+		for _, a := range rv.Arrivals() {
+			for _, seq := range a.Seqs() {
+				out[seq] = a.ID
+			}
 		}
-		return len(out) >= n
-	}, 30*time.Second, 20*time.Millisecond, "waiting for %d seqs", n)
-	return out
+		return out
+	}
+	testwait.Until(t, 30*time.Second, func() bool { return len(ids()) >= n }, "%d seqs", n)
+	return ids()
 }
 
 // TestAPI_DeliveryDetail_ShowsTheWebhookIDSent: a delivery sent in a batch
@@ -76,7 +52,7 @@ func TestAPI_DeliveryDetail_ShowsTheWebhookIDSent(t *testing.T) {
 	b := setup(t)
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", authz.ScopeWebhooksManage, authz.ScopeEventsWrite, authz.ScopeEventsRead)
 	rv := newBatchIDReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"max_batch":10}`, rv.srv.URL))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"max_batch":10}`, rv.srv.Base()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)["id"].(string)
 	b.appendTo(t, owner, "s1", "item.created", "item.created", "item.created")

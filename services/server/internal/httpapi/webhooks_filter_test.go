@@ -18,7 +18,7 @@ func TestAPI_WebhookFilterAndTransform(t *testing.T) {
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
 	rv := newHeaderReceiver(t)
-	url := fmt.Sprintf("%q", rv.srv.URL+"/hook")
+	url := fmt.Sprintf("%q", rv.url())
 
 	t.Run("BadExpressionsAre422NamingFieldAndPosition", func(t *testing.T) {
 		for body, want := range map[string]string{
@@ -37,7 +37,7 @@ func TestAPI_WebhookFilterAndTransform(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
 	require.Equal(t, "data.total > 100", sub["filter"])
-	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	rv.setSecret(t, sub["secret"].(string))
 	sp := "/v1/webhooks/" + sub["id"].(string)
 
 	t.Run("OnlyPassingEventsArriveTransformedAndSigned", func(t *testing.T) {
@@ -45,8 +45,8 @@ func TestAPI_WebhookFilterAndTransform(t *testing.T) {
 			`{"events":[{"type":"order.created","data":{"total":50}},{"type":"order.created","data":{"total":150}},{"type":"order.created","data":{}}]}`)
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 		got := rv.waitFor(t, 1)
-		require.NoError(t, got[0].verified)
-		require.JSONEq(t, `{"total": 150, "kind": "order.created"}`, string(got[0].body))
+		require.NoError(t, got[0].SigErr)
+		require.JSONEq(t, `{"total": 150, "kind": "order.created"}`, string(got[0].Body))
 	})
 
 	t.Run("PreviewShowsMatchesAndBodies", func(t *testing.T) {

@@ -21,7 +21,7 @@ func TestAPI_WebhookLimitsAndRotation(t *testing.T) {
 	b := setup(t)
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	rv := newReceiver(t)
-	url := fmt.Sprintf("%q", rv.srv.URL+"/hook")
+	url := fmt.Sprintf("%q", rv.url())
 	types := func(n int) string {
 		ts := make([]string, n)
 		for i := range ts {

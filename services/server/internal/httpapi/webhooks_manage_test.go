@@ -3,88 +3,34 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
+	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
-// headerReceiver records every request with its headers and whether it
-// verified with the Standard Webhooks library, and answers status (204 if
-// zero). hold, when set, is waited on before answering.
-type headerReceiver struct {
-	srv    *httptest.Server
-	mu     gosync.Mutex
-	secret string
-	status int
-	hold   chan struct{}
-	got    []receivedRequest
-	notify chan struct{}
-}
-
-type receivedRequest struct {
-	header   http.Header
-	body     []byte
-	verified error
-}
+// headerReceiver records every request, verified or not, with its
+// headers, and answers 204 unless its rule is changed.
+type headerReceiver struct{ *receiver }
 
 func newHeaderReceiver(t *testing.T) *headerReceiver {
 	t.Helper()
-	rv := &headerReceiver{notify: make(chan struct{}, 1000)}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		rv.mu.Lock()
-		wh, err := standardwebhooks.NewWebhook(rv.secret)
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		rv.got = append(rv.got, receivedRequest{header: r.Header.Clone(), body: body, verified: err})
-		status, hold := rv.status, rv.hold
-		rv.mu.Unlock()
-		rv.notify <- struct{}{}
-		if hold != nil {
-			<-hold
-		}
-		w.WriteHeader(max(status, http.StatusNoContent))
-	}))
-	t.Cleanup(rv.srv.Close)
+	rv := &headerReceiver{newReceiver(t)}
+	rv.SetRule(webhookstest.Status(http.StatusNoContent))
 	return rv
 }
 
-func (rv *headerReceiver) set(f func(rv *headerReceiver)) {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	f(rv)
-}
-
-func (rv *headerReceiver) requests() []receivedRequest {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return append([]receivedRequest(nil), rv.got...)
-}
-
 // waitFor waits until n requests arrived and returns them.
-func (rv *headerReceiver) waitFor(t *testing.T, n int) []receivedRequest {
+func (rv *headerReceiver) waitFor(t *testing.T, n int) []webhookstest.Arrival {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		if got := rv.requests(); len(got) >= n {
-			return got
-		}
-		select {
-		case <-rv.notify:
-		case <-deadline:
-			t.Fatalf("waited for %d requests, have %d", n, len(rv.requests()))
-		}
-	}
+	testwait.Until(t, 20*time.Second, func() bool { return rv.Count() >= n }, "%d requests", n)
+	return rv.Arrivals()
 }
 
 func TestAPI_WebhookHeaders(t *testing.T) {
@@ -96,12 +42,12 @@ func TestAPI_WebhookHeaders(t *testing.T) {
 	const token = "Bearer receiver-secret-0123456789"
 
 	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"authorization":%q,"X-Tenant":"acme-tenant-1"}}`,
-		rv.srv.URL+"/hook", token))
+		rv.url(), token))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	require.NotContains(t, string(r.body), "receiver-secret", "not even the answer to create shows a value whole")
 	sub := r.json(t)
 	require.Equal(t, map[string]any{"Authorization": webhooks.MaskedValue, "X-Tenant": webhooks.MaskedValue}, sub["headers"])
-	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	rv.setSecret(t, sub["secret"].(string))
 	sp := "/v1/webhooks/" + sub["id"].(string)
 
 	t.Run("GetAndListMaskTheValues", func(t *testing.T) {
@@ -117,14 +63,14 @@ func TestAPI_WebhookHeaders(t *testing.T) {
 		r := b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"},{"type":"item.updated"}]}`)
 		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 		for _, got := range rv.waitFor(t, 2) {
-			require.Equal(t, token, got.header.Get("Authorization"))
-			require.Equal(t, "acme-tenant-1", got.header.Get("X-Tenant"))
-			require.NoError(t, got.verified)
+			require.Equal(t, token, got.Header.Get("Authorization"))
+			require.Equal(t, "acme-tenant-1", got.Header.Get("X-Tenant"))
+			require.NoError(t, got.SigErr)
 		}
 	})
 
 	t.Run("RefusedNamesAre422NamingTheHeader", func(t *testing.T) {
-		url := fmt.Sprintf("%q", rv.srv.URL)
+		url := fmt.Sprintf("%q", rv.srv.Base())
 		for name, want := range map[string]string{
 			"webhook-signature": "headers.Webhook-Signature", "webhook-id": "headers.Webhook-Id", "Webhook-Timestamp": "headers.Webhook-Timestamp",
 			"Connection": "headers.Connection", "keep-alive": "headers.Keep-Alive", "Proxy-Authorization": "headers.Proxy-Authorization",
@@ -146,12 +92,12 @@ func TestAPI_WebhookHeaders(t *testing.T) {
 		r := b.do(t, "PATCH", sp, owner, `{"headers":{"X-Tenant":null,"X-Region":"eu-west-1"}}`)
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.Equal(t, map[string]any{"Authorization": webhooks.MaskedValue, "X-Region": webhooks.MaskedValue}, r.json(t)["headers"])
-		n := len(rv.requests())
+		n := len(rv.Arrivals())
 		require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
 		got := rv.waitFor(t, n+1)[n]
-		require.Equal(t, token, got.header.Get("Authorization"), "a header the patch does not name stays")
-		require.Equal(t, "eu-west-1", got.header.Get("X-Region"))
-		require.Empty(t, got.header.Values("X-Tenant"))
+		require.Equal(t, token, got.Header.Get("Authorization"), "a header the patch does not name stays")
+		require.Equal(t, "eu-west-1", got.Header.Get("X-Region"))
+		require.Empty(t, got.Header.Values("X-Tenant"))
 	})
 
 	t.Run("AnotherPrincipalCannotReadOrChangeThem", func(t *testing.T) {
@@ -172,10 +118,10 @@ func TestAPI_WebhookDelete(t *testing.T) {
 	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
 	outsider := b.principal(t, "outsider", "", "", allScopes...)
 	rv := newHeaderReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.srv.URL+"/hook"))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
-	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	rv.setSecret(t, sub["secret"].(string))
 	id := sub["id"].(string)
 	sp := "/v1/webhooks/" + id
 	require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
@@ -213,10 +159,10 @@ func TestAPI_WebhookTest(t *testing.T) {
 	admin := b.principal(t, "boss", authz.RightAdmin, "s1", allScopes...)
 	stranger := b.principal(t, "stranger", authz.RightWrite, "s1", allScopes...)
 	rv := newHeaderReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"X-Receiver-Key":"k-0123456789"}}`, rv.srv.URL+"/hook"))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"headers":{"X-Receiver-Key":"k-0123456789"}}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
-	rv.set(func(rv *headerReceiver) { rv.secret = sub["secret"].(string) })
+	rv.setSecret(t, sub["secret"].(string))
 	sp := "/v1/webhooks/" + sub["id"].(string)
 
 	t.Run("ReturnsTheReceiversStatusAndLatencyAndTheReceiverVerifiesIt", func(t *testing.T) {
@@ -227,16 +173,16 @@ func TestAPI_WebhookTest(t *testing.T) {
 		require.Equal(t, true, res["ok"])
 		require.Greater(t, res["latency_seconds"].(float64), 0.0)
 		got := rv.waitFor(t, 1)[0]
-		require.NoError(t, got.verified)
-		require.Equal(t, res["message_id"], got.header.Get("webhook-id"))
-		require.Equal(t, "k-0123456789", got.header.Get("X-Receiver-Key"))
-		require.Contains(t, string(got.body), `"type":"bothy.webhook.test"`)
+		require.NoError(t, got.SigErr)
+		require.Equal(t, res["message_id"], got.Header.Get("webhook-id"))
+		require.Equal(t, "k-0123456789", got.Header.Get("X-Receiver-Key"))
+		require.Contains(t, string(got.Body), `"type":"bothy.webhook.test"`)
 		require.Equal(t, http.StatusOK, b.do(t, "POST", sp+"/test", admin, `{}`).status, "an admin of the space may test it")
 	})
 
 	t.Run("AFailingReceiverIsA200SayingWhy", func(t *testing.T) {
-		rv.set(func(rv *headerReceiver) { rv.status = http.StatusServiceUnavailable })
-		defer rv.set(func(rv *headerReceiver) { rv.status = 0 })
+		rv.SetRule(webhookstest.Status(http.StatusServiceUnavailable))
+		defer rv.SetRule(webhookstest.Status(http.StatusNoContent))
 		res := b.do(t, "POST", sp+"/test", owner, "").json(t)
 		require.EqualValues(t, http.StatusServiceUnavailable, res["status_code"])
 		require.Equal(t, false, res["ok"])
@@ -244,12 +190,12 @@ func TestAPI_WebhookTest(t *testing.T) {
 	})
 
 	t.Run("AnotherPrincipalCannotTestIt", func(t *testing.T) {
-		n := len(rv.requests())
+		n := len(rv.Arrivals())
 		b.do(t, "POST", sp+"/test", stranger, "").problem(t, http.StatusNotFound)
 		b.do(t, "POST", sp+"/test", "", "").problem(t, http.StatusUnauthorized)
 		b.do(t, "POST", sp+"/test", owner, `{"x":1}`).problem(t, http.StatusBadRequest)
 		b.do(t, "POST", "/v1/webhooks/0199c0de-0000-7000-8000-000000000000/test", owner, "").problem(t, http.StatusNotFound)
-		require.Len(t, rv.requests(), n, "no request was sent for them")
+		require.Len(t, rv.Arrivals(), n, "no request was sent for them")
 	})
 }
 
@@ -263,18 +209,18 @@ func TestAPI_OperationalEvents(t *testing.T) {
 	b := setup(t)
 	owner := b.principal(t, "owner", authz.RightWrite, "s1", allScopes...)
 	gone := newHeaderReceiver(t)
-	gone.set(func(rv *headerReceiver) { rv.status = http.StatusGone })
+	gone.SetRule(webhookstest.Status(http.StatusGone))
 	watcher := newHeaderReceiver(t)
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, gone.srv.URL+"/hook"))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, gone.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	goneID := r.json(t)["id"].(string)
-	r = b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["bothy.webhook.*"]}`, watcher.srv.URL+"/hook"))
+	r = b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["bothy.webhook.*"]}`, watcher.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-	watcher.set(func(rv *headerReceiver) { rv.secret = r.json(t)["secret"].(string) })
+	watcher.setSecret(t, r.json(t)["secret"].(string))
 
 	require.Equal(t, http.StatusCreated, b.do(t, "POST", "/v1/spaces/s1/events", owner, `{"events":[{"type":"item.created"}]}`).status)
 	got := watcher.waitFor(t, 1)[0]
-	require.NoError(t, got.verified)
+	require.NoError(t, got.SigErr)
 	var env struct {
 		Type  string `json:"type"`
 		Space string `json:"space"`
@@ -285,7 +231,7 @@ func TestAPI_OperationalEvents(t *testing.T) {
 			Seq            int64  `json:"seq"`
 		} `json:"data"`
 	}
-	require.NoError(t, json.Unmarshal(got.body, &env))
+	require.NoError(t, json.Unmarshal(got.Body, &env))
 	require.Equal(t, "bothy.webhook.disabled", env.Type)
 	require.Equal(t, "s1", env.Space)
 	require.Equal(t, "bothy", env.Actor)

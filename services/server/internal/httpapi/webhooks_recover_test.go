@@ -4,14 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -23,59 +19,23 @@ type sent struct {
 	webhookID string
 }
 
-// idReceiver verifies every request with the Standard Webhooks library
-// and keeps each verified one's seq and webhook-id, in arrival order.
-type idReceiver struct {
-	srv    *httptest.Server
-	mu     gosync.Mutex
-	secret string
-	got    []sent
-	bad    int
-}
+// idReceiver is a receiver whose waitFor gives each verified request's
+// seq and webhook-id, in arrival order.
+type idReceiver struct{ *receiver }
 
 func newIDReceiver(t *testing.T) *idReceiver {
 	t.Helper()
-	rv := &idReceiver{}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		rv.mu.Lock()
-		defer rv.mu.Unlock()
-		wh, err := standardwebhooks.NewWebhook(rv.secret)
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		if err != nil {
-			rv.bad++
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		var env struct {
-			Seq int64 `json:"seq"`
-		}
-		_ = json.Unmarshal(body, &env)
-		rv.got = append(rv.got, sent{seq: env.Seq, webhookID: r.Header.Get("webhook-id")})
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rv.srv.Close)
-	return rv
+	return &idReceiver{newReceiver(t)}
 }
 
 // waitFor waits until n verified requests arrived and returns them all.
 func (rv *idReceiver) waitFor(t *testing.T, n int) []sent {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		rv.mu.Lock()
-		got, bad := append([]sent(nil), rv.got...), rv.bad
-		rv.mu.Unlock()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited for %d verified requests, have %d (%d failed verification)", n, len(got), bad)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var out []sent
+	for _, a := range rv.waitVerified(t, n) {
+		out = append(out, sent{seq: a.Seq, webhookID: a.ID})
 	}
+	return out
 }
 
 func seqsSent(ss []sent) []int64 {
@@ -120,12 +80,10 @@ func TestAPI_WebhookResendRecoverEnable(t *testing.T) {
 	require.NoError(t, err)
 	rv := newIDReceiver(t)
 
-	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, rv.srv.URL+"/hook"))
+	r := b.do(t, "POST", "/v1/webhooks", owner, fmt.Sprintf(`{"space":"s1","url":%q,"event_types":["item.*"]}`, rv.url()))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	sub := r.json(t)
-	rv.mu.Lock()
-	rv.secret = sub["secret"].(string)
-	rv.mu.Unlock()
+	rv.setSecret(t, sub["secret"].(string))
 	sp := "/v1/webhooks/" + sub["id"].(string)
 	n := 0 // verified requests so far
 	// disable disables the subscription once what the receiver answered is

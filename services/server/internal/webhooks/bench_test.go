@@ -2,11 +2,8 @@ package webhooks_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	gosync "sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +15,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // BenchmarkDeliveries measures deliveries per second to a local receiver,
@@ -36,14 +35,10 @@ func benchDeliveries(b *testing.B, subs, total int) {
 	cfg.Timeout = 10 * time.Second
 	bn := setupConns(b, cfg, 24) // as database.max_conns would be set for a worker with 20 delivery slots
 	var got gosync.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		got.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	b.Cleanup(srv.Close)
+	srv := recvtest.Start(b, &webhookstest.Options{Lean: true, OnArrival: func(webhookstest.Arrival) { got.Add(1) }})
+	srv.Endpoint("").SetRule(webhookstest.Status(http.StatusNoContent))
 	for range subs {
-		bn.subscribe(b, &webhooks.CreateParams{URL: srv.URL + "/hook"})
+		bn.subscribe(b, &webhooks.CreateParams{URL: srv.URL("")})
 	}
 	bn.start(b)
 	events := total / subs
@@ -190,18 +185,10 @@ func BenchmarkSlowReceiverBatches(b *testing.B) {
 			}
 			bn := setup(b, nil)
 			var got gosync.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				var envs []json.RawMessage
-				body, _ := io.ReadAll(r.Body)
-				if json.Unmarshal(body, &envs) != nil {
-					envs = make([]json.RawMessage, 1)
-				}
-				time.Sleep(200 * time.Millisecond) // the receiver's own work
-				got.Add(int64(len(envs)))
-				w.WriteHeader(http.StatusNoContent)
-			}))
-			b.Cleanup(srv.Close)
-			bn.subscribe(b, &webhooks.CreateParams{URL: srv.URL + "/hook", Policy: &webhooks.PolicyParams{MaxBatch: new(batch)}})
+			srv := recvtest.Start(b, &webhookstest.Options{Lean: true, OnArrival: func(a webhookstest.Arrival) { got.Add(int64(len(a.Events))) }})
+			// The delay is the receiver's own work.
+			srv.Endpoint("").SetRule(webhookstest.Always(webhookstest.Answer{Status: http.StatusNoContent, Delay: 200 * time.Millisecond}))
+			bn.subscribe(b, &webhooks.CreateParams{URL: srv.URL(""), Policy: &webhooks.PolicyParams{MaxBatch: new(batch)}})
 			bn.start(b)
 			var elapsed time.Duration
 			b.ResetTimer()

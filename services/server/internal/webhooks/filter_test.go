@@ -208,21 +208,21 @@ func TestTransform_BodyIsWhatArrivesAndVerifies(t *testing.T) {
 	single, batched := newReceiver(t, nil), newReceiver(t, nil)
 	transform := "{'kind': type, 'n': int(data.i), 'tags': [space, actor]}"
 	_, secret := b.subscribe(t, &webhooks.CreateParams{URL: single.url(), Transform: transform})
-	single.secret = secret
+	single.setSecret(t, secret)
 	three := 3
 	_, secret = b.subscribe(t, &webhooks.CreateParams{URL: batched.url(), Transform: transform, Policy: &webhooks.PolicyParams{MaxBatch: &three}})
-	batched.secret = secret
+	batched.setSecret(t, secret)
 	b.emit(t, "s1", 3)
 	b.round(t)
 	b.start(t)
 
 	testwait.Until(t, 10*time.Second, func() bool { return single.count() == 3 && batched.count() >= 1 }, "the transformed requests arrive")
 	for i, r := range single.requests() {
-		require.NoError(t, r.Verified, "the signature covers the transformed body")
+		require.NoError(t, r.SigErr, "the signature covers the transformed body")
 		require.JSONEq(t, fmt.Sprintf(`{"kind": "item.created", "n": %d, "tags": ["s1", "bob"]}`, i), string(r.Body))
 	}
 	r := batched.requests()[0]
-	require.NoError(t, r.Verified)
+	require.NoError(t, r.SigErr)
 	var list []json.RawMessage
 	require.NoError(t, json.Unmarshal(r.Body, &list))
 	require.Len(t, list, 3, "max_batch sends a list of the transformed bodies")

@@ -19,7 +19,7 @@ func TestDelivery_CustomHeadersArrive(t *testing.T) {
 	rv := newReceiver(t, nil)
 	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Headers: map[string]string{
 		"authorization": "Bearer receiver-token-0123456789", "X-Tenant": "acme", "User-Agent": "acme-relay/2"}})
-	rv.secret = secret
+	rv.setSecret(t, secret)
 	require.Equal(t, map[string]string{"Authorization": "Bearer receiver-token-0123456789", "X-Tenant": "acme", "User-Agent": "acme-relay/2"},
 		s.Headers, "names are stored canonical")
 	b.start(t)
@@ -33,7 +33,7 @@ func TestDelivery_CustomHeadersArrive(t *testing.T) {
 			require.Equal(t, "acme", r.Header.Get("X-Tenant"))
 			require.Equal(t, "acme-relay/2", r.Header.Get("User-Agent"), "a User-Agent of the subscription replaces ours")
 			require.Equal(t, "application/json", r.Header.Get("Content-Type"))
-			require.NoError(t, r.Verified)
+			require.NoError(t, r.SigErr)
 		}
 	})
 
@@ -49,7 +49,7 @@ func TestDelivery_CustomHeadersArrive(t *testing.T) {
 		r := rv.requests()[2]
 		require.Equal(t, token, r.Header.Get("Authorization"))
 		require.Empty(t, r.Header.Values("X-Tenant"))
-		require.NoError(t, r.Verified)
+		require.NoError(t, r.SigErr)
 	})
 }
 

@@ -3,13 +3,9 @@ package webhooks_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	gosync "sync"
 	"testing"
 	"time"
 
@@ -19,16 +15,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/dbtest"
+	"github.com/bothy/bothy/services/server/internal/liveness"
 	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -231,79 +229,41 @@ func (b *bundle) deliveryStatus(t testing.TB, id uuid.UUID, seq int64) string {
 }
 
 // request is what a receiver saw.
-type request struct {
-	Seq      int64
-	ID       string
-	Header   http.Header
-	Body     []byte
-	Status   int
-	Verified error
-	At       time.Time
-}
+type request = webhookstest.Arrival
 
-// receiver is a real HTTP server that records requests and answers with
-// respond (200 if nil). If secret is set it verifies every request with
-// the Standard Webhooks library, independently of the sender's code.
+// receiver is the kit's receiver with one endpoint, a test's subscription
+// URL. It answers by respond (200 if nil), given the request and how many
+// requests for its seq came so far, this one included; with a secret set
+// (setSecret) it verifies every request with the Standard Webhooks library,
+// independently of the sender's code.
 type receiver struct {
-	srv     *httptest.Server
-	mu      gosync.Mutex
-	reqs    []request
-	respond func(r request, n int) (status int, header map[string]string)
-	secret  string
-	// perSeq counts requests per seq.
-	perSeq map[int64]int
+	*webhookstest.Endpoint
+	srv *webhookstest.Server
 }
 
 func newReceiver(t testing.TB, respond func(r request, n int) (int, map[string]string)) *receiver {
 	t.Helper()
-	rv := &receiver{respond: respond, perSeq: map[int64]int{}}
-	rv.srv = httptest.NewServer(http.HandlerFunc(rv.serve))
-	t.Cleanup(rv.srv.Close)
+	srv := recvtest.Start(t, nil)
+	rv := &receiver{Endpoint: srv.Endpoint(""), srv: srv}
+	if respond != nil {
+		rv.SetRule(func(a *webhookstest.Arrival) webhookstest.Answer {
+			status, hdr := respond(*a, a.Attempt)
+			return webhookstest.Answer{Status: status, Header: hdr}
+		})
+	}
 	return rv
 }
 
-func (rv *receiver) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	var env sync.Envelope
-	_ = json.Unmarshal(body, &env)
-	req := request{Seq: env.Seq, ID: r.Header.Get("webhook-id"), Header: r.Header.Clone(), Body: body, At: time.Now()}
-	rv.mu.Lock()
-	if rv.secret != "" {
-		wh, err := standardwebhooks.NewWebhook(rv.secret)
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		req.Verified = err
-	}
-	rv.perSeq[env.Seq]++
-	n := rv.perSeq[env.Seq]
-	status, hdr := http.StatusOK, map[string]string(nil)
-	if rv.respond != nil {
-		status, hdr = rv.respond(req, n)
-	}
-	req.Status = status
-	rv.reqs = append(rv.reqs, req)
-	rv.mu.Unlock()
-	for k, v := range hdr {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte("ok"))
+func (rv *receiver) setSecret(t testing.TB, secret string) {
+	t.Helper()
+	require.NoError(t, rv.SetSecret(secret))
 }
 
-func (rv *receiver) requests() []request {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return append([]request(nil), rv.reqs...)
-}
+func (rv *receiver) requests() []request { return rv.Arrivals() }
 
-func (rv *receiver) count() int {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return len(rv.reqs)
-}
+func (rv *receiver) count() int { return rv.Count() }
 
-func (rv *receiver) url() string { return rv.srv.URL + "/hook" }
+func (rv *receiver) url() string { return rv.srv.URL("") }
 
 func seqsOf(rs []request) []int64 {
 	out := make([]int64, len(rs))
@@ -361,4 +321,36 @@ func (b *bundle) pending(t testing.TB, id uuid.UUID) int {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM webhook_deliveries WHERE subscription_id = $1 AND status = 'pending'`, id).Scan(&n))
 	return n
+}
+
+// workerProcessWith is what a worker process runs for webhooks: its
+// liveness lock and a River client with the delivery worker and slots
+// worker slots, under the lock's ID.
+func workerProcessWith(t *testing.T, b *bundle, cfg *delivery.DeliverConfig, slots int) (*liveness.Holder, *river.Client[pgx.Tx]) {
+	t.Helper()
+	h, err := liveness.NewHolder(&liveness.HolderConfig{ConnString: b.db.URL, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Acquire(context.Background()))
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	del, err := delivery.NewDeliverer(b.db.Pool, postgres.NewEventLog(b.db.Pool, nil), nil, cfg)
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, del)
+	rc, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
+		ID:                   h.ID(),
+		Queues:               map[string]river.QueueConfig{webhooks.Queue: {MaxWorkers: slots}},
+		Workers:              workers,
+		FetchCooldown:        5 * time.Millisecond,
+		FetchPollInterval:    20 * time.Millisecond,
+		RescueStuckJobsAfter: 10 * time.Minute,
+		Logger:               quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.StopAndCancel(ctx)
+	})
+	return h, rc
 }

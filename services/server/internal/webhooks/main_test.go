@@ -1,7 +1,6 @@
 package webhooks_test
 
 import (
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -13,12 +12,8 @@ import (
 // goroutine outlives the tests that started it. Idle keep-alive connections
 // of the delivery client close with their transport's idle timeout, so
 // those are ignored. Test databases are made and dropped in the background
-// (dbtest.Background). Run with workerChildEnv set, the binary is instead a
-// worker process (runWorkerChild) that a test starts and kills.
+// (dbtest.Background).
 func TestMain(m *testing.M) {
-	if url := os.Getenv(workerChildEnv); url != "" {
-		os.Exit(runWorkerChild(url))
-	}
 	goleak.VerifyTestMain(dbtest.Background(m),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),

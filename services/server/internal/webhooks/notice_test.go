@@ -127,7 +127,7 @@ func TestNotice_DisabledAppendedOnceEvenIfTheJobIsRetried(t *testing.T) {
 	other := newReceiver(t, nil)
 	a, _ := b.subscribe(t, &webhooks.CreateParams{URL: gone.url(), EventTypes: []string{"item.*"}})
 	_, secret := b.subscribe(t, &webhooks.CreateParams{URL: other.url()})
-	other.secret = secret
+	other.setSecret(t, secret)
 	b.start(t)
 	evs := b.emit(t, "s1", 1)
 	ops := b.settle(t, 20*time.Second)
@@ -150,7 +150,7 @@ func TestNotice_DisabledAppendedOnceEvenIfTheJobIsRetried(t *testing.T) {
 
 	var got []string
 	for _, r := range other.requests() {
-		require.NoError(t, r.Verified)
+		require.NoError(t, r.SigErr)
 		got = append(got, r.ID)
 	}
 	require.Equal(t, []string{evs[0].ID.String(), ops[0].ID.String()}, got, "the other subscription gets the event and the notice, once")

@@ -45,7 +45,7 @@ func TestPolicy_DeadLetterIsListedAndRecoverable(t *testing.T) {
 	})
 	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
 		Policy: quickSchedule(&webhooks.PolicyParams{Name: new(webhooks.PolicyOrderedDeadLetter)}, time.Second)})
-	rv.secret = secret
+	rv.setSecret(t, secret)
 	evs := b.emit(t, "s1", 5)
 	bad[0].Store(evs[1].Seq)
 	bad[1].Store(evs[3].Seq)
@@ -74,7 +74,7 @@ func TestPolicy_DeadLetterIsListedAndRecoverable(t *testing.T) {
 
 	require.Equal(t, seqs(evs[0], evs[2], evs[4], evs[1], evs[3]), okSeqs(rv.requests()), "each once, the dead letters when recovered")
 	for _, r := range rv.requests() {
-		require.NoError(t, r.Verified, "seq %d", r.Seq)
+		require.NoError(t, r.SigErr, "seq %d", r.Seq)
 		i := map[int64]int{evs[0].Seq: 0, evs[1].Seq: 1, evs[2].Seq: 2, evs[3].Seq: 3, evs[4].Seq: 4}[r.Seq]
 		require.Equal(t, evs[i].ID.String(), r.ID, "every attempt of seq %d carries its event's webhook-id", r.Seq)
 	}
@@ -208,7 +208,7 @@ func TestUnordered_ResendRecoverAndEnableFromBacklog(t *testing.T) {
 	})
 	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(),
 		Policy: quickSchedule(&webhooks.PolicyParams{Name: new(webhooks.PolicyUnordered), MaxInFlight: new(4)}, time.Second)})
-	rv.secret = secret
+	rv.setSecret(t, secret)
 	evs := b.emit(t, "s1", 6)
 	bad.Store(evs[2].Seq)
 	b.start(t)
@@ -246,7 +246,7 @@ func TestUnordered_ResendRecoverAndEnableFromBacklog(t *testing.T) {
 	}
 	got := map[int64]int{}
 	for _, r := range rv.requests() {
-		require.NoError(t, r.Verified, "seq %d", r.Seq)
+		require.NoError(t, r.SigErr, "seq %d", r.Seq)
 		require.Equal(t, ids[r.Seq], r.ID, "seq %d", r.Seq)
 		if r.Status == http.StatusOK {
 			got[r.Seq]++

@@ -2,9 +2,7 @@ package webhooks_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	gosync "sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
 // slowDefaults is a delivery configuration whose own retry schedule would
@@ -153,67 +152,34 @@ func TestPolicy_DeadLetterContinuesAfterBudget(t *testing.T) {
 	b.waitCounter(t, "dead", 1)
 }
 
-// concurrency is a receiver that holds each request for hold, counts the
-// requests in flight and the most at once, and records every answer per
-// seq; a request for a seq that is already in flight is an overlap.
-type concurrency struct {
-	srv      *httptest.Server
-	hold     time.Duration
-	fail     func(seq int64, n int) bool
-	mu       gosync.Mutex
-	now, top int
-	inFlight map[int64]int
-	overlaps []int64
-	answers  map[int64][]int
-}
+// concurrency is a receiver that holds each request for hold and answers
+// 503 where fail says (given the seq and its attempt), else 200.
+type concurrency struct{ *receiver }
 
 func newConcurrency(t *testing.T, hold time.Duration, fail func(seq int64, n int) bool) *concurrency {
 	t.Helper()
-	c := &concurrency{hold: hold, fail: fail, inFlight: map[int64]int{}, answers: map[int64][]int{}}
-	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
-	t.Cleanup(c.srv.Close)
-	return c
+	rv := newReceiver(t, nil)
+	rv.SetRule(func(a *webhookstest.Arrival) webhookstest.Answer {
+		ans := webhookstest.Answer{Delay: hold}
+		if fail != nil && fail(a.Seq, a.Attempt) {
+			ans.Status = http.StatusServiceUnavailable
+		}
+		return ans
+	})
+	return &concurrency{rv}
 }
 
-func (c *concurrency) serve(w http.ResponseWriter, r *http.Request) {
-	var env sync.Envelope
-	_ = json.NewDecoder(r.Body).Decode(&env)
-	seq := env.Seq
-	c.mu.Lock()
-	c.now++
-	c.top = max(c.top, c.now)
-	c.inFlight[seq]++
-	if c.inFlight[seq] > 1 {
-		c.overlaps = append(c.overlaps, seq)
-	}
-	n := len(c.answers[seq]) + 1
-	c.mu.Unlock()
-
-	time.Sleep(c.hold) // the receiver's work, not a wait for the test
-	status := http.StatusOK
-	if c.fail != nil && c.fail(seq, n) {
-		status = http.StatusServiceUnavailable
-	}
-	c.mu.Lock()
-	c.now--
-	c.inFlight[seq]--
-	c.answers[seq] = append(c.answers[seq], status)
-	c.mu.Unlock()
-	w.WriteHeader(status)
-}
-
-func (c *concurrency) url() string { return c.srv.URL + "/hook" }
-
-// snapshot returns the most requests at once, the overlaps and a copy of
-// the answers.
+// snapshot returns the most requests at once, the overlaps (a seq that
+// arrived while a request for it was in flight) and the answers per seq.
 func (c *concurrency) snapshot() (int, []int64, map[int64][]int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	answers := make(map[int64][]int, len(c.answers))
-	for k, v := range c.answers {
-		answers[k] = slices.Clone(v)
+	_, top := c.InFlight()
+	answers := map[int64][]int{}
+	for _, a := range c.Arrivals() {
+		if !a.Answered.IsZero() {
+			answers[a.Seq] = append(answers[a.Seq], a.Status)
+		}
 	}
-	return c.top, slices.Clone(c.overlaps), answers
+	return top, c.Overlaps(), answers
 }
 
 func TestUnordered_CompetingJobsSendEachDeliveryOnce(t *testing.T) {

@@ -1,14 +1,9 @@
 package webhooks_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +17,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
 // write commits one event per type, of space, in one transaction.
@@ -133,7 +129,7 @@ func TestResend(t *testing.T) {
 		ctx := context.Background()
 		rv := newReceiver(t, nil)
 		s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
-		rv.secret = secret
+		rv.setSecret(t, secret)
 		b.start(t)
 		evs := b.emit(t, "s1", 2)
 		b.round(t)
@@ -158,7 +154,7 @@ func TestResend(t *testing.T) {
 		reqs := rv.requests()
 		require.Equal(t, []int64{evs[0].Seq, evs[1].Seq, evs[0].Seq}, seqsOf(reqs))
 		for _, r := range reqs {
-			require.NoError(t, r.Verified, "seq %d", r.Seq)
+			require.NoError(t, r.SigErr, "seq %d", r.Seq)
 		}
 		require.Equal(t, evs[0].ID.String(), reqs[0].ID)
 		require.Equal(t, reqs[0].ID, reqs[2].ID, "the same webhook-id: receivers drop the repeat by it")
@@ -185,26 +181,15 @@ func TestResend(t *testing.T) {
 		b := setup(t, cfg)
 		rv := newReceiver(t, nil)
 		var hold atomic.Int64 // seq whose first request waits for release
-		holding, release := make(chan struct{}), make(chan struct{})
-		var once gosync.Once
-		gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			var env sync.Envelope
-			_ = json.Unmarshal(body, &env)
-			if env.Seq == hold.Load() {
-				once.Do(func() { close(holding); <-release })
+		holding := make(chan struct{})
+		rv.SetRule(func(a *webhookstest.Arrival) webhookstest.Answer {
+			if a.Seq == hold.Load() && a.Attempt == 1 {
+				close(holding)
+				return webhookstest.Answer{Hang: true}
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			rv.serve(w, r)
-		}))
-		t.Cleanup(gate.Close)
-		released := false
-		t.Cleanup(func() {
-			if !released {
-				close(release)
-			}
+			return webhookstest.Answer{}
 		})
-		s, _ := b.subscribe(t, &webhooks.CreateParams{URL: gate.URL + "/hook"})
+		s, _ := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
 		b.start(t)
 		first := b.emit(t, "s1", 3)
 		b.round(t)
@@ -216,8 +201,7 @@ func TestResend(t *testing.T) {
 		<-holding // the sender is in the request of later[0]; later[1:] are pending
 		_, err := b.resend(s.ID, first[1].Seq)
 		require.NoError(t, err)
-		released = true
-		close(release)
+		rv.Release()
 
 		b.waitDelivered(t, s.ID, seqs(later...)...)
 		b.waitDelivered(t, s.ID, first[1].Seq)
@@ -283,7 +267,7 @@ func TestRecover(t *testing.T) {
 		})
 		before := b.write(t, "s1", "item.created")[0]
 		s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*"}})
-		rv.secret = secret
+		rv.setSecret(t, secret)
 		b.start(t)
 
 		e1 := b.write(t, "s1", "item.created")[0]
@@ -326,7 +310,7 @@ func TestRecover(t *testing.T) {
 		require.Equal(t, want, okSeqs(rv.requests())[sent:], "in seq order, each once; %d (note.*), %d (s2) and delivered ones not",
 			whileDisabled[1].Seq, other.Seq)
 		for _, r := range rv.requests() {
-			require.NoError(t, r.Verified)
+			require.NoError(t, r.SigErr)
 		}
 
 		again, err := b.recover(webhooks.RecoverParams{SubscriptionID: s.ID, FromSeq: before.Seq, BeforeCreation: true})
@@ -570,7 +554,7 @@ func TestEnableFromBacklog(t *testing.T) {
 		f := &fixture{b: b, rv: newReceiver(t, nil)}
 		var secret string
 		f.sub, secret = b.subscribe(t, &webhooks.CreateParams{URL: f.rv.url(), EventTypes: []string{"item.*"}})
-		f.rv.secret = secret
+		f.rv.setSecret(t, secret)
 		f.pending = b.emit(t, "s1", 2)
 		b.round(t) // River is not started: pending
 		readLate := b.write(t, "s1", "item.created")[0]
@@ -601,7 +585,7 @@ func TestEnableFromBacklog(t *testing.T) {
 		b.waitDelivered(t, f.sub.ID, want...)
 		require.Equal(t, want, seqsOf(f.rv.requests()), "pending ones, then the missed ones, in seq order, each once")
 		for _, r := range f.rv.requests() {
-			require.NoError(t, r.Verified)
+			require.NoError(t, r.SigErr)
 		}
 		later := b.emit(t, "s1", 1)
 		b.round(t)
@@ -616,7 +600,7 @@ func TestEnableFromBacklog(t *testing.T) {
 		b := setup(t, nil)
 		rv := newReceiver(t, nil)
 		sub, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), EventTypes: []string{"item.*"}})
-		rv.secret = secret
+		rv.setSecret(t, secret)
 		before := b.emit(t, "s1", 1)
 		b.round(t)
 		require.NoError(t, webhooks.Disable(context.Background(), b.db.Pool, sub.ID, ""))

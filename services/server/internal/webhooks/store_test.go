@@ -132,7 +132,7 @@ func TestRotateSecret(t *testing.T) {
 		ctx := context.Background()
 		rv := newReceiver(t, nil)
 		s, first := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
-		rv.secret = first // the receiver has not switched yet
+		rv.setSecret(t, first) // the receiver has not switched yet
 		second, err := webhooks.RotateSecret(ctx, b.db.Pool, s.ID, time.Hour)
 		require.NoError(t, err)
 
@@ -145,7 +145,7 @@ func TestRotateSecret(t *testing.T) {
 		b.round(t)
 		testwait.Until(t, 10*time.Second, func() bool { return rv.count() == 1 }, "delivered")
 		r := rv.requests()[0]
-		require.NoError(t, r.Verified, "the first secret still verifies inside its overlap")
+		require.NoError(t, r.SigErr, "the first secret still verifies inside its overlap")
 		wh, err := standardwebhooks.NewWebhook(second)
 		require.NoError(t, err)
 		require.NoError(t, wh.Verify(r.Body, r.Header), "and so does the current one")

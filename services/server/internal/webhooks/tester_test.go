@@ -28,7 +28,7 @@ func TestTester_Send(t *testing.T) {
 		b := setup(t, nil)
 		rv := newReceiver(t, func(request, int) (int, map[string]string) { return http.StatusAccepted, nil })
 		s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Headers: map[string]string{"Authorization": "Bearer t-0123456789"}})
-		rv.secret = secret
+		rv.setSecret(t, secret)
 		tt := newTester(t, true)
 
 		res, err := tt.Send(ctx, b.db.Pool, s.ID)
@@ -44,7 +44,7 @@ func TestTester_Send(t *testing.T) {
 		reqs := rv.requests()
 		require.Len(t, reqs, 2)
 		r := reqs[0]
-		require.NoError(t, r.Verified, "the receiver verifies the signature with the Standard Webhooks library")
+		require.NoError(t, r.SigErr, "the receiver verifies the signature with the Standard Webhooks library")
 		require.Equal(t, res.MessageID.String(), r.Header.Get("webhook-id"))
 		require.Equal(t, "Bearer t-0123456789", r.Header.Get("Authorization"))
 		var env map[string]any
@@ -85,12 +85,12 @@ func TestTester_Send(t *testing.T) {
 		b := setup(t, nil)
 		rv := newReceiver(t, nil)
 		s, old := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
-		rv.secret = old
+		rv.setSecret(t, old)
 		_, err := webhooks.RotateSecret(ctx, b.db.Pool, s.ID, time.Hour)
 		require.NoError(t, err)
 		_, err = newTester(t, true).Send(ctx, b.db.Pool, s.ID)
 		require.NoError(t, err)
-		require.NoError(t, rv.requests()[0].Verified, "a receiver still on the old secret verifies the test")
+		require.NoError(t, rv.requests()[0].SigErr, "a receiver still on the old secret verifies the test")
 	})
 
 	t.Run("ReceiverFailureAndRefusedAddressAreInTheResult", func(t *testing.T) {

@@ -2,19 +2,16 @@ package soak
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/push"
 	"github.com/bothy/bothy/services/server/internal/push/pushtest"
-	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
 // Receiver behaviours a webhook target can be switched to.
@@ -32,22 +29,20 @@ type arrival struct {
 	status int // what the receiver answered (0: held past the sender's timeout)
 }
 
-// target is one webhook subscription and its local receiver path.
+// target is one webhook subscription and its endpoint at the receiver.
 type target struct {
 	name      string
 	space     string
 	owner     string
 	id        uuid.UUID
 	secret    string
-	verifier  *standardwebhooks.Webhook
+	ep        *webhookstest.Endpoint
 	mode      atomic.Int32
 	holdFor   time.Duration // how long modeTimeout holds a request
 	faultResp atomic.Int64  // requests answered by a fault mode
 
-	mu       gosync.Mutex
-	arrivals []arrival
-	badSig   int
-	resumes  []int64 // resume_after_seq at creation and after every enable
+	mu      gosync.Mutex
+	resumes []int64 // resume_after_seq at creation and after every enable
 
 	// revoked is set when the owner's right was revoked.
 	revoked    bool
@@ -55,84 +50,53 @@ type target struct {
 	revokedSeq int64 // head read after the revocation committed
 }
 
-func (t *target) snapshot() ([]arrival, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([]arrival(nil), t.arrivals...), t.badSig
-}
-
-// webhookReceivers serves every target at /wh/{name} on 127.0.0.1.
-type webhookReceivers struct {
-	srv     *httptest.Server
-	mu      gosync.Mutex
-	targets map[string]*target
-}
-
-func newWebhookReceivers() *webhookReceivers {
-	w := &webhookReceivers{targets: map[string]*target{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /wh/{name}", w.serve)
-	w.srv = httptest.NewServer(mux)
-	return w
-}
-
-func (w *webhookReceivers) add(t *target) {
-	w.mu.Lock()
-	w.targets[t.name] = t
-	w.mu.Unlock()
-}
-
-func (w *webhookReceivers) url(name string) string { return w.srv.URL + "/wh/" + name }
-
-func (w *webhookReceivers) serve(rw http.ResponseWriter, r *http.Request) {
-	w.mu.Lock()
-	t := w.targets[r.PathValue("name")]
-	w.mu.Unlock()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if t == nil || err != nil {
-		http.Error(rw, "unknown target", http.StatusBadRequest)
-		return
-	}
-	var env sync.Envelope
-	if err := json.Unmarshal(body, &env); err != nil {
-		http.Error(rw, "bad envelope", http.StatusBadRequest)
-		return
-	}
-	a := arrival{seq: env.Seq, at: time.Now()}
-	sigOK := t.verifier == nil || t.verifier.Verify(body, r.Header) == nil
+// answer is the target's answer in its current mode.
+func (t *target) answer(*webhookstest.Arrival) webhookstest.Answer {
 	mode := t.mode.Load()
-	switch mode {
-	case mode5xx:
-		a.status = http.StatusServiceUnavailable
-	case modeGone:
-		a.status = http.StatusGone
-	case modeTimeout:
-		a.status = 0
-	default:
-		a.status = http.StatusNoContent
-	}
-	t.mu.Lock()
-	t.arrivals = append(t.arrivals, a)
-	if !sigOK {
-		t.badSig++
-	}
-	t.mu.Unlock()
 	if mode != modeOK {
 		t.faultResp.Add(1)
 	}
 	switch mode {
+	case mode5xx:
+		return webhookstest.Answer{Status: http.StatusServiceUnavailable}
+	case modeGone:
+		return webhookstest.Gone
 	case modeTimeout:
-		select {
-		case <-r.Context().Done():
-		case <-time.After(t.holdFor):
-		}
-		rw.WriteHeader(http.StatusNoContent)
-	case modeOK:
-		rw.WriteHeader(http.StatusNoContent)
+		return webhookstest.Answer{Status: http.StatusNoContent, Delay: t.holdFor}
 	default:
-		rw.WriteHeader(a.status)
+		return webhookstest.Answer{Status: http.StatusNoContent}
 	}
 }
+
+// snapshot is what the target's endpoint saw: the arrivals of envelopes
+// and how many requests had a bad signature.
+func (t *target) snapshot() ([]arrival, int) {
+	var out []arrival
+	for _, a := range t.ep.Arrivals() {
+		if len(a.Events) > 0 {
+			out = append(out, arrival{seq: a.Seq, at: a.At, status: a.Status})
+		}
+	}
+	return out, t.ep.BadSignatures()
+}
+
+// webhookReceivers serves every target at /hook/{name} on 127.0.0.1 with
+// the webhook test kit, which verifies each request's signature.
+type webhookReceivers struct {
+	srv *webhookstest.Server
+}
+
+func newWebhookReceivers() *webhookReceivers {
+	return &webhookReceivers{srv: webhookstest.NewServer(&webhookstest.Options{Lean: true})}
+}
+
+// add serves t at its endpoint, answering by its mode.
+func (w *webhookReceivers) add(t *target) {
+	t.ep = w.srv.Endpoint(t.name)
+	t.ep.SetRule(t.answer)
+}
+
+func (w *webhookReceivers) url(name string) string { return w.srv.URL(name) }
 
 // device is one push registration and its principal.
 type device struct {

@@ -71,7 +71,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/app"
 	"github.com/bothy/bothy/services/server/internal/authz"
@@ -635,7 +634,7 @@ func (h *harness) createTarget(ctx context.Context, name, space, owner string) (
 	if err != nil {
 		return nil, fmt.Errorf("create subscription %s: %w", name, err)
 	}
-	if t.verifier, err = standardwebhooks.NewWebhook(secret); err != nil {
+	if err = t.ep.SetSecret(secret); err != nil {
 		return nil, err
 	}
 	t.id, t.secret = sub.ID, secret

@@ -58,6 +58,7 @@ import (
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 	shared "github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -100,7 +101,7 @@ type harness struct {
 	pool    *pgxpool.Pool
 	vapid   push.VAPIDKeys
 	push    *pushtest.Receiver
-	hooks   *httptest.Server
+	hooks   *webhookstest.Server
 	otlp    *httptest.Server
 	spaces  []string
 
@@ -187,18 +188,16 @@ func Run(ctx context.Context, args []string, stdout io.Writer, environ []string)
 // startReceivers starts the webhook receiver, the push service and the
 // OTLP sink.
 func (h *harness) startReceivers() {
-	h.hooks = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		at := time.Now()
-		_, _ = io.Copy(io.Discard, r.Body)
-		if id, err := uuid.Parse(r.Header.Get("webhook-id")); err == nil {
+	h.hooks = webhookstest.NewServer(&webhookstest.Options{Lean: true, OnArrival: func(a webhookstest.Arrival) {
+		if id, err := uuid.Parse(a.ID); err == nil {
 			h.mu.Lock()
 			if _, seen := h.webhook[id]; !seen {
-				h.webhook[id] = at
+				h.webhook[id] = a.At
 			}
 			h.mu.Unlock()
 		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	}})
+	h.hooks.SetDefaultRule(webhookstest.Status(http.StatusNoContent))
 	h.push = pushtest.NewReceiver(&pushtest.ReceiverConfig{VAPIDPublicKey: h.vapid.Public, OnMessage: func(m pushtest.Message) {
 		var p push.Payload
 		if json.Unmarshal(m.Payload, &p) != nil {
@@ -238,7 +237,7 @@ func (h *harness) seed(ctx context.Context) error {
 			}
 		}
 		if _, _, err := webhooks.Create(ctx, h.pool, postgres.CursorStore{}, &webhooks.CreateParams{Owner: owner, Space: space,
-			URL: h.hooks.URL + "/" + space, AllowPrivateTargets: true}); err != nil {
+			URL: h.hooks.URL(space), AllowPrivateTargets: true}); err != nil {
 			return fmt.Errorf("webhook subscription: %w", err)
 		}
 		d, endpoint, err := h.push.AddDevice(member)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -107,8 +106,8 @@ func (r *receiver) consumeBroker(ctx context.Context, b *brokerParams) (stop fun
 }
 
 // deliver records one message of subscription i as the HTTP receiver
-// records a request: its signature headers verified over its body with
-// the Standard Webhooks library, then each envelope it holds.
+// records a request: the kit verifies its signature headers over its body
+// with the Standard Webhooks library, then each envelope it holds counts.
 func (r *receiver) deliver(i int, header http.Header, body []byte) {
 	if i < 0 || i >= len(r.endpoints) {
 		r.mu.Lock()
@@ -117,17 +116,5 @@ func (r *receiver) deliver(i int, header http.Header, body []byte) {
 		r.mu.Unlock()
 		return
 	}
-	verr := r.endpoints[i].verifier.Verify(body, header)
-	at := time.Now()
-	envs, jerr := envelopes(body)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats.Requests++
-	if verr != nil || jerr != nil {
-		r.stats.BadSignatures++
-		return
-	}
-	for k := range envs {
-		r.record(i, &envs[k], at)
-	}
+	r.kit.Accept(strconv.Itoa(i), header, body)
 }

@@ -1,11 +1,9 @@
 package webhookhandoff
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,9 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 	"github.com/bothy/bothy/services/server/loadtest/harness"
 )
 
@@ -95,7 +93,6 @@ type arrival struct {
 
 // endpoint is one subscription's receiver path.
 type endpoint struct {
-	verifier   *standardwebhooks.Webhook
 	ordered    bool
 	space, typ string
 	lastSeq    int64 // highest seq received
@@ -103,11 +100,13 @@ type endpoint struct {
 	expected   int // distinct arrivals the expectation counts
 }
 
-// receiver serves every subscription at /hook/{index}. It verifies each
-// request's signature with the Standard Webhooks library and answers 204
-// at once; a body is one event's envelope or a JSON array of them, and
-// each envelope is a delivery, received when the signature verified.
+// receiver serves every subscription at /hook/{index} with the webhook
+// test kit, which verifies each request's signature with the Standard
+// Webhooks library and answers 204 at once; a body is one event's envelope
+// or a JSON array of them, and each envelope is a delivery, received when
+// the signature verified.
 type receiver struct {
+	kit       *webhookstest.Receiver
 	mu        gosync.Mutex
 	endpoints []*endpoint
 	want      expectation
@@ -123,12 +122,14 @@ func runReceiver(ctx context.Context, cio *harness.ChildIO) error {
 	}
 	r := &receiver{complete: make(chan struct{})}
 	close(r.complete)
-	for _, e := range p.Endpoints {
-		v, err := standardwebhooks.NewWebhook(e.Secret)
-		if err != nil {
+	r.kit = webhookstest.NewReceiver(&webhookstest.Options{Lean: true, OnArrival: r.onArrival})
+	for i, e := range p.Endpoints {
+		ep := r.kit.Endpoint(strconv.Itoa(i))
+		if err := ep.SetSecret(e.Secret); err != nil {
 			return err
 		}
-		r.endpoints = append(r.endpoints, &endpoint{verifier: v, ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
+		ep.SetRule(webhookstest.Status(http.StatusNoContent))
+		r.endpoints = append(r.endpoints, &endpoint{ordered: e.Ordered, space: e.Space, typ: e.Type, seen: map[uuid.UUID]arrival{}})
 	}
 	if p.Broker != nil {
 		stop, err := r.consumeBroker(ctx, p.Broker)
@@ -171,41 +172,25 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.NotFound(w, req)
 		return
 	}
-	ep := r.endpoints[i]
-	body, _ := io.ReadAll(req.Body)
-	verr := ep.verifier.Verify(body, req.Header)
-	at := time.Now()
-	envs, jerr := envelopes(body)
-	r.mu.Lock()
-	r.stats.Requests++
-	if verr != nil || jerr != nil {
-		r.stats.BadSignatures++
-	} else {
-		for k := range envs {
-			r.record(i, &envs[k], at)
-		}
-	}
-	r.mu.Unlock()
 	// A bad signature is answered 204 too: it is not received, so it shows
 	// as missing, and a retry would only repeat it.
-	w.WriteHeader(http.StatusNoContent)
+	r.kit.ServeHTTP(w, req)
 }
 
-// envelopes reads a body: one envelope, or a JSON array of them.
-func envelopes(body []byte) ([]sync.Envelope, error) {
-	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
-		var envs []sync.Envelope
-		if err := json.Unmarshal(b, &envs); err != nil {
-			return nil, err
-		}
-		if len(envs) == 0 {
-			return nil, errors.New("empty batch")
-		}
-		return envs, nil
+// onArrival counts a request (or a broker's message) at its endpoint and
+// records each envelope of a verified one.
+func (r *receiver) onArrival(a webhookstest.Arrival) {
+	i, _ := strconv.Atoi(a.Endpoint)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Requests++
+	if !a.Verified || len(a.Events) == 0 {
+		r.stats.BadSignatures++
+		return
 	}
-	var env sync.Envelope
-	err := json.Unmarshal(body, &env)
-	return []sync.Envelope{env}, err
+	for k := range a.Events {
+		r.record(i, &a.Events[k], a.At)
+	}
 }
 
 // record counts one delivery at subscription i; r.mu is held.

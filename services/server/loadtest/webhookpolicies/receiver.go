@@ -2,16 +2,11 @@ package webhookpolicies
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	gosync "sync"
+	"slices"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
-	"github.com/bothy/bothy/services/server/internal/sync"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
 )
 
 // The receiver paths of the two subscriptions.
@@ -26,125 +21,70 @@ type answer struct {
 	at  time.Time
 }
 
-// stream is what one subscription's receiver path saw.
-type stream struct {
-	verifier *standardwebhooks.Webhook
-
-	mu       gosync.Mutex
-	started  []int64 // seqs in the order their requests came in
-	answers  []answer
-	badSig   int
-	inFlight int
-	top      int // most requests in flight at once
-	// busy integrates inFlight over time since first: the average number
-	// of requests in flight is busy / (last - first).
-	busy        time.Duration
-	first, last time.Time
-}
-
-// change moves inFlight by delta at now; s.mu is held.
-func (s *stream) change(delta int, now time.Time) {
-	if s.first.IsZero() {
-		s.first = now
-	} else {
-		s.busy += time.Duration(s.inFlight) * now.Sub(s.last)
-	}
-	s.last = now
-	s.inFlight += delta
-	s.top = max(s.top, s.inFlight)
-}
-
-// receiver serves both subscriptions at /hook/{name} on 127.0.0.1: it
-// verifies every request's signature with the Standard Webhooks library,
-// holds it for latency and answers 204.
+// receiver serves both subscriptions on 127.0.0.1 with the webhook test
+// kit: it verifies every request's signature with the Standard Webhooks
+// library, holds it for latency and answers 204.
 type receiver struct {
-	srv     *httptest.Server
+	srv     *webhookstest.Server
 	latency time.Duration
-	mu      gosync.Mutex
-	streams map[string]*stream
 }
 
 func newReceiver(latency time.Duration) *receiver {
-	r := &receiver{latency: latency, streams: map[string]*stream{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook/{name}", r.serve)
-	r.srv = httptest.NewUnstartedServer(mux)
-	r.srv.Config.MaxHeaderBytes = 64 << 10
-	r.srv.Start()
-	return r
+	return &receiver{srv: webhookstest.NewServer(&webhookstest.Options{Lean: true}), latency: latency}
 }
 
 func (r *receiver) close() { r.srv.Close() }
 
-func (r *receiver) url(name string) string { return r.srv.URL + "/hook/" + name }
+func (r *receiver) url(name string) string { return r.srv.URL(name) }
 
 // add serves a subscription with its signing secret.
 func (r *receiver) add(name, secret string) error {
-	v, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.streams[name] = &stream{verifier: v}
-	r.mu.Unlock()
-	return nil
+	ep := r.srv.Endpoint(name)
+	// The hold is the receiver's own work.
+	ep.SetRule(webhookstest.Always(webhookstest.Answer{Status: http.StatusNoContent, Delay: r.latency}))
+	return ep.SetSecret(secret)
 }
 
-func (r *receiver) stream(name string) *stream {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.streams[name]
-}
+// stream is what one subscription's endpoint saw.
+type stream struct{ ep *webhookstest.Endpoint }
 
-func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
-	s := r.stream(req.PathValue("name"))
-	if s == nil {
-		http.NotFound(w, req)
-		return
-	}
-	body, _ := io.ReadAll(req.Body)
-	verr := s.verifier.Verify(body, req.Header)
-	var env sync.Envelope
-	_ = json.Unmarshal(body, &env)
-	s.mu.Lock()
-	s.started = append(s.started, env.Seq)
-	if verr != nil {
-		s.badSig++
-	}
-	s.change(1, time.Now())
-	s.mu.Unlock()
+func (r *receiver) stream(name string) stream { return stream{r.srv.Endpoint(name)} }
 
-	t := time.NewTimer(r.latency) // the receiver's own work
-	select {
-	case <-t.C:
-	case <-req.Context().Done():
-		t.Stop()
+// snapshot copies what the stream saw: the seqs in the order their
+// requests came in, the answers, the bad signatures and the most requests
+// in flight at once.
+func (s stream) snapshot() (started []int64, answers []answer, badSig, top int) {
+	for _, a := range s.ep.Arrivals() {
+		started = append(started, a.Seq)
+		if a.OK() {
+			answers = append(answers, answer{seq: a.Seq, at: a.Answered})
+		}
 	}
-	s.mu.Lock()
-	s.change(-1, time.Now())
-	if req.Context().Err() == nil {
-		s.answers = append(s.answers, answer{seq: env.Seq, at: time.Now()})
-	}
-	s.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// snapshot copies what the stream saw.
-func (s *stream) snapshot() (started []int64, answers []answer, badSig, top int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]int64(nil), s.started...), append([]answer(nil), s.answers...), s.badSig, s.top
+	_, top = s.ep.InFlight()
+	return started, answers, s.ep.BadSignatures(), top
 }
 
 // avgInFlight is the average number of requests in flight from the first
 // request to the last answer.
-func (s *stream) avgInFlight() float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.last.After(s.first) {
+func (s stream) avgInFlight() float64 {
+	var busy time.Duration
+	var first, last time.Time
+	for _, a := range s.ep.Arrivals() {
+		if a.Answered.IsZero() {
+			continue
+		}
+		busy += a.Answered.Sub(a.At)
+		if first.IsZero() || a.At.Before(first) {
+			first = a.At
+		}
+		if a.Answered.After(last) {
+			last = a.Answered
+		}
+	}
+	if !last.After(first) {
 		return 0
 	}
-	return float64(s.busy) / float64(s.last.Sub(s.first))
+	return float64(busy) / float64(last.Sub(first))
 }
 
 // awaitAll waits until every seq has an answer on the named stream, at most
@@ -152,20 +92,13 @@ func (s *stream) avgInFlight() float64 {
 // negative duration if it did not happen.
 func (r *receiver) awaitAll(ctx context.Context, name string, seqs []int64, maxWait time.Duration, done <-chan error) time.Duration {
 	start := time.Now()
-	want := make(map[int64]bool, len(seqs))
-	for _, s := range seqs {
-		want[s] = true
-	}
-	s := r.stream(name)
-	seen := 0
+	ep := r.srv.Endpoint(name)
 	for {
-		s.mu.Lock()
-		for _, a := range s.answers[seen:] {
-			delete(want, a.seq)
+		got := map[int64]bool{}
+		for _, s := range ep.Delivered() {
+			got[s] = true
 		}
-		seen = len(s.answers)
-		s.mu.Unlock()
-		if len(want) == 0 {
+		if !slices.ContainsFunc(seqs, func(s int64) bool { return !got[s] }) {
 			return time.Since(start)
 		}
 		if time.Since(start) > maxWait {

@@ -1,19 +1,15 @@
-package webhooks_test
+package delivery_test
 
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,11 +20,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bothy/bothy/services/server/internal/liveness"
-	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 	"github.com/bothy/bothy/services/server/internal/webhooks/delivery"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // The mid-drain kill: killSubs ordered subscriptions on one space, each
@@ -74,13 +71,13 @@ func TestDelivery_WorkerKilledMidDrainRepeatsOnlyInFlight(t *testing.T) {
 	b := setupConns(t, cfg, 30)
 	rv := newSlowReceiver(t, killLatency)
 	for i := range killSubs {
-		b.subscribe(t, &webhooks.CreateParams{URL: rv.url(i)})
+		b.subscribe(t, &webhooks.CreateParams{URL: rv.URL(strconv.Itoa(i))})
 	}
 	child := startWorkerChild(t, b.db.URL)
 	b.emit(t, "s1", killEvents)
 	b.round(t)
 
-	testwait.Until(t, 2*time.Minute, func() bool { return rv.fewestFirsts() >= killAfter }, "every subscription is %d into its drain", killAfter)
+	testwait.Until(t, 2*time.Minute, func() bool { return fewestFirsts(rv) >= killAfter }, "every subscription is %d into its drain", killAfter)
 	killedAt := child.kill(t)
 	testwait.Until(t, 10*time.Second, func() bool {
 		hs, err := liveness.Holders(context.Background(), b.db.Pool)
@@ -91,23 +88,23 @@ func TestDelivery_WorkerKilledMidDrainRepeatsOnlyInFlight(t *testing.T) {
 	workerProcessWith(t, b, cfg, killSubs+10)
 	b.emit(t, "s1", 1)
 	b.round(t) // a new job for every subscription, which the live process runs
-	testwait.Until(t, 2*time.Minute, func() bool { return rv.fewestFirsts() == killEvents+1 }, "the live process delivers the rest")
+	testwait.Until(t, 2*time.Minute, func() bool { return fewestFirsts(rv) == killEvents+1 }, "the live process delivers the rest")
 
 	window := cfg.RecordEvery + killSlack
 	total, worst, last := 0, 0, time.Duration(0)
 	var over []string // subscriptions past the bound
 	for i := range killSubs {
-		arrivals := rv.of(i)
+		arrivals := rv.Endpoint(strconv.Itoa(i)).Arrivals()
 		firsts, repeats := map[int64]time.Time{}, 0
 		var order []int64
 		for _, a := range arrivals {
-			if _, seen := firsts[a.seq]; seen {
+			if _, seen := firsts[a.Seq]; seen {
 				repeats++
-				last = max(last, a.at.Sub(killedAt))
+				last = max(last, a.At.Sub(killedAt))
 				continue
 			}
-			firsts[a.seq] = a.at
-			order = append(order, a.seq)
+			firsts[a.Seq] = a.At
+			order = append(order, a.Seq)
 		}
 		require.True(t, slices.IsSorted(order), "subscription %d: first arrivals in order", i)
 		answeredLate := 0 // answered within the window before the kill
@@ -126,74 +123,26 @@ func TestDelivery_WorkerKilledMidDrainRepeatsOnlyInFlight(t *testing.T) {
 	require.Empty(t, over, "subscriptions sent again more than the request in flight and those answered within the window")
 }
 
-// slowReceiver serves the subscriptions' requests at /hook/<i>, each after
-// latency, and records their arrivals.
-type slowReceiver struct {
-	srv     *httptest.Server
-	latency time.Duration
-	mu      gosync.Mutex
-	got     [killSubs][]arrival
-	firsts  [killSubs]map[int64]bool
-}
-
-// arrival is one request's seq and when it arrived.
-type arrival struct {
-	seq int64
-	at  time.Time
-}
-
-func newSlowReceiver(t *testing.T, latency time.Duration) *slowReceiver {
+// newSlowReceiver serves killSubs endpoints, "0", "1", …, each holding
+// every request for latency before its 204.
+func newSlowReceiver(t *testing.T, latency time.Duration) *webhookstest.Server {
 	t.Helper()
-	rv := &slowReceiver{latency: latency}
-	for i := range rv.firsts {
-		rv.firsts[i] = map[int64]bool{}
+	rv := recvtest.Start(t, &webhookstest.Options{Lean: true})
+	for i := range killSubs {
+		rv.Endpoint(strconv.Itoa(i)).SetRule(webhookstest.Always(webhookstest.Answer{Status: http.StatusNoContent, Delay: latency}))
 	}
-	rv.srv = httptest.NewServer(http.HandlerFunc(rv.serve))
-	t.Cleanup(rv.srv.Close)
 	return rv
 }
 
-func (rv *slowReceiver) url(i int) string { return fmt.Sprintf("%s/hook/%d", rv.srv.URL, i) }
-
-func (rv *slowReceiver) serve(w http.ResponseWriter, r *http.Request) {
-	i, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/hook/"))
-	if err != nil || i < 0 || i >= killSubs {
-		w.WriteHeader(http.StatusNotFound)
-		return
-	}
-	var env sync.Envelope
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &env); err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	rv.mu.Lock()
-	rv.got[i] = append(rv.got[i], arrival{seq: env.Seq, at: time.Now()})
-	rv.firsts[i][env.Seq] = true
-	rv.mu.Unlock()
-	select {
-	case <-time.After(rv.latency):
-	case <-r.Context().Done():
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
 // fewestFirsts is the fewest distinct seqs any subscription has received.
-func (rv *slowReceiver) fewestFirsts() int {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	n := len(rv.firsts[0])
-	for _, f := range rv.firsts {
-		n = min(n, len(f))
+func fewestFirsts(rv *webhookstest.Server) int {
+	n := -1
+	for i := range killSubs {
+		if d := rv.Endpoint(strconv.Itoa(i)).Distinct(); n < 0 || d < n {
+			n = d
+		}
 	}
 	return n
-}
-
-// of is subscription i's arrivals, in order.
-func (rv *slowReceiver) of(i int) []arrival {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return slices.Clone(rv.got[i])
 }
 
 // workerChild is a worker process started from the test binary.

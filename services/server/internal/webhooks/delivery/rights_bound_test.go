@@ -1,11 +1,8 @@
-package webhooks_test
+package delivery_test
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +11,8 @@ import (
 	"github.com/bothy/bothy/services/server/internal/authz"
 	"github.com/bothy/bothy/services/server/internal/testwait"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest"
+	"github.com/bothy/bothy/services/server/internal/webhooks/webhookstest/recvtest"
 )
 
 // TestDelivery_RevokeStopsRequestsWithinTheBound: the owner's right is
@@ -41,20 +40,14 @@ func TestDelivery_RevokeStopsRequestsWithinTheBound(t *testing.T) {
 			cfg := fastRetries()
 			cfg.RightsMaxAge = 100 * time.Millisecond
 			b := setup(t, cfg)
-			var arrived atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.Copy(io.Discard, r.Body)
-				arrived.Add(1)
-				time.Sleep(tc.delay) // a slow receiver, not a synchronisation
-				w.WriteHeader(http.StatusNoContent)
-			}))
-			t.Cleanup(srv.Close)
-			s, _ := b.subscribe(t, &webhooks.CreateParams{URL: srv.URL + "/hook", Policy: tc.policy})
+			// A slow receiver: the delay is its work, not a synchronisation.
+			url, rv := recvtest.Endpoint(t, webhookstest.Always(webhookstest.Answer{Status: http.StatusNoContent, Delay: tc.delay}))
+			s, _ := b.subscribe(t, &webhooks.CreateParams{URL: url, Policy: tc.policy})
 			b.emit(t, "s1", 10_000)
 			b.round(t)
 			b.start(t)
 
-			testwait.Until(t, 30*time.Second, func() bool { return arrived.Load() >= 350 }, "350 requests, mid-batch")
+			testwait.Until(t, 30*time.Second, func() bool { return int64(rv.Count()) >= 350 }, "350 requests, mid-batch")
 			ctx := context.Background()
 			require.NoError(t, authz.Revoke(ctx, b.db.Pool, "s1", "alice"))
 			revoked := time.Now() // after the commit

@@ -1,4 +1,4 @@
-package webhooks_test
+package delivery_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestDelivery_InOrderSignedAndVerified(t *testing.T) {
 	b := setup(t, nil)
 	rv := newReceiver(t, nil)
 	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url()})
-	rv.secret = secret
+	rv.setSecret(t, secret)
 	b.start(t)
 	evs := b.emit(t, "s1", 20)
 	b.emit(t, "other", 5) // another space: not delivered
@@ -32,7 +32,7 @@ func TestDelivery_InOrderSignedAndVerified(t *testing.T) {
 	require.Len(t, reqs, 20)
 	for i, r := range reqs {
 		require.Equal(t, evs[i].Seq, r.Seq, "in seq order")
-		require.NoError(t, r.Verified, "independent Standard Webhooks verification")
+		require.NoError(t, r.SigErr, "independent Standard Webhooks verification")
 		require.Equal(t, evs[i].ID.String(), r.ID)
 		require.Equal(t, "application/json", r.Header.Get("Content-Type"))
 		require.True(t, strings.HasPrefix(r.Header.Get("webhook-signature"), "v1,"))

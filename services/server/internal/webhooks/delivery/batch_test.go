@@ -1,77 +1,32 @@
-package webhooks_test
+package delivery_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	gosync "sync"
 	"testing"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bothy/bothy/services/server/internal/sync"
 	"github.com/bothy/bothy/services/server/internal/sync/adapters/postgres"
 	"github.com/bothy/bothy/services/server/internal/webhooks"
 )
 
-// batchReceiver records the batch requests of a subscription with
-// max_batch: each body must be a JSON array of envelopes and verify under
-// the subscription's secret. fail, if set, answers a request with its
-// status instead of 204 when it returns one.
-type batchReceiver struct {
-	srv    *httptest.Server
-	mu     gosync.Mutex
-	secret string
-	fail   func(n int, seqs []int64) int
-	got    [][]int64 // the seqs of each request, in arrival order
-	ids    []string
-	codes  []int
-}
-
-func newBatchReceiver(t *testing.T) *batchReceiver {
+// batchRequests are the requests rv saw, each of which must be a JSON
+// array of envelopes verified under the subscription's secret: the seqs of
+// each, its webhook-id and its answer, in arrival order.
+func batchRequests(t *testing.T, rv *receiver) (seqs [][]int64, ids []string, codes []int) {
 	t.Helper()
-	rv := &batchReceiver{}
-	rv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		rv.mu.Lock()
-		defer rv.mu.Unlock()
-		var envs []sync.Envelope
-		if err := json.Unmarshal(body, &envs); err != nil {
-			t.Errorf("a batch request's body is not an array of envelopes: %v: %s", err, body)
-		}
-		wh, err := standardwebhooks.NewWebhook(rv.secret)
-		if err == nil {
-			err = wh.Verify(body, r.Header)
-		}
-		if err != nil {
-			t.Errorf("batch signature: %v", err)
-		}
-		seqs := make([]int64, len(envs))
-		for i, e := range envs {
-			seqs[i] = e.Seq
-		}
-		code := http.StatusNoContent
-		if rv.fail != nil {
-			if c := rv.fail(len(rv.got)+1, seqs); c != 0 {
-				code = c
-			}
-		}
-		rv.got, rv.ids, rv.codes = append(rv.got, seqs), append(rv.ids, r.Header.Get("webhook-id")), append(rv.codes, code)
-		w.WriteHeader(code)
-	}))
-	t.Cleanup(rv.srv.Close)
-	return rv
+	for _, a := range rv.Arrivals() {
+		require.True(t, a.Batch, "a batch request's body is an array of envelopes: %s", a.Body)
+		require.NoError(t, a.SigErr, "batch signature")
+		seqs, ids, codes = append(seqs, a.Seqs()), append(ids, a.ID), append(codes, a.Status)
+	}
+	return seqs, ids, codes
 }
 
-func (rv *batchReceiver) requests() (seqs [][]int64, ids []string, codes []int) {
-	rv.mu.Lock()
-	defer rv.mu.Unlock()
-	return append([][]int64(nil), rv.got...), append([]string(nil), rv.ids...), append([]int(nil), rv.codes...)
-}
+// answer204 answers every request 204.
+func answer204(request, int) (int, map[string]string) { return http.StatusNoContent, nil }
 
 // TestBatch_ConsecutiveEventsInOneRequest: a subscription with max_batch
 // gets its backlog in requests of up to that many consecutive events, in
@@ -80,15 +35,15 @@ func (rv *batchReceiver) requests() (seqs [][]int64, ids []string, codes []int) 
 func TestBatch_ConsecutiveEventsInOneRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	rv := newBatchReceiver(t)
-	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.srv.URL + "/hook", Policy: &webhooks.PolicyParams{MaxBatch: new(10)}})
-	rv.secret = secret
+	rv := newReceiver(t, answer204)
+	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: &webhooks.PolicyParams{MaxBatch: new(10)}})
+	rv.setSecret(t, secret)
 	evs := b.emit(t, "s1", 25)
 	b.round(t)
 	b.start(t)
 	b.waitDelivered(t, s.ID, seqsOfEvents(evs)...)
 
-	got, ids, _ := rv.requests()
+	got, ids, _ := batchRequests(t, rv)
 	var all []int64
 	for i, r := range got {
 		require.LessOrEqual(t, len(r), 10, "request %d", i)
@@ -107,22 +62,21 @@ func TestBatch_ConsecutiveEventsInOneRequest(t *testing.T) {
 func TestBatch_AFailedBatchIsRetriedFromItsHeadAlone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	rv := newBatchReceiver(t)
-	rv.fail = func(n int, _ []int64) int {
-		if n == 1 {
-			return http.StatusInternalServerError
+	rv := newReceiver(t, func(r request, _ int) (int, map[string]string) {
+		if r.N == 1 {
+			return http.StatusInternalServerError, nil
 		}
-		return 0
-	}
-	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.srv.URL + "/hook", Policy: &webhooks.PolicyParams{MaxBatch: new(10)}})
-	rv.secret = secret
+		return http.StatusNoContent, nil
+	})
+	s, secret := b.subscribe(t, &webhooks.CreateParams{URL: rv.url(), Policy: &webhooks.PolicyParams{MaxBatch: new(10)}})
+	rv.setSecret(t, secret)
 	evs := b.emit(t, "s1", 15)
 	seqs := seqsOfEvents(evs)
 	b.round(t)
 	b.start(t)
 	b.waitDelivered(t, s.ID, seqs...)
 
-	got, ids, codes := rv.requests()
+	got, ids, codes := batchRequests(t, rv)
 	require.Equal(t, [][]int64{seqs[:10], seqs[:1], seqs[1:11], seqs[11:]}, got)
 	require.Equal(t, []int{500, 204, 204, 204}, codes)
 	atts, err := webhooks.Attempts(context.Background(), b.db.Pool, s.ID, seqs[5])
