@@ -1,4 +1,4 @@
-package webhooks_test
+package delivery_test
 
 import (
 	"context"
