@@ -27,6 +27,9 @@ import (
 // it: a row of Kinds.
 type Kind struct {
 	Name string
+	// DropsRepeats: the kind's broker drops a message sent again under
+	// the same key (as its places' DropsRepeats).
+	DropsRepeats bool
 	// New makes a place of the test's own on the kind's broker (or
 	// receiver), removed when the test ends.
 	New func(t *testing.T) *Place
@@ -35,11 +38,11 @@ type Kind struct {
 // Kinds are the destination kinds the machine runs, one row each: a test
 // over every kind runs a subtest per row.
 var Kinds = []Kind{
-	{"HTTP", httpPlace},
-	{"RabbitMQ", rabbitPlace},
-	{"JetStream", natsPlace},
-	{"RedisStream", redisPlace},
-	{"MQTT", mqttPlace},
+	{"HTTP", false, httpPlace},
+	{"RabbitMQ", false, rabbitPlace},
+	{"JetStream", true, natsPlace},
+	{"RedisStream", true, redisPlace},
+	{"MQTT", false, mqttPlace},
 }
 
 // Place is a place on a broker (an exchange with a queue, a stream, a
