@@ -696,9 +696,13 @@ func TestConsumerLagGauges(t *testing.T) {
 
 	appendN(t, b.log, 7)
 	// Make the oldest pending event ten minutes old; it ages by the time
-	// the scrape takes to come, however long that is.
+	// the scrape takes to come, however long that is. Ten minutes after
+	// midnight that moves it into yesterday's partition, which the
+	// database made today lacks.
 	aged := time.Now()
-	_, err := b.db.Pool.Exec(context.Background(), `UPDATE event_log SET committed_at = now() - interval '10 minutes' WHERE seq = 1`)
+	_, err := postgres.NewPartitions(b.db.Pool, &postgres.PartitionConfig{}).Ensure(context.Background(), aged.Add(-10*time.Minute))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE event_log SET committed_at = now() - interval '10 minutes' WHERE seq = 1`)
 	require.NoError(t, err)
 	g = gauges(t, reg)
 	require.Equal(t, 7.0, g["bothy_event_consumer_lag"]["lagging"])
