@@ -114,7 +114,10 @@ func setupPull(t *testing.T, cfg httpapi.Config, notify bool) *pullBundle {
 		goUntilEnd(func() { _ = waker.Run(ctx) })
 		l := postgres.NewListener(waker.Wake, &postgres.ListenerConfig{ConnString: db.URL})
 		goUntilEnd(func() { _ = l.Run(ctx) })
-		b.waitMetric(t, "bothy_event_wake_reads_total", "", 1)
+		// At least one: with a short poll interval the waker reads again
+		// every interval, and a wait for exactly one can miss it.
+		require.Eventually(t, func() bool { return b.metric(t, "bothy_event_wake_reads_total", "") >= 1 }, 20*time.Second,
+			time.Millisecond, "the waker's first read")
 	}
 
 	api := httpapi.New(deps, &cfg)
