@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,11 +271,17 @@ func TestBrokers_RevokeStopsSendsWithinTheBound(t *testing.T) {
 // the rights check; its age is the mechanism under test.
 func TestBrokers_RevokeBoundFailsWithAStaleRightsDecision(t *testing.T) {
 	t.Parallel()
-	forEachKind(t, func(t *testing.T, k *brokertest.Place) {
-		r := revokeMidDrain(t, k, time.Minute)
-		t.Logf("%d sent, %d of them more than %s after the revoke", r.sent, r.late, revokeBound)
-		require.Positive(t, r.late, "a stale decision lets sends start past the bound")
+	var late atomic.Int64
+	t.Run("kinds", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, k *brokertest.Place) {
+			r := revokeMidDrain(t, k, time.Minute)
+			t.Logf("%d sent, %d of them more than %s after the revoke", r.sent, r.late, revokeBound)
+			late.Add(int64(r.late))
+		})
 	})
+	// Over all kinds: a kind whose drain ended before the revoke shows
+	// nothing either way.
+	require.Positive(t, late.Load(), "a stale decision lets sends start past the bound")
 }
 
 // revoked is what a revoke mid-drain left on record.
